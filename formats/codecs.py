@@ -1,0 +1,244 @@
+"""Value codecs shared by the store formats (Java ``UtilAll``, ``MessageDecoder``,
+``MessageClientIDSetter``, ``IndexService``, ``MessageExtBrokerInner``).
+
+Every function is pure: bytes and numbers in, bytes and numbers out.
+"""
+from __future__ import annotations
+
+import calendar
+import datetime as _dt
+import ipaddress
+import zlib
+
+CRC32_MASK = 0x7FFFFFFF
+PROP_CRC_KEY = "__CRC32#"
+# len("__CRC32#") + 0x01 + 10 digits + 0x02 (MessageConst.CRC32_RESERVED_LEN)
+CRC32_RESERVED_LEN = 20
+
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+# MessageStoreConfig.messageDelayLevel default: levels 1..18
+DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+_DELAY_UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+
+
+def body_crc(data: bytes | memoryview) -> int:
+    """UtilAll.crc32: standard CRC-32 masked to a non-negative Java int."""
+    return zlib.crc32(data) & CRC32_MASK
+
+
+def _to_int32(value: int) -> int:
+    value &= 0xFFFFFFFF
+    return value - 0x1_0000_0000 if value & 0x8000_0000 else value
+
+
+def java_string_hash(text: str) -> int:
+    """java.lang.String.hashCode over UTF-16 code units, as a signed 32-bit int."""
+    units = text.encode("utf-16-be")
+    h = 0
+    for i in range(0, len(units), 2):
+        h = (31 * h + ((units[i] << 8) | units[i + 1])) & 0xFFFFFFFF
+    return _to_int32(h)
+
+
+def index_key_hash(key: str) -> int:
+    """IndexFile.indexKeyHashMethod: abs(hashCode), with Integer.MIN_VALUE mapped to 0."""
+    h = java_string_hash(key)
+    return 0 if h == -0x8000_0000 else abs(h)
+
+
+def index_key(topic: str, key: str) -> str:
+    """The string the broker indexes: ``topic#key`` with the stored topic."""
+    return f"{topic}#{key}"
+
+
+def delay_level_table(levels: str = DEFAULT_DELAY_LEVELS) -> dict[int, int]:
+    """Parse messageDelayLevel ("1s 5s ...") into {level: milliseconds}."""
+    table = {}
+    for level, item in enumerate(levels.split(), start=1):
+        table[level] = int(item[:-1]) * _DELAY_UNIT_MS[item[-1]]
+    return table
+
+
+_DEFAULT_DELAYS = delay_level_table()
+
+
+def tags_code(topic: str, properties: dict[str, str], store_timestamp: int,
+              delays: dict[int, int] | None = None) -> int:
+    """ConsumeQueue tagsCode (CommitLog.checkMessageAndReturnSize).
+
+    The hash of the whole TAGS value, except in SCHEDULE_TOPIC_XXXX where a positive DELAY level
+    makes it the delivery time (store time + the level's delay; +1000 ms for a level missing from
+    the table)."""
+    delays = _DEFAULT_DELAYS if delays is None else delays
+    tags = properties.get("TAGS")
+    code = java_string_hash(tags) if tags else 0
+    if topic == SCHEDULE_TOPIC:
+        delay = properties.get("DELAY")
+        if delay is not None:
+            try:
+                level = int(delay)
+            except ValueError:
+                return code
+            level = min(level, max(delays) if delays else level)
+            if level > 0:
+                return store_timestamp + delays.get(level, 1000)
+    return code
+
+
+def decode_properties(raw: bytes | None) -> dict[str, str]:
+    """MessageDecoder.string2messageProperties over the UTF-8 decoded bytes.
+
+    Segments shorter than 3 characters, without a name, or without a value are dropped; a later
+    duplicate name overwrites an earlier one."""
+    if not raw:
+        return {}
+    text = bytes(raw).decode("utf-8", errors="replace")
+    result: dict[str, str] = {}
+    for segment in text.split(PROPERTY_SEPARATOR):
+        if len(segment) < 3:
+            continue
+        sep = segment.find(NAME_VALUE_SEPARATOR)
+        if sep <= 0 or sep == len(segment) - 1:
+            continue
+        result[segment[:sep]] = segment[sep + 1:]
+    return result
+
+
+def encode_properties(properties: dict[str, str | None]) -> bytes:
+    """MessageDecoder.messageProperties2String: ``name 0x01 value`` pairs joined by 0x02.
+
+    The 4.9.8 and 5.3.3 stores carry no 0x02 after the last pair (the spec's reading of a
+    trailing separator does not match what the brokers wrote); pairs with a null value are
+    skipped."""
+    pairs = [f"{name}{NAME_VALUE_SEPARATOR}{value}" for name, value in properties.items()
+             if value is not None]
+    return PROPERTY_SEPARATOR.join(pairs).encode("utf-8")
+
+
+def java_hashmap_order(keys_in_insertion_order: list[str], initial_capacity: int = 16) -> list[str]:
+    """The iteration order of a java.util.HashMap holding these String keys.
+
+    Buckets are ``(h ^ (h >>> 16)) & (capacity - 1)`` with the capacity doubled while
+    size > 0.75 x capacity; a resize keeps insertion order inside a bucket, so the result is a
+    stable sort of the insertion order by final bucket."""
+    capacity = initial_capacity
+    while len(keys_in_insertion_order) > capacity * 0.75:
+        capacity *= 2
+
+    def bucket(key: str) -> int:
+        h = java_string_hash(key) & 0xFFFFFFFF
+        return (h ^ (h >> 16)) & (capacity - 1)
+
+    return sorted(keys_in_insertion_order, key=bucket)
+
+
+def message_keys(properties: dict[str, str]) -> list[str]:
+    """The non-empty items of KEYS split on single spaces (MessageConst.KEY_SEPARATOR)."""
+    keys = properties.get("KEYS")
+    if not keys:
+        return []
+    return [k for k in keys.split(" ") if k]
+
+
+# --- property CRC (5.2+, enabledAppendPropCRC) --------------------------------------------------
+
+def prop_crc_digits(crc: int) -> str:
+    """The 10 ASCII digits the broker writes: least-significant digit first, '0'-padded."""
+    return str(crc)[::-1].ljust(10, "0")
+
+
+def prop_crc_from_digits(digits: str) -> int:
+    """Inverse of :func:`prop_crc_digits`."""
+    return int(digits[::-1])
+
+
+def prop_crc_field(crc: int) -> bytes:
+    """The 20-byte tail of the properties: ``__CRC32#`` 0x01 digits 0x02."""
+    return f"{PROP_CRC_KEY}{NAME_VALUE_SEPARATOR}{prop_crc_digits(crc)}{PROPERTY_SEPARATOR}".encode("ascii")
+
+
+def stored_prop_crc(properties_raw: bytes | None) -> int | None:
+    """The CRC recorded in the last 20 bytes of the properties, or None when absent/malformed."""
+    if not properties_raw or len(properties_raw) < CRC32_RESERVED_LEN:
+        return None
+    tail = bytes(properties_raw[-CRC32_RESERVED_LEN:])
+    prefix = (PROP_CRC_KEY + NAME_VALUE_SEPARATOR).encode("ascii")
+    if not tail.startswith(prefix) or tail[-1:] != b"\x02":
+        return None
+    digits = tail[len(prefix):-1]
+    if not digits.isdigit():
+        return None
+    return prop_crc_from_digits(digits.decode("ascii"))
+
+
+def record_prop_crc(record: bytes | memoryview) -> int:
+    """CRC over the whole record except its final 20 bytes (the property CRC's range)."""
+    return zlib.crc32(record[: len(record) - CRC32_RESERVED_LEN]) & CRC32_MASK
+
+
+# --- hosts and message ids ----------------------------------------------------------------------
+
+def format_host(ip: bytes, port: int) -> str:
+    """``ip:port`` as Java's InetSocketAddress prints it without the leading slash."""
+    return f"{ipaddress.ip_address(bytes(ip))}:{port}"
+
+
+def parse_host(text: str) -> tuple[bytes, int]:
+    """Inverse of :func:`format_host`; accepts ``[v6]:port`` too."""
+    host, _, port = text.rpartition(":")
+    host = host.strip("[]")
+    return ipaddress.ip_address(host).packed, int(port)
+
+
+def offset_msg_id(store_ip: bytes, store_port: int, commitlog_offset: int) -> str:
+    """MessageDecoder.createMessageId: hex of store IP, port and CommitLog offset (32 or 56 chars)."""
+    return (bytes(store_ip) + store_port.to_bytes(4, "big", signed=True)
+            + commitlog_offset.to_bytes(8, "big", signed=True)).hex().upper()
+
+
+def decode_offset_msg_id(msg_id: str) -> tuple[str, int]:
+    """Inverse of :func:`offset_msg_id`: (``ip:port``, CommitLog offset).
+
+    Raises ValueError for anything that is not 32 (IPv4) or 56 (IPv6) hex characters."""
+    if len(msg_id) not in (32, 56):
+        raise ValueError(f"offsetMsgId must be 32 or 56 hex characters, got {len(msg_id)}")
+    raw = bytes.fromhex(msg_id)
+    ip_len = 4 if len(raw) == 16 else 16
+    port = int.from_bytes(raw[ip_len:ip_len + 4], "big", signed=True)
+    offset = int.from_bytes(raw[ip_len + 4:], "big", signed=True)
+    return format_host(raw[:ip_len], port), offset
+
+
+def decode_uniq_key(uniq_key: str, now_ms: int | None = None,
+                    tz: _dt.tzinfo | None = None) -> dict:
+    """MessageClientIDSetter: client IP, pid, class-loader hash, counter and the approximate time.
+
+    The time is the month start (in ``tz``, default UTC) plus the unsigned ms field; when that lies
+    in the future the previous month is used, as getNearlyTimeFromID does."""
+    if len(uniq_key) not in (32, 56):
+        raise ValueError(f"UNIQ_KEY must be 32 or 56 hex characters, got {len(uniq_key)}")
+    raw = bytes.fromhex(uniq_key)
+    ip_len = len(raw) - 12
+    ip = raw[:ip_len]
+    pid = int.from_bytes(raw[ip_len:ip_len + 2], "big")
+    loader = int.from_bytes(raw[ip_len + 2:ip_len + 6], "big", signed=True)
+    delta_ms = int.from_bytes(raw[ip_len + 6:ip_len + 10], "big")
+    counter = int.from_bytes(raw[ip_len + 10:ip_len + 12], "big")
+    tz = tz or _dt.timezone.utc
+    now = _dt.datetime.now(tz) if now_ms is None else _dt.datetime.fromtimestamp(now_ms / 1000, tz)
+    month_start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    approx = month_start + _dt.timedelta(milliseconds=delta_ms)
+    if approx >= now:
+        prev = (month_start - _dt.timedelta(days=1)).replace(day=1)
+        approx = prev + _dt.timedelta(milliseconds=delta_ms)
+    return {
+        "ip": str(ipaddress.ip_address(ip)),
+        "pid": pid,
+        "class_loader_hash": loader,
+        "ms_since_month_start": delta_ms,
+        "counter": counter,
+        "approx_time_ms": int(calendar.timegm(approx.utctimetuple()) * 1000 + approx.microsecond // 1000),
+    }

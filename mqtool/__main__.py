@@ -1,0 +1,3 @@
+from mqtool.cli.main import run
+
+run()

@@ -1,0 +1,98 @@
+"""What every command shares: the error boundary, output helpers and progress settings.
+
+stdout carries data only (JSON or tables); messages, summaries and progress go to stderr.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+import traceback
+from dataclasses import dataclass
+
+import typer
+from rich.console import Console
+
+from ..errors import EXIT_USAGE, MqtoolError
+
+
+@dataclass
+class Settings:
+    progress: bool = True
+    debug: bool = False
+
+
+SETTINGS = Settings()
+
+
+def stdout_console() -> Console:
+    return Console(highlight=False, soft_wrap=False)
+
+
+def stderr_console() -> Console:
+    return Console(stderr=True, highlight=False)
+
+
+def fail(message: str, code: int = EXIT_USAGE) -> None:
+    """Print ``mqtool: error: message`` on stderr and exit with ``code``."""
+    sys.stderr.write(f"mqtool: error: {message}\n")
+    raise typer.Exit(code)
+
+
+def error_boundary(func):
+    """Turn library errors into one plain line on stderr and the documented exit code."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except typer.Exit:
+            raise
+        except MqtoolError as err:
+            if SETTINGS.debug:
+                traceback.print_exc()
+            fail(str(err), err.exit_code)
+        except (OSError, ValueError, OverflowError, MemoryError) as err:
+            if isinstance(err, BrokenPipeError):
+                _quiet_broken_pipe()
+            if SETTINGS.debug:
+                traceback.print_exc()
+            text = f"{err.filename}: {err.strerror}" if isinstance(err, OSError) and err.filename \
+                else str(err) or type(err).__name__
+            fail(text, EXIT_USAGE)
+
+    wrapper.__mqtool_error_boundary__ = True
+    return wrapper
+
+
+def _quiet_broken_pipe() -> None:
+    # stdout went away (e.g. `| head`): exit quietly, as other dump tools do
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except OSError:
+        pass
+    raise typer.Exit(0)
+
+
+def emit_json(obj) -> None:
+    """One JSON document or line on stdout."""
+    try:
+        sys.stdout.write(json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n")
+    except BrokenPipeError:
+        _quiet_broken_pipe()
+
+
+def emit_json_document(obj) -> None:
+    try:
+        sys.stdout.write(json.dumps(obj, ensure_ascii=False, indent=2) + "\n")
+    except BrokenPipeError:
+        _quiet_broken_pipe()
+
+
+def progress_bar(total: int, desc: str):
+    """A tqdm bar on stderr (off when stderr is not a terminal or with --no-progress)."""
+    from tqdm import tqdm
+    return tqdm(total=total, desc=desc, unit="B", unit_scale=True, file=sys.stderr,
+                disable=None if SETTINGS.progress else True, leave=False)

@@ -1,0 +1,386 @@
+"""The CommitLog scanner every command shares.
+
+It walks segment files on a read-only mmap with ``struct`` codecs derived from the construct
+declarations in :mod:`mqtool.formats.commitlog`, and yields, in offset order:
+
+* :class:`MessageRecord` - a message, with its integrity flags (body CRC, property CRC,
+  self-recorded PHYSICALOFFSET vs real position);
+* :class:`BlankRecord` - the end-of-file filler; the rest of the file is not data;
+* :class:`UnwrittenTail` - zeros where a record should start: the end of written data;
+* :class:`CorruptRegion` - bytes that are not a record the broker would accept (bad magic,
+  declared vs computed length, a record running past the file end). Without ``resync`` the scan
+  of that file stops here, as the broker's does; with it the scanner resynchronises on the next
+  plausible record (magic, PHYSICALOFFSET equal to its position, consistent length, body CRC).
+
+Only records that pass the cheap checks are decoded by the fast path; anything else is handed
+to the interpreted construct declaration so the reported error names the failing field.
+"""
+from __future__ import annotations
+
+import struct
+import zlib
+from typing import Iterator, NamedTuple
+
+import construct
+
+from .errors import ParseError
+from .formats import codecs
+from .formats import commitlog as fmt
+from .store import CommitLog, MappedFile, Segment, parse_at
+
+# --- struct codecs derived from the declarations --------------------------------------------
+
+
+def struct_format(decl: construct.Construct, choose=None) -> str:
+    """The big-endian struct format of a fixed-size declaration. ``choose`` resolves an
+    IfThenElse (called with the subcon's name, returns True for the "then" branch)."""
+    if isinstance(decl, construct.Renamed):
+        return struct_format(decl.subcon, choose)
+    if isinstance(decl, construct.FormatField):
+        return decl.fmtstr[1:]
+    if isinstance(decl, construct.Bytes) and isinstance(decl.length, int):
+        return f"{decl.length}s"
+    if isinstance(decl, construct.Struct):
+        return "".join(struct_format(sc, choose) for sc in decl.subcons)
+    raise TypeError(f"not a fixed-size declaration: {decl!r}")
+
+
+def _message_fixed_part(born_v6: bool, store_v6: bool) -> str:
+    """Format of commitlog_message from born_host through body_length for one host variant."""
+    names = [sc.name for sc in fmt.commitlog_message.subcons]
+    start, stop = names.index("born_host"), names.index("body_length") + 1
+    out = []
+    for sc in fmt.commitlog_message.subcons[start:stop]:
+        inner = sc.subcon
+        if isinstance(inner, construct.IfThenElse):
+            v6 = born_v6 if sc.name == "born_host" else store_v6
+            out.append(struct_format(inner.thensubcon if v6 else inner.elsesubcon))
+        else:
+            out.append(struct_format(inner))
+    return "".join(out)
+
+
+HEADER = struct.Struct(">" + struct_format(fmt.message_header))
+# keyed by sys_flag & (BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)
+MIDDLE = {
+    flags: struct.Struct(">" + _message_fixed_part(bool(flags & fmt.BORNHOST_V6_FLAG),
+                                                   bool(flags & fmt.STOREHOSTADDRESS_V6_FLAG)))
+    for flags in (0, fmt.BORNHOST_V6_FLAG, fmt.STOREHOSTADDRESS_V6_FLAG,
+                  fmt.BORNHOST_V6_FLAG | fmt.STOREHOSTADDRESS_V6_FLAG)
+}
+HOST_FLAGS = fmt.BORNHOST_V6_FLAG | fmt.STOREHOSTADDRESS_V6_FLAG
+_I8 = struct.Struct(">b")
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_U32 = struct.Struct(">I")
+MIN_MESSAGE_SIZE = fmt.message_length(fmt.MESSAGE_MAGIC_CODE, 0, 0, 0, 0)
+_V1, _V2, _BLANK = fmt.MESSAGE_MAGIC_CODE, fmt.MESSAGE_MAGIC_CODE_V2, fmt.BLANK_MAGIC_CODE
+_MAGIC_BYTES = (_U32.pack(_V1), _U32.pack(_V2))
+_PROP_CRC_PREFIX = (codecs.PROP_CRC_KEY + codecs.NAME_VALUE_SEPARATOR).encode()
+
+# --- scan events ---------------------------------------------------------------------------------
+
+
+class MessageRecord(NamedTuple):
+    """A message record at global ``offset``; fields named as in the declaration."""
+
+    offset: int
+    total_size: int
+    magic_code: int
+    body_crc: int
+    queue_id: int
+    flag: int
+    queue_offset: int
+    physical_offset: int
+    sys_flag: int
+    born_timestamp: int
+    born_ip: bytes
+    born_port: int
+    store_timestamp: int
+    store_ip: bytes
+    store_port: int
+    reconsume_times: int
+    prepared_transaction_offset: int
+    body_length: int
+    body_position: int        # global offset of the first body byte
+    topic: str
+    properties_raw: bytes
+    body_crc_ok: bool | None  # None: not checked (quick mode) or no body
+    prop_crc_ok: bool | None  # None: the record carries no __CRC32# property
+
+    @property
+    def offset_ok(self) -> bool:
+        return self.physical_offset == self.offset
+
+    @property
+    def end(self) -> int:
+        return self.offset + self.total_size
+
+    @property
+    def properties(self) -> dict[str, str]:
+        return codecs.decode_properties(self.properties_raw)
+
+
+class BlankRecord(NamedTuple):
+    offset: int
+    total_size: int
+
+
+class UnwrittenTail(NamedTuple):
+    offset: int
+    length: int
+
+
+class CorruptRegion(NamedTuple):
+    offset: int
+    length: int            # bytes up to the next sync point (or the file end)
+    code: str              # CL_BAD_MAGIC, CL_LENGTH_MISMATCH, CL_TRUNCATED
+    detail: str
+    total_size: int        # what the first bad record declared (0 if unreadable)
+
+
+ScanEvent = MessageRecord | BlankRecord | UnwrittenTail | CorruptRegion
+
+# --- decoding one record -------------------------------------------------------------------------
+
+
+class _Bad(Exception):
+    def __init__(self, code: str, detail: str, total_size: int = 0):
+        super().__init__(detail)
+        self.code, self.detail, self.total_size = code, detail, total_size
+
+
+def decode_message(buf, pos: int, limit: int, base: int, check_crc: bool) -> MessageRecord:
+    """Decode the message at ``buf[pos]`` (file position) whose file ends at ``limit``.
+
+    Raises _Bad for anything the broker would refuse."""
+    total_size, magic, body_crc, queue_id, flag, queue_offset, physical_offset, sys_flag, \
+        born_ts = HEADER.unpack_from(buf, pos)
+    if magic != _V1 and magic != _V2:
+        raise _Bad("CL_BAD_MAGIC", f"magic code 0x{magic:08X} is not a message", total_size)
+    if total_size < MIN_MESSAGE_SIZE or pos + total_size > limit:
+        raise _Bad("CL_TRUNCATED" if total_size >= MIN_MESSAGE_SIZE else "CL_LENGTH_MISMATCH",
+                   f"total_size {total_size} but {limit - pos} bytes remain in the file",
+                   total_size)
+    end = pos + total_size
+    middle = MIDDLE[sys_flag & HOST_FLAGS]
+    p = pos + HEADER.size
+    if p + middle.size > end:
+        raise _Bad("CL_LENGTH_MISMATCH", f"total_size {total_size} is shorter than the header",
+                   total_size)
+    born_ip, born_port, store_ts, store_ip, store_port, reconsume, prepared, body_len = \
+        middle.unpack_from(buf, p)
+    body_pos = p + middle.size
+    q = body_pos + (body_len if body_len > 0 else 0)
+    if magic == _V1:
+        if q + 1 > end:
+            raise _Bad("CL_LENGTH_MISMATCH", f"body_length {body_len} runs past total_size "
+                       f"{total_size}", total_size)
+        topic_len = _I8.unpack_from(buf, q)[0]
+        q += 1
+    else:
+        if q + 2 > end:
+            raise _Bad("CL_LENGTH_MISMATCH", f"body_length {body_len} runs past total_size "
+                       f"{total_size}", total_size)
+        topic_len = _I16.unpack_from(buf, q)[0]
+        q += 2
+    if topic_len < 0 or q + topic_len + 2 > end:
+        raise _Bad("CL_LENGTH_MISMATCH", f"topic_length {topic_len} does not fit in total_size "
+                   f"{total_size}", total_size)
+    topic = bytes(buf[q:q + topic_len]).decode("utf-8", errors="replace")
+    q += topic_len
+    props_len = _I16.unpack_from(buf, q)[0]
+    q += 2
+    expected = fmt.message_length(magic, sys_flag, body_len, topic_len, props_len)
+    if expected != total_size:
+        raise _Bad("CL_LENGTH_MISMATCH",
+                   f"total_size {total_size} but the fields add up to {expected}", total_size)
+    props = bytes(buf[q:q + props_len]) if props_len > 0 else b""
+    crc_ok = None
+    if check_crc and body_len > 0:
+        crc_ok = (zlib.crc32(buf[body_pos:body_pos + body_len]) & 0x7FFFFFFF) == body_crc
+    prop_crc_ok = None
+    if props_len >= codecs.CRC32_RESERVED_LEN and props[-20:-11] == _PROP_CRC_PREFIX:
+        stored = codecs.stored_prop_crc(props)
+        prop_crc_ok = (stored is not None and check_crc
+                       and codecs.record_prop_crc(buf[pos:end]) == stored) if check_crc else None
+        if stored is None:
+            prop_crc_ok = False
+    return MessageRecord(
+        base + pos, total_size, magic, body_crc, queue_id, flag, queue_offset, physical_offset,
+        sys_flag, born_ts, born_ip, born_port, store_ts, store_ip, store_port, reconsume, prepared,
+        body_len, base + body_pos, topic, props, crc_ok, prop_crc_ok)
+
+
+def explain_corruption(buf, pos: int, limit: int, name: str) -> str:
+    """Why the interpreted declaration refuses the bytes at ``pos`` (with construct's field path);
+    empty when it parses them."""
+    window = bytes(buf[pos:min(limit, pos + fmt.MAX_RECORD_SIZE)])
+    try:
+        parse_at(fmt.commitlog_message, window, file=name)
+    except ParseError as err:
+        path = f" ({err.field_path})" if err.field_path else ""
+        return f"{err.detail}{path}"
+    return ""
+
+
+def plausible_record_at(buf, pos: int, limit: int, base: int, check_crc: bool = True) -> bool:
+    """A resynchronisation point: a message whose lengths agree, whose PHYSICALOFFSET equals
+    its position and whose body CRC matches (when checked)."""
+    if pos < 0 or pos + HEADER.size > limit:
+        return False
+    try:
+        rec = decode_message(buf, pos, limit, base, check_crc)
+    except (_Bad, struct.error):
+        return False
+    return rec.offset_ok and rec.body_crc_ok is not False and rec.prop_crc_ok is not False
+
+
+def find_sync_point(buf, start: int, limit: int, base: int, check_crc: bool = True) -> int:
+    """The first plausible record position >= start, or ``limit`` when there is none."""
+    search = max(start + 4, 4)
+    while True:
+        hits = [h for h in (buf.find(m, search, limit) for m in _MAGIC_BYTES) if h >= 0]
+        if not hits:
+            return limit
+        hit = min(hits)
+        if plausible_record_at(buf, hit - 4, limit, base, check_crc):
+            return hit - 4
+        search = hit + 1
+
+
+def _zero_run_end(buf, pos: int, limit: int) -> int:
+    """End of the run of zero bytes starting at pos."""
+    chunk = 1 << 20
+    p = pos
+    while p < limit:
+        block = buf[p:min(limit, p + chunk)]
+        stripped = block.lstrip(b"\0")
+        if stripped:
+            return p + len(block) - len(stripped)
+        p += len(block)
+    return limit
+
+
+def scan_buffer(buf, base: int, *, name: str = "", start: int = 0, stop: int | None = None,
+                check_crc: bool = True, resync: bool = False) -> Iterator[ScanEvent]:
+    """Scan one segment's bytes. ``start``/``stop`` are file positions: events that *start* in
+    [start, stop) are yielded; a ``start`` other than 0 first resynchronises (Spark splits)."""
+    limit = len(buf)
+    stop = limit if stop is None else min(stop, limit)
+    pos = start
+    if start > 0:
+        pos = find_sync_point(buf, start, limit, base, check_crc)
+    while pos < stop:
+        if pos + 8 > limit:
+            if any(buf[pos:limit]):
+                yield CorruptRegion(base + pos, limit - pos, "CL_TRUNCATED",
+                                    f"{limit - pos} trailing bytes are too short for a record", 0)
+            else:
+                yield UnwrittenTail(base + pos, limit - pos)
+            return
+        total_size, magic = struct.unpack_from(">iI", buf, pos)
+        if magic == _BLANK:
+            yield BlankRecord(base + pos, total_size)
+            return
+        if magic == 0 and total_size == 0:
+            zeros_end = _zero_run_end(buf, pos, limit)
+            if not resync or zeros_end >= limit:
+                yield UnwrittenTail(base + pos, zeros_end - pos if resync else limit - pos)
+                return
+            nxt = find_sync_point(buf, zeros_end - 4, limit, base, check_crc) \
+                if zeros_end >= 4 else find_sync_point(buf, 0, limit, base, check_crc)
+            yield UnwrittenTail(base + pos, nxt - pos)
+            pos = nxt
+            continue
+        try:
+            rec = decode_message(buf, pos, limit, base, check_crc)
+        except (_Bad, struct.error) as bad:
+            code = getattr(bad, "code", "CL_TRUNCATED")
+            detail = getattr(bad, "detail", str(bad))
+            declared = getattr(bad, "total_size", total_size)
+            why = explain_corruption(buf, pos, limit, name)
+            if why and why not in detail:
+                detail = f"{detail}; declaration: {why}"
+            nxt = find_sync_point(buf, pos, limit, base, check_crc) if resync else limit
+            yield CorruptRegion(base + pos, nxt - pos, code, detail, declared)
+            if not resync:
+                return
+            pos = nxt
+            continue
+        yield rec
+        pos += rec.total_size
+
+
+class Scanner:
+    """Scans a CommitLog (all segments, or an offset range) in order."""
+
+    def __init__(self, commitlog: CommitLog, *, check_crc: bool = True, resync: bool = False):
+        self.commitlog = commitlog
+        self.check_crc = check_crc
+        self.resync = resync
+
+    def segments(self, start: int | None = None, end: int | None = None) -> list[Segment]:
+        return [s for s in self.commitlog.segments
+                if (start is None or s.base_offset + s.length > start)
+                and (end is None or s.base_offset < end)]
+
+    def scan_segment(self, segment: Segment, start: int | None = None, end: int | None = None,
+                     progress=None) -> Iterator[ScanEvent]:
+        """Events of one segment; with ``start`` inside the file, from the first record at or
+        after it (a record in progress at ``start`` is skipped)."""
+        with MappedFile(segment.path) as mf:
+            buf = mf.data
+            first = 0 if start is None else max(0, start - segment.base_offset)
+            last = None if end is None else max(0, end - segment.base_offset)
+            done = first
+            for event in scan_buffer(buf, segment.base_offset, name=segment.name,
+                                     start=first if first else 0, stop=last,
+                                     check_crc=self.check_crc, resync=self.resync):
+                if progress is not None:
+                    now = event.offset - segment.base_offset
+                    if now - done >= 1 << 22:
+                        progress.update(now - done)
+                        done = now
+                yield event
+            if progress is not None:
+                progress.update(max(0, (last if last is not None else segment.length) - done))
+
+    def __iter__(self) -> Iterator[ScanEvent]:
+        return self.scan()
+
+    def scan(self, start: int | None = None, end: int | None = None,
+             progress=None) -> Iterator[ScanEvent]:
+        for seg in self.segments(start, end):
+            seg_start = start if start is not None and start > seg.base_offset else None
+            yield from self.scan_segment(seg, seg_start, end, progress)
+
+    def messages(self, start: int | None = None, end: int | None = None) -> Iterator[MessageRecord]:
+        for event in self.scan(start, end):
+            if type(event) is MessageRecord:
+                yield event
+
+
+def read_body(commitlog: CommitLog, record: MessageRecord) -> bytes:
+    if record.body_length <= 0:
+        return b""
+    return commitlog.read(record.body_position, record.body_length)
+
+
+def read_record_bytes(commitlog: CommitLog, record) -> bytes:
+    return commitlog.read(record.offset, record.total_size)
+
+
+def message_at(commitlog: CommitLog, offset: int, check_crc: bool = True) -> MessageRecord:
+    """Decode the one message at a global offset; raises ParseError when there is none."""
+    seg = commitlog.segment_for(offset)
+    if seg is None:
+        raise ParseError(str(commitlog.directory), offset, "", "no CommitLog file holds this offset")
+    with MappedFile(seg.path) as mf:
+        pos = offset - seg.base_offset
+        try:
+            return decode_message(mf.data, pos, len(mf.data), seg.base_offset, check_crc)
+        except (_Bad, struct.error) as bad:
+            why = explain_corruption(mf.data, pos, len(mf.data), seg.name)
+            raise ParseError(seg.name, pos, "", getattr(bad, "detail", str(bad))
+                             + (f"; declaration: {why}" if why else "")) from None

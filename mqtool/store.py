@@ -1,0 +1,396 @@
+"""The store on disk: which files exist, what kind each is, and read-only access to their bytes.
+
+``Store.open(path)`` takes a store root (commitlog/, consumequeue/, index/, checkpoint, ...), a
+bare CommitLog directory, or a single file whose kind is recognised by :func:`identify_file`.
+Nothing here opens a file for writing. Geometry (CommitLog file size, ConsumeQueue units per
+file, IndexFile slots/entries) is inferred from the files, never assumed, and can be overridden.
+"""
+from __future__ import annotations
+
+import bisect
+import errno
+import fcntl
+import json
+import mmap
+import os
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import construct
+
+from .errors import ParseError, StoreLayoutError, StoreNotFoundError
+from .formats import checkpoint as ckpt_fmt
+from .formats import commitlog as cl_fmt
+from .formats import consumequeue as cq_fmt
+from .formats import indexfile as idx_fmt
+
+OFFSET_NAME = re.compile(r"^\d{20}$")
+INDEX_NAME = re.compile(r"^\d{17}$")
+CONFIG_NAMES = ("topics.json", "consumerOffset.json", "subscriptionGroup.json", "delayOffset.json",
+                "consumerFilter.json", "topicQueueMapping.json", "consumerOrderInfo.json",
+                "lmqConsumerOffset.json", "messageRequestMode.json", "timermetrics")
+
+
+def parse_at(decl: construct.Construct, data, offset: int = 0, *, file: str = "", **context):
+    """The only caller of construct's interpreted parse: errors become :class:`ParseError`."""
+    try:
+        return decl.parse(bytes(data[offset:]) if offset else bytes(data), **context)
+    except construct.ConstructError as err:
+        path = getattr(err, "path", "") or ""
+        path = path.replace("(parsing)", "").strip(" ->")
+        message = str(err).split("\n")[-1]
+        message = re.sub(r"^Error in path.*?\s*", "", message).strip() or type(err).__name__
+        raise ParseError(file, offset, path, message) from None
+
+
+class MappedFile:
+    """A read-only memory map of one file (an empty file maps to b"")."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self._fh = open(self.path, "rb")
+        size = os.fstat(self._fh.fileno()).st_size
+        self.data = mmap.mmap(self._fh.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+        self.size = size
+
+    def close(self) -> None:
+        if isinstance(self.data, mmap.mmap):
+            try:
+                self.data.close()
+            except BufferError:  # a memoryview is still alive; the GC will unmap it
+                pass
+        self._fh.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One CommitLog (or offset-named queue) file."""
+
+    path: Path
+    base_offset: int
+    length: int
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+
+def _offset_files(directory: Path) -> tuple[list[Segment], list[Path]]:
+    segments, stray = [], []
+    if not directory.is_dir():
+        return segments, stray
+    for entry in sorted(directory.iterdir()):
+        if entry.is_file() and OFFSET_NAME.match(entry.name):
+            segments.append(Segment(entry, int(entry.name), entry.stat().st_size))
+        elif not entry.name.startswith("."):
+            stray.append(entry)
+    segments.sort(key=lambda s: s.base_offset)
+    return segments, stray
+
+
+def _most_common(values, default):
+    values = [v for v in values if v > 0]
+    if not values:
+        return default
+    return Counter(values).most_common(1)[0][0]
+
+
+class CommitLog:
+    """The CommitLog segments of a store, addressed by global offset."""
+
+    def __init__(self, directory: Path, file_size: int | None = None):
+        self.directory = Path(directory)
+        self.segments, self.stray_files = _offset_files(self.directory)
+        self.inferred_file_size = _most_common([s.length for s in self.segments], 0)
+        self.file_size = file_size or self.inferred_file_size or 1024 ** 3
+        self._bases = [s.base_offset for s in self.segments]
+
+    @property
+    def min_offset(self) -> int:
+        return self.segments[0].base_offset if self.segments else 0
+
+    @property
+    def end_offset(self) -> int:
+        """End of the last file (not of the data in it)."""
+        if not self.segments:
+            return 0
+        last = self.segments[-1]
+        return last.base_offset + max(last.length, self.file_size)
+
+    def segment_for(self, offset: int) -> Segment | None:
+        i = bisect.bisect_right(self._bases, offset) - 1
+        if i < 0:
+            return None
+        seg = self.segments[i]
+        return seg if offset < seg.base_offset + seg.length else None
+
+    def read(self, offset: int, length: int) -> bytes:
+        """Bytes at a global offset (possibly fewer at a file end; b"" where no file is)."""
+        seg = self.segment_for(offset)
+        if seg is None:
+            return b""
+        with open(seg.path, "rb") as fh:
+            fh.seek(offset - seg.base_offset)
+            return fh.read(length)
+
+    def __len__(self) -> int:
+        return len(self.segments)
+
+
+@dataclass
+class ConsumeQueue:
+    """One topic/queue directory of ConsumeQueue (or BatchConsumeQueue) files."""
+
+    topic: str
+    queue_id: int
+    directory: Path
+    segments: list[Segment]
+    unit_size: int = cq_fmt.CQ_STORE_UNIT_SIZE
+    stray_files: list[Path] = field(default_factory=list)
+
+    @property
+    def key(self) -> str:
+        return f"{self.topic}-{self.queue_id}"
+
+
+@dataclass(frozen=True)
+class IndexFileInfo:
+    path: Path
+    length: int
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+
+def read_fastjson(path: Path):
+    """Parse fastjson output, whose Map<Integer, ...> keys are unquoted (``{0:123}``)."""
+    text = Path(path).read_text(encoding="utf-8", errors="replace")
+    if not text.strip():
+        raise ValueError("empty file")
+    quoted = re.sub(r'([{,]\s*)(-?\d+)(\s*:)', r'\1"\2"\3', text)
+    return json.loads(quoted)
+
+
+def load_config(path: Path) -> tuple[object | None, str | None]:
+    """(data, source) for a config file, falling back to ``.bak`` as ConfigManager does."""
+    for candidate in (path, path.with_name(path.name + ".bak")):
+        if candidate.is_file():
+            try:
+                return read_fastjson(candidate), candidate.name
+            except (ValueError, OSError):
+                continue
+    return None, None
+
+
+def lock_holder(path: Path) -> bool:
+    """True when another process holds a POSIX record lock on byte 0 of ``path`` (the lock the
+    broker's FileChannel.tryLock takes). Opens the file read-only and takes no lock itself."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        import struct
+        # struct flock: short l_type, short l_whence, off_t l_start, off_t l_len, pid_t l_pid
+        request = struct.pack("hhqqi", fcntl.F_RDLCK, os.SEEK_SET, 0, 1, 0)
+        try:
+            answer = fcntl.fcntl(fd, fcntl.F_GETLK, request + b"\0" * 4)
+        except OSError as err:
+            if err.errno in (errno.EACCES, errno.EAGAIN):
+                return True
+            return False
+        l_type = struct.unpack("hhqqi", answer[:struct.calcsize("hhqqi")])[0]
+        return l_type != fcntl.F_UNLCK
+    finally:
+        os.close(fd)
+
+
+class Store:
+    """A RocketMQ store root (or the parts of one that exist)."""
+
+    def __init__(self, root: Path, *, commitlog_file_size: int | None = None,
+                 cq_units_per_file: int | None = None, index_slots: int | None = None,
+                 index_entries: int | None = None):
+        self.root = Path(root)
+        if not self.root.exists():
+            raise StoreNotFoundError(f"{root}: no such file or directory")
+        if not self.root.is_dir():
+            raise StoreLayoutError(f"{root}: not a directory")
+        commitlog_dir = self.root / "commitlog"
+        if not commitlog_dir.is_dir() and _offset_files(self.root)[0] and not (
+                self.root / "consumequeue").is_dir():
+            # a bare CommitLog directory
+            commitlog_dir = self.root
+        self.commitlog = CommitLog(commitlog_dir, commitlog_file_size)
+        self.is_bare_commitlog = commitlog_dir == self.root
+        if not self.is_bare_commitlog and not any(
+                (self.root / p).exists() for p in ("commitlog", "consumequeue", "index", "checkpoint",
+                                                   "batchconsumequeue")):
+            raise StoreLayoutError(
+                f"{root}: not a RocketMQ store (no commitlog/, consumequeue/, index/ or checkpoint)")
+        self.consume_queues = self._load_queues("consumequeue", cq_fmt.CQ_STORE_UNIT_SIZE)
+        self.batch_consume_queues = self._load_queues("batchconsumequeue",
+                                                      cq_fmt.BATCH_CQ_STORE_UNIT_SIZE)
+        cq_sizes = [s.length for q in self.consume_queues for s in q.segments]
+        inferred_units = _most_common(cq_sizes, 0) // cq_fmt.CQ_STORE_UNIT_SIZE
+        self.inferred_cq_units_per_file = inferred_units or None
+        self.cq_units_per_file = (cq_units_per_file or inferred_units
+                                  or cq_fmt.DEFAULT_CQ_UNITS_PER_FILE)
+        bcq_sizes = [s.length for q in self.batch_consume_queues for s in q.segments]
+        self.bcq_units_per_file = (_most_common(bcq_sizes, 0) // cq_fmt.BATCH_CQ_STORE_UNIT_SIZE
+                                   or cq_fmt.DEFAULT_CQ_UNITS_PER_FILE)
+        self.index_files = []
+        index_dir = self.root / "index"
+        self.index_stray = []
+        if index_dir.is_dir():
+            for entry in sorted(index_dir.iterdir()):
+                if entry.is_file() and INDEX_NAME.match(entry.name):
+                    self.index_files.append(IndexFileInfo(entry, entry.stat().st_size))
+                elif not entry.name.startswith("."):
+                    self.index_stray.append(entry)
+        self.index_slots, self.index_entries = self._index_geometry(index_slots, index_entries)
+
+    # -- construction helpers ------------------------------------------------------------------
+    def _load_queues(self, dirname: str, unit_size: int) -> list[ConsumeQueue]:
+        queues = []
+        base = self.root / dirname
+        if not base.is_dir():
+            return queues
+        for topic_dir in sorted(base.iterdir()):
+            if not topic_dir.is_dir():
+                continue
+            for qdir in sorted(topic_dir.iterdir(), key=lambda p: (len(p.name), p.name)):
+                if not qdir.is_dir() or not re.fullmatch(r"-?\d+", qdir.name):
+                    continue  # the broker ignores non-integer queue directories
+                segments, stray = _offset_files(qdir)
+                queues.append(ConsumeQueue(topic_dir.name, int(qdir.name), qdir, segments,
+                                           unit_size, stray))
+        return queues
+
+    def _index_geometry(self, slots, entries):
+        if slots and entries:
+            return slots, entries
+        sizes = [f.length for f in self.index_files]
+        size = _most_common(sizes, 0)
+        if slots and not entries:
+            return slots, (size - idx_fmt.INDEX_HEADER_SIZE - 4 * slots) // 20 if size else 4 * slots
+        if entries and not slots:
+            return ((size - idx_fmt.INDEX_HEADER_SIZE - 20 * entries) // 4 if size else entries // 4,
+                    entries)
+        guesses = idx_fmt.geometries_for_size(size) if size else []
+        if guesses:
+            return guesses[0]
+        return idx_fmt.DEFAULT_SLOT_COUNT, idx_fmt.DEFAULT_ENTRY_COUNT
+
+    # -- small files ---------------------------------------------------------------------------
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.root / "checkpoint"
+
+    def read_checkpoint(self):
+        """The parsed checkpoint, or None when absent. A short file is an error."""
+        path = self.checkpoint_path
+        if not path.is_file():
+            return None
+        data = path.read_bytes()
+        if len(data) < 40:
+            raise ParseError(str(path), 0, "", f"checkpoint is {len(data)} bytes, expected 4096")
+        return parse_at(ckpt_fmt.checkpoint, data.ljust(ckpt_fmt.CHECKPOINT_SIZE, b"\0")[:4096],
+                        file=str(path))
+
+    @property
+    def abort_exists(self) -> bool:
+        return (self.root / "abort").exists()
+
+    def abort_content(self) -> str | None:
+        path = self.root / "abort"
+        if not path.is_file():
+            return None
+        return path.read_bytes().decode("utf-8", errors="replace").strip()
+
+    def lock_held(self) -> bool:
+        path = self.root / "lock"
+        return path.is_file() and lock_holder(path)
+
+    def configs(self) -> dict[str, tuple[object | None, str | None]]:
+        config_dir = self.root / "config"
+        result = {}
+        if not config_dir.is_dir():
+            return result
+        for name in CONFIG_NAMES:
+            if (config_dir / name).exists() or (config_dir / (name + ".bak")).exists():
+                result[name] = load_config(config_dir / name)
+        return result
+
+    def queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        for q in self.consume_queues:
+            if q.topic == topic and q.queue_id == queue_id:
+                return q
+        return None
+
+    def relative(self, path: Path) -> str:
+        try:
+            return Path(path).relative_to(self.root).as_posix()
+        except ValueError:
+            return str(path)
+
+
+# -- single files --------------------------------------------------------------------------------
+FILE_KINDS = ("commitlog", "consumequeue", "batchconsumequeue", "index", "checkpoint", "abort",
+              "lock", "config", "timerlog", "timerwheel", "timercheck")
+
+
+def identify_file(path: Path) -> str:
+    """The kind of a single store file, from its path, name and size (and first bytes when the
+    name alone is ambiguous). Raises StoreLayoutError when it is none of the known kinds."""
+    path = Path(path)
+    if not path.exists():
+        raise StoreNotFoundError(f"{path}: no such file or directory")
+    if not path.is_file():
+        raise StoreLayoutError(f"{path}: not a regular file")
+    name, parts = path.name, path.resolve().parts
+    size = path.stat().st_size
+    if name == "checkpoint":
+        return "checkpoint"
+    if name in ("abort", "abort.bak"):
+        return "abort"
+    if name == "lock":
+        return "lock"
+    if name == "timerwheel":
+        return "timerwheel"
+    if name == "timercheck":
+        return "timercheck"
+    if path.parent.name == "config" or name.endswith(".json") or name.endswith(".json.bak"):
+        return "config"
+    if INDEX_NAME.match(name):
+        return "index"
+    if OFFSET_NAME.match(name):
+        for kind in ("batchconsumequeue", "consumequeue", "timerlog", "commitlog"):
+            if kind in parts[:-1]:
+                return kind
+        # unknown parent: look at the bytes
+        with open(path, "rb") as fh:
+            head = fh.read(8)
+        if len(head) == 8 and int.from_bytes(head[4:8], "big") in cl_fmt.MESSAGE_MAGIC_CODES:
+            return "commitlog"
+        if size % cq_fmt.CQ_STORE_UNIT_SIZE == 0:
+            return "consumequeue"
+    raise StoreLayoutError(f"{path}: not a RocketMQ store file of a known kind")
+
+
+def queue_of_file(path: Path) -> tuple[str, int]:
+    """(topic, queueId) from ``.../consumequeue/<topic>/<queueId>/<file>``."""
+    path = Path(path).resolve()
+    try:
+        return path.parent.parent.name, int(path.parent.name)
+    except ValueError:
+        return path.parent.parent.name, -1

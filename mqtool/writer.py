@@ -1,0 +1,478 @@
+"""The one writer of store files: CommitLog records, ConsumeQueue units, IndexFiles, checkpoint.
+
+It reproduces the broker's own write path (``CommitLog.doAppend`` with its end-of-file blank,
+``ConsumeQueue.putMessagePositionInfo`` with pre-blank units, ``IndexService.buildIndex`` /
+``IndexFile.putKey`` with roll-over) so that the fixture forge writes stores laid out exactly as a
+broker lays them out, and repair commands regenerate files byte-identical to the broker's.
+Records are built by the construct declarations of :mod:`mqtool.formats`.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .formats import codecs
+from .formats import commitlog as cl_fmt
+from .formats import consumequeue as cq_fmt
+from .formats import checkpoint as ckpt_fmt
+from .formats import indexfile as idx_fmt
+
+# Producer-side insertion order of the properties the client sets (Message constructor, then
+# MessageClientIDSetter at send), and the ones the broker adds afterwards. Keys not listed are
+# user properties, inserted between the two groups. With java_hashmap_order this reproduces the
+# property bytes of every record in the reference stores.
+PRODUCER_FIRST = ("TAGS", "KEYS", "WAIT", "UNIQ_KEY")
+BROKER_LAST = ("DELAY", "TRAN_MSG", "PGROUP", "__transactionId__", "REAL_TOPIC", "REAL_QID",
+               "CLUSTER")
+
+_compiled_message = cl_fmt.commitlog_message.compile()
+_compiled_blank = cl_fmt.blank_record.compile()
+_compiled_cq_unit = cq_fmt.consumequeue_unit.compile()
+
+
+def broker_property_order(properties: dict[str, str]) -> dict[str, str]:
+    """Properties reordered as the broker's HashMap serialises them (``__CRC32#`` excluded)."""
+    keys = [k for k in properties if k != codecs.PROP_CRC_KEY]
+    first = [k for k in PRODUCER_FIRST if k in properties]
+    last = [k for k in BROKER_LAST if k in properties]
+    middle = [k for k in keys if k not in first and k not in last]
+    order = codecs.java_hashmap_order(first + middle + last)
+    return {k: properties[k] for k in order}
+
+
+@dataclass
+class Message:
+    """A message as the broker is about to store it (after producer and broker set it up)."""
+
+    topic: str
+    queue_id: int
+    body: bytes = b""
+    properties: dict[str, str] = field(default_factory=dict)
+    flag: int = 0
+    sys_flag: int = 0
+    born_timestamp: int = 0
+    born_host: tuple[bytes, int] = (b"\x7f\x00\x00\x01", 0)
+    store_timestamp: int = 0
+    store_host: tuple[bytes, int] = (b"\x7f\x00\x00\x01", 10911)
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+    body_crc: int | None = None        # None: computed from the body
+    queue_offset: int | None = None    # None: assigned by the writer like the broker
+    raw_properties: bytes | None = None  # exact bytes, bypassing the HashMap ordering
+
+
+def _host_flags(msg: Message) -> int:
+    flags = msg.sys_flag & ~(cl_fmt.BORNHOST_V6_FLAG | cl_fmt.STOREHOSTADDRESS_V6_FLAG)
+    if len(msg.born_host[0]) == 16:
+        flags |= cl_fmt.BORNHOST_V6_FLAG
+    if len(msg.store_host[0]) == 16:
+        flags |= cl_fmt.STOREHOSTADDRESS_V6_FLAG
+    return flags
+
+
+def message_magic(topic: str, broker_version: int = 4) -> int:
+    """V2 only from 5.1 on, and only for topics longer than 127 bytes (autoMessageVersionOnTopicLen)."""
+    if broker_version >= 5 and len(topic.encode("utf-8")) > 127:
+        return cl_fmt.MESSAGE_MAGIC_CODE_V2
+    return cl_fmt.MESSAGE_MAGIC_CODE
+
+
+def encode_properties(msg: Message, prop_crc: bool) -> bytes:
+    if msg.raw_properties is not None:
+        raw = msg.raw_properties
+    else:
+        raw = codecs.encode_properties(broker_property_order(msg.properties))
+    if prop_crc:
+        if raw and not raw.endswith(b"\x02"):
+            raw += b"\x02"
+        raw += b"\0" * codecs.CRC32_RESERVED_LEN
+    return raw
+
+
+def encode_message(msg: Message, physical_offset: int, queue_offset: int, *, magic: int,
+                   properties: bytes, prop_crc: bool = False) -> bytes:
+    """The record bytes, built by the declaration; with ``prop_crc`` the reserved last 20 bytes
+    of the properties receive the ``__CRC32#`` field computed over the rest of the record."""
+    topic = msg.topic.encode("utf-8")
+    body = msg.body or b""
+    sys_flag = _host_flags(msg)
+    size = cl_fmt.message_length(magic, sys_flag, len(body), len(topic), len(properties))
+    record = _compiled_message.build(dict(
+        total_size=size, magic_code=magic,
+        body_crc=codecs.body_crc(body) if msg.body_crc is None else msg.body_crc,
+        queue_id=msg.queue_id, flag=msg.flag, queue_offset=queue_offset,
+        physical_offset=physical_offset, sys_flag=sys_flag, born_timestamp=msg.born_timestamp,
+        born_host=dict(ip=msg.born_host[0], port=msg.born_host[1]),
+        store_timestamp=msg.store_timestamp,
+        store_host=dict(ip=msg.store_host[0], port=msg.store_host[1]),
+        reconsume_times=msg.reconsume_times,
+        prepared_transaction_offset=msg.prepared_transaction_offset,
+        body_length=len(body), body=body if body else None,
+        topic_length=len(topic), topic=topic,
+        properties_length=len(properties), properties=properties if properties else None))
+    if prop_crc:
+        crc = codecs.record_prop_crc(record)
+        record = record[:-codecs.CRC32_RESERVED_LEN] + codecs.prop_crc_field(crc)
+    return record
+
+
+# --- files -------------------------------------------------------------------------------------
+
+def offset_file_name(offset: int) -> str:
+    """UtilAll.offset2FileName: 20-digit zero-padded decimal."""
+    return f"{offset:020d}"
+
+
+def index_file_name(millis: int) -> str:
+    """yyyyMMddHHmmssSSS of a time (UTC here; the broker uses its local zone)."""
+    t = _dt.datetime.fromtimestamp(millis / 1000, _dt.timezone.utc)
+    return t.strftime("%Y%m%d%H%M%S") + f"{millis % 1000:03d}"
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write through a temp file + fsync + rename, then fsync the directory."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.mqtool-tmp")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def _new_zero_file(path: Path, size: int):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fh = open(path, "w+b")
+    fh.truncate(size)
+    return fh
+
+
+class CommitLogWriter:
+    """Appends records like CommitLog.doAppend: a record goes into the current file only if
+    ``length + 8 <= remaining``; otherwise an 8-byte blank record closes the file."""
+
+    def __init__(self, directory: Path, file_size: int, start_offset: int = 0):
+        self.directory = Path(directory)
+        self.file_size = file_size
+        self.offset = start_offset
+        self._fh = None
+        self._file_base = None
+
+    def _open_for(self, offset: int):
+        base = offset - offset % self.file_size
+        if self._file_base != base:
+            if self._fh:
+                self._fh.close()
+            path = self.directory / offset_file_name(base)
+            if path.exists():
+                self._fh = open(path, "r+b")
+            else:
+                self._fh = _new_zero_file(path, self.file_size)
+            self._file_base = base
+        return self._fh
+
+    def reserve(self, length: int) -> int:
+        """The offset a record of ``length`` bytes will get, writing a blank record first when
+        it does not fit in the current file."""
+        if length + cl_fmt.END_FILE_MIN_BLANK_LENGTH > self.file_size:
+            raise ValueError(f"a {length}-byte record cannot fit in a {self.file_size}-byte file")
+        remaining = self.file_size - self.offset % self.file_size
+        if length + cl_fmt.END_FILE_MIN_BLANK_LENGTH > remaining:
+            fh = self._open_for(self.offset)
+            fh.seek(self.offset - self._file_base)
+            fh.write(_compiled_blank.build(dict(total_size=remaining,
+                                                magic_code=cl_fmt.BLANK_MAGIC_CODE)))
+            self.offset += remaining
+        return self.offset
+
+    def write(self, offset: int, record: bytes) -> None:
+        fh = self._open_for(offset)
+        fh.seek(offset - self._file_base)
+        fh.write(record)
+        self.offset = offset + len(record)
+
+    def ensure_current_file(self) -> None:
+        """Create the (empty) file the next record would go to, as the broker's preallocation does."""
+        self._open_for(self.offset)
+
+    def close(self) -> None:
+        if self._fh:
+            self._fh.flush()
+            self._fh.close()
+            self._fh = None
+            self._file_base = None
+
+
+class ConsumeQueueWriter:
+    """ConsumeQueue.putMessagePositionInfo for every queue of a store."""
+
+    def __init__(self, root: Path, units_per_file: int,
+                 unit_size: int = cq_fmt.CQ_STORE_UNIT_SIZE):
+        self.root = Path(root)
+        self.file_size = units_per_file * unit_size
+        self.unit_size = unit_size
+        self._queues: dict[tuple[str, int], dict] = {}
+
+    def _state(self, topic: str, queue_id: int) -> dict:
+        key = (topic, queue_id)
+        if key not in self._queues:
+            self._queues[key] = {"fh": None, "base": None, "write_pos": None,
+                                 "max_physic": -1}
+        return self._queues[key]
+
+    def _file(self, state: dict, topic: str, queue_id: int, logical: int):
+        base = logical - logical % self.file_size
+        if state["base"] != base:
+            if state["fh"]:
+                state["fh"].close()
+            path = self.root / topic / str(queue_id) / offset_file_name(base)
+            state["fh"] = open(path, "r+b") if path.exists() else _new_zero_file(path, self.file_size)
+            state["base"] = base
+        return state["fh"]
+
+    def put(self, topic: str, queue_id: int, commitlog_offset: int, size: int, tags_code: int,
+            queue_offset: int) -> bool:
+        """Append one unit; False when the broker would skip it (already dispatched)."""
+        state = self._state(topic, queue_id)
+        if commitlog_offset + size <= state["max_physic"]:
+            return False
+        expect = queue_offset * self.unit_size
+        if state["write_pos"] is None:
+            # isFirstCreateInQueue: pre-blank units from the file start up to the first unit
+            base = expect - expect % self.file_size
+            fh = self._file(state, topic, queue_id, expect)
+            blanks = (expect - base) // self.unit_size
+            if blanks:
+                unit = _compiled_cq_unit.build(cq_fmt.PRE_BLANK_UNIT)
+                fh.seek(0)
+                fh.write(unit * blanks)
+            state["write_pos"] = expect
+        if expect < state["write_pos"]:
+            return False
+        # expect > write_pos is only logged by the broker: the unit goes at the write position
+        logical = state["write_pos"]
+        fh = self._file(state, topic, queue_id, logical)
+        fh.seek(logical - state["base"])
+        fh.write(_compiled_cq_unit.build(dict(commitlog_offset=commitlog_offset, size=size,
+                                              tags_code=tags_code)))
+        state["write_pos"] = logical + self.unit_size
+        state["max_physic"] = commitlog_offset + size
+        return True
+
+    def close(self) -> None:
+        for state in self._queues.values():
+            if state["fh"]:
+                state["fh"].close()
+                state["fh"] = None
+                state["base"] = None
+
+
+class IndexWriter:
+    """IndexService.buildIndex and IndexFile.putKey, with roll-over to a new file when full."""
+
+    def __init__(self, directory: Path, slot_count: int, entry_count: int):
+        self.directory = Path(directory)
+        self.slot_count = slot_count
+        self.entry_count = entry_count
+        self.file_size = idx_fmt.index_file_size(slot_count, entry_count)
+        self.files: list[str] = []
+        self._buf: bytearray | None = None
+        self._name: str | None = None
+        self.index_msg_timestamp = 0  # set when a file fills (the checkpoint's indexMsgTimestamp)
+        # header fields of the current file
+        self._h = None
+
+    # header bytes are updated on every change, as IndexHeader writes through to the buffer
+    def _put_header(self) -> None:
+        h = self._h
+        buf = self._buf
+        buf[0:8] = h["begin_timestamp"].to_bytes(8, "big", signed=True)
+        buf[8:16] = h["end_timestamp"].to_bytes(8, "big", signed=True)
+        buf[16:24] = h["begin_phy_offset"].to_bytes(8, "big", signed=True)
+        buf[24:32] = h["end_phy_offset"].to_bytes(8, "big", signed=True)
+        buf[32:36] = h["hash_slot_count_disk"].to_bytes(4, "big", signed=True)
+        buf[36:40] = h["index_count_disk"].to_bytes(4, "big", signed=True)
+
+    def _new_file(self, now_ms: int, end_phy: int, end_ts: int) -> None:
+        self.flush()
+        name = index_file_name(now_ms)
+        while self.files and name <= self.files[-1]:
+            now_ms += 1
+            name = index_file_name(now_ms)
+        self._name = name
+        self.files.append(name)
+        self._buf = bytearray(self.file_size)
+        self._h = {"begin_timestamp": 0, "end_timestamp": 0, "begin_phy_offset": 0,
+                   "end_phy_offset": 0, "hash_slot_count": 0, "index_count": 1,
+                   "hash_slot_count_disk": 0, "index_count_disk": 0}
+        if end_phy > 0:
+            self._h["begin_phy_offset"] = self._h["end_phy_offset"] = end_phy
+        if end_ts > 0:
+            self._h["begin_timestamp"] = self._h["end_timestamp"] = end_ts
+        self._put_header()
+
+    def _current(self, now_ms: int):
+        if self._buf is None:
+            self._new_file(now_ms, 0, 0)
+        elif self._h["index_count"] >= self.entry_count:
+            self.index_msg_timestamp = self._h["end_timestamp"]
+            self._new_file(now_ms, self._h["end_phy_offset"], self._h["end_timestamp"])
+
+    @property
+    def end_phy_offset(self) -> int:
+        return self._h["end_phy_offset"] if self._h else 0
+
+    def put_key(self, key: str, phy_offset: int, store_timestamp: int) -> None:
+        self._current(store_timestamp)
+        h, buf = self._h, self._buf
+        key_hash = codecs.index_key_hash(key)
+        slot = key_hash % self.slot_count
+        slot_pos = idx_fmt.slot_position(slot)
+        slot_value = int.from_bytes(buf[slot_pos:slot_pos + 4], "big", signed=True)
+        if slot_value <= 0 or slot_value > h["index_count"]:
+            slot_value = 0
+        if h["begin_timestamp"] <= 0:
+            time_diff = 0
+        else:
+            # Java long division truncates toward zero
+            delta = store_timestamp - h["begin_timestamp"]
+            time_diff = int(delta / 1000) if delta >= 0 else -((-delta) // 1000)
+            time_diff = max(0, min(time_diff, 0x7FFFFFFF))
+        pos = idx_fmt.entry_position(self.slot_count, h["index_count"])
+        buf[pos:pos + 20] = (key_hash.to_bytes(4, "big", signed=True)
+                             + phy_offset.to_bytes(8, "big", signed=True)
+                             + time_diff.to_bytes(4, "big", signed=True)
+                             + slot_value.to_bytes(4, "big", signed=True))
+        buf[slot_pos:slot_pos + 4] = h["index_count"].to_bytes(4, "big", signed=True)
+        if h["index_count"] <= 1:
+            h["begin_phy_offset"] = phy_offset
+            h["begin_timestamp"] = store_timestamp
+        if slot_value == 0:
+            h["hash_slot_count"] += 1
+            h["hash_slot_count_disk"] = h["hash_slot_count"]
+        h["index_count"] += 1
+        h["index_count_disk"] = h["index_count"]
+        h["end_phy_offset"] = phy_offset
+        h["end_timestamp"] = store_timestamp
+        self._put_header()
+
+    def build_index(self, topic: str, commitlog_offset: int, sys_flag: int, store_timestamp: int,
+                    properties: dict[str, str]) -> None:
+        """IndexService.buildIndex for one dispatched record."""
+        if self._h is not None and commitlog_offset < self._h["end_phy_offset"]:
+            return
+        if cl_fmt.transaction_type(sys_flag) == cl_fmt.TRANSACTION_ROLLBACK_TYPE:
+            return
+        uniq = properties.get("UNIQ_KEY")
+        if uniq is not None:
+            self.put_key(codecs.index_key(topic, uniq), commitlog_offset, store_timestamp)
+        for key in codecs.message_keys(properties):
+            self.put_key(codecs.index_key(topic, key), commitlog_offset, store_timestamp)
+
+    def flush(self) -> None:
+        if self._buf is not None and self._name is not None:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            with open(self.directory / self._name, "wb") as fh:
+                fh.write(self._buf)
+
+    close = flush
+
+
+def checkpoint_bytes(physic: int, logics: int, index: int, master_flushed: int = 0,
+                     confirm_phy: int = 0) -> bytes:
+    return ckpt_fmt.checkpoint.build(dict(
+        physic_msg_timestamp=physic, logics_msg_timestamp=logics, index_msg_timestamp=index,
+        master_flushed_offset=master_flushed, confirm_phy_offset=confirm_phy,
+        padding=b"\0" * (ckpt_fmt.CHECKPOINT_SIZE - 40)))
+
+
+def dispatch_consume_queue(cq: ConsumeQueueWriter, topic: str, queue_id: int,
+                           commitlog_offset: int, size: int, sys_flag: int, queue_offset: int,
+                           store_timestamp: int, properties: dict[str, str]) -> bool:
+    """CommitLogDispatcherBuildConsumeQueue: only NOT and COMMIT records get a unit."""
+    if cl_fmt.transaction_type(sys_flag) not in (cl_fmt.TRANSACTION_NOT_TYPE,
+                                                  cl_fmt.TRANSACTION_COMMIT_TYPE):
+        return False
+    return cq.put(topic, queue_id, commitlog_offset, size,
+                  codecs.tags_code(topic, properties, store_timestamp), queue_offset)
+
+
+class StoreWriter:
+    """Writes a whole store the way a broker does: append to the CommitLog, assign queue
+    offsets (topicQueueTable), dispatch to ConsumeQueues and IndexFiles, write the checkpoint."""
+
+    def __init__(self, root: Path, *, commitlog_file_size: int = 1024 ** 3,
+                 cq_units_per_file: int = cq_fmt.DEFAULT_CQ_UNITS_PER_FILE,
+                 index_slots: int = idx_fmt.DEFAULT_SLOT_COUNT,
+                 index_entries: int = idx_fmt.DEFAULT_ENTRY_COUNT,
+                 broker_version: int = 4, prop_crc: bool = False):
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.broker_version = broker_version
+        self.prop_crc = prop_crc
+        self.commitlog = CommitLogWriter(self.root / "commitlog", commitlog_file_size)
+        self.consume_queues = ConsumeQueueWriter(self.root / "consumequeue", cq_units_per_file)
+        self.index = IndexWriter(self.root / "index", index_slots, index_entries)
+        self.topic_queue_table: dict[str, int] = {}
+        self.last_store_timestamp = 0
+
+    def append(self, msg: Message) -> tuple[int, int, int]:
+        """Append one message; returns (commitlog offset, size, queue offset)."""
+        tran = cl_fmt.transaction_type(msg.sys_flag)
+        key = f"{msg.topic}-{msg.queue_id}"
+        if msg.queue_offset is not None:
+            queue_offset = msg.queue_offset
+        elif tran in (cl_fmt.TRANSACTION_PREPARED_TYPE, cl_fmt.TRANSACTION_ROLLBACK_TYPE):
+            queue_offset = 0
+        else:
+            queue_offset = self.topic_queue_table.get(key, 0)
+        magic = message_magic(msg.topic, self.broker_version)
+        props = encode_properties(msg, self.prop_crc)
+        length = cl_fmt.message_length(magic, _host_flags(msg), len(msg.body or b""),
+                                       len(msg.topic.encode("utf-8")), len(props))
+        offset = self.commitlog.reserve(length)
+        record = encode_message(msg, offset, queue_offset, magic=magic, properties=props,
+                                prop_crc=self.prop_crc)
+        self.commitlog.write(offset, record)
+        if tran not in (cl_fmt.TRANSACTION_PREPARED_TYPE, cl_fmt.TRANSACTION_ROLLBACK_TYPE):
+            self.topic_queue_table[key] = queue_offset + 1
+        self.last_store_timestamp = max(self.last_store_timestamp, msg.store_timestamp)
+        return offset, len(record), queue_offset
+
+    def dispatch(self, topic: str, queue_id: int, offset: int, size: int, sys_flag: int,
+                 queue_offset: int, store_timestamp: int, properties: dict[str, str]) -> None:
+        dispatch_consume_queue(self.consume_queues, topic, queue_id, offset, size, sys_flag,
+                               queue_offset, store_timestamp, properties)
+        self.index.build_index(topic, offset, sys_flag, store_timestamp, properties)
+
+    def put(self, msg: Message) -> tuple[int, int, int]:
+        """Append and dispatch, as a running broker does."""
+        offset, size, queue_offset = self.append(msg)
+        props = dict(msg.properties)
+        if msg.raw_properties is not None:
+            props = codecs.decode_properties(msg.raw_properties)
+        self.dispatch(msg.topic, msg.queue_id, offset, size, msg.sys_flag, queue_offset,
+                      msg.store_timestamp, props)
+        return offset, size, queue_offset
+
+    def write_checkpoint(self, physic: int, logics: int, index: int | None = None,
+                         master_flushed: int = 0, confirm_phy: int = 0) -> None:
+        index = self.index.index_msg_timestamp if index is None else index
+        (self.root / "checkpoint").write_bytes(
+            checkpoint_bytes(physic, logics, index, master_flushed, confirm_phy))
+
+    def close(self) -> None:
+        self.commitlog.close()
+        self.consume_queues.close()
+        self.index.close()
