@@ -21,54 +21,15 @@ import struct
 import zlib
 from typing import Iterator, NamedTuple
 
-import construct
-
+from .codec import HOST_FLAGS, MESSAGE_HEADER, MESSAGE_MIDDLE, struct_format  # noqa: F401
 from .errors import ParseError
 from .formats import codecs
 from .formats import commitlog as fmt
 from .store import CommitLog, MappedFile, Segment, parse_at
 
-# --- struct codecs derived from the declarations --------------------------------------------
-
-
-def struct_format(decl: construct.Construct, choose=None) -> str:
-    """The big-endian struct format of a fixed-size declaration. ``choose`` resolves an
-    IfThenElse (called with the subcon's name, returns True for the "then" branch)."""
-    if isinstance(decl, construct.Renamed):
-        return struct_format(decl.subcon, choose)
-    if isinstance(decl, construct.FormatField):
-        return decl.fmtstr[1:]
-    if isinstance(decl, construct.Bytes) and isinstance(decl.length, int):
-        return f"{decl.length}s"
-    if isinstance(decl, construct.Struct):
-        return "".join(struct_format(sc, choose) for sc in decl.subcons)
-    raise TypeError(f"not a fixed-size declaration: {decl!r}")
-
-
-def _message_fixed_part(born_v6: bool, store_v6: bool) -> str:
-    """Format of commitlog_message from born_host through body_length for one host variant."""
-    names = [sc.name for sc in fmt.commitlog_message.subcons]
-    start, stop = names.index("born_host"), names.index("body_length") + 1
-    out = []
-    for sc in fmt.commitlog_message.subcons[start:stop]:
-        inner = sc.subcon
-        if isinstance(inner, construct.IfThenElse):
-            v6 = born_v6 if sc.name == "born_host" else store_v6
-            out.append(struct_format(inner.thensubcon if v6 else inner.elsesubcon))
-        else:
-            out.append(struct_format(inner))
-    return "".join(out)
-
-
-HEADER = struct.Struct(">" + struct_format(fmt.message_header))
-# keyed by sys_flag & (BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)
-MIDDLE = {
-    flags: struct.Struct(">" + _message_fixed_part(bool(flags & fmt.BORNHOST_V6_FLAG),
-                                                   bool(flags & fmt.STOREHOSTADDRESS_V6_FLAG)))
-    for flags in (0, fmt.BORNHOST_V6_FLAG, fmt.STOREHOSTADDRESS_V6_FLAG,
-                  fmt.BORNHOST_V6_FLAG | fmt.STOREHOSTADDRESS_V6_FLAG)
-}
-HOST_FLAGS = fmt.BORNHOST_V6_FLAG | fmt.STOREHOSTADDRESS_V6_FLAG
+# --- struct codecs derived from the declarations (mqtool.codec) -----------------------------
+HEADER = MESSAGE_HEADER
+MIDDLE = MESSAGE_MIDDLE
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")

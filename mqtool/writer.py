@@ -9,9 +9,13 @@ Records are built by the construct declarations of :mod:`mqtool.formats`.
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .codec import (BLANK_RECORD, CQ_UNIT, INDEX_ENTRY, INDEX_HEADER, INDEX_SLOT, MESSAGE_HEADER,
+                    MESSAGE_MIDDLE, PROPERTIES_LENGTH, TOPIC_LENGTH)
 
 from .formats import codecs
 from .formats import commitlog as cl_fmt
@@ -27,19 +31,20 @@ PRODUCER_FIRST = ("TAGS", "KEYS", "WAIT", "UNIQ_KEY")
 BROKER_LAST = ("DELAY", "TRAN_MSG", "PGROUP", "__transactionId__", "REAL_TOPIC", "REAL_QID",
                "CLUSTER")
 
-_compiled_message = cl_fmt.commitlog_message.compile()
-_compiled_blank = cl_fmt.blank_record.compile()
-_compiled_cq_unit = cq_fmt.consumequeue_unit.compile()
+_MASK32 = 0xFFFFFFFF
+
+
+@functools.lru_cache(maxsize=4096)
+def _property_key_order(keys: tuple[str, ...]) -> tuple[str, ...]:
+    first = [k for k in PRODUCER_FIRST if k in keys]
+    last = [k for k in BROKER_LAST if k in keys]
+    middle = [k for k in keys if k not in first and k not in last and k != codecs.PROP_CRC_KEY]
+    return tuple(codecs.java_hashmap_order(first + middle + last))
 
 
 def broker_property_order(properties: dict[str, str]) -> dict[str, str]:
     """Properties reordered as the broker's HashMap serialises them (``__CRC32#`` excluded)."""
-    keys = [k for k in properties if k != codecs.PROP_CRC_KEY]
-    first = [k for k in PRODUCER_FIRST if k in properties]
-    last = [k for k in BROKER_LAST if k in properties]
-    middle = [k for k in keys if k not in first and k not in last]
-    order = codecs.java_hashmap_order(first + middle + last)
-    return {k: properties[k] for k in order}
+    return {k: properties[k] for k in _property_key_order(tuple(properties))}
 
 
 @dataclass
@@ -93,25 +98,23 @@ def encode_properties(msg: Message, prop_crc: bool) -> bytes:
 
 def encode_message(msg: Message, physical_offset: int, queue_offset: int, *, magic: int,
                    properties: bytes, prop_crc: bool = False) -> bytes:
-    """The record bytes, built by the declaration; with ``prop_crc`` the reserved last 20 bytes
-    of the properties receive the ``__CRC32#`` field computed over the rest of the record."""
+    """The record bytes, packed with the struct codecs derived from ``commitlog_message`` (tests
+    prove them equal to the declaration's build); with ``prop_crc`` the reserved last 20 bytes of
+    the properties receive the ``__CRC32#`` field computed over the rest of the record."""
     topic = msg.topic.encode("utf-8")
     body = msg.body or b""
     sys_flag = _host_flags(msg)
     size = cl_fmt.message_length(magic, sys_flag, len(body), len(topic), len(properties))
-    record = _compiled_message.build(dict(
-        total_size=size, magic_code=magic,
-        body_crc=codecs.body_crc(body) if msg.body_crc is None else msg.body_crc,
-        queue_id=msg.queue_id, flag=msg.flag, queue_offset=queue_offset,
-        physical_offset=physical_offset, sys_flag=sys_flag, born_timestamp=msg.born_timestamp,
-        born_host=dict(ip=msg.born_host[0], port=msg.born_host[1]),
-        store_timestamp=msg.store_timestamp,
-        store_host=dict(ip=msg.store_host[0], port=msg.store_host[1]),
-        reconsume_times=msg.reconsume_times,
-        prepared_transaction_offset=msg.prepared_transaction_offset,
-        body_length=len(body), body=body if body else None,
-        topic_length=len(topic), topic=topic,
-        properties_length=len(properties), properties=properties if properties else None))
+    record = b"".join((
+        MESSAGE_HEADER.pack(size, magic,
+                            codecs.body_crc(body) if msg.body_crc is None else msg.body_crc,
+                            msg.queue_id, msg.flag, queue_offset, physical_offset, sys_flag,
+                            msg.born_timestamp),
+        MESSAGE_MIDDLE[sys_flag & (cl_fmt.BORNHOST_V6_FLAG | cl_fmt.STOREHOSTADDRESS_V6_FLAG)].pack(
+            msg.born_host[0], msg.born_host[1], msg.store_timestamp, msg.store_host[0],
+            msg.store_host[1], msg.reconsume_times, msg.prepared_transaction_offset, len(body)),
+        body, TOPIC_LENGTH[magic].pack(len(topic)), topic,
+        PROPERTIES_LENGTH.pack(len(properties)), properties))
     if prop_crc:
         crc = codecs.record_prop_crc(record)
         record = record[:-codecs.CRC32_RESERVED_LEN] + codecs.prop_crc_field(crc)
@@ -151,11 +154,40 @@ def atomic_write(path: Path, data: bytes) -> None:
     fsync_dir(path.parent)
 
 
-def _new_zero_file(path: Path, size: int):
+class _SequentialFile:
+    """A file handle that skips ``seek`` to where it already is: a BufferedRandom flushes its
+    buffer on every seek, which would cost one write system call per record."""
+
+    __slots__ = ("_fh", "_pos")
+
+    def __init__(self, fh):
+        self._fh = fh
+        self._pos = fh.tell()
+
+    def seek(self, pos: int) -> None:
+        if pos != self._pos:
+            self._fh.seek(pos)
+            self._pos = pos
+
+    def write(self, data: bytes) -> None:
+        self._fh.write(data)
+        self._pos += len(data)
+
+    def flush(self) -> None:
+        self._fh.flush()
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+def _open_existing_or_zero(path: Path, size: int) -> _SequentialFile:
+    """Open a store file for update, creating it zero-filled (sparse) at its full size."""
+    if path.exists():
+        return _SequentialFile(open(path, "r+b"))
     path.parent.mkdir(parents=True, exist_ok=True)
     fh = open(path, "w+b")
     fh.truncate(size)
-    return fh
+    return _SequentialFile(fh)
 
 
 class CommitLogWriter:
@@ -174,11 +206,8 @@ class CommitLogWriter:
         if self._file_base != base:
             if self._fh:
                 self._fh.close()
-            path = self.directory / offset_file_name(base)
-            if path.exists():
-                self._fh = open(path, "r+b")
-            else:
-                self._fh = _new_zero_file(path, self.file_size)
+            self._fh = _open_existing_or_zero(self.directory / offset_file_name(base),
+                                              self.file_size)
             self._file_base = base
         return self._fh
 
@@ -191,8 +220,7 @@ class CommitLogWriter:
         if length + cl_fmt.END_FILE_MIN_BLANK_LENGTH > remaining:
             fh = self._open_for(self.offset)
             fh.seek(self.offset - self._file_base)
-            fh.write(_compiled_blank.build(dict(total_size=remaining,
-                                                magic_code=cl_fmt.BLANK_MAGIC_CODE)))
+            fh.write(BLANK_RECORD.pack(remaining, cl_fmt.BLANK_MAGIC_CODE))
             self.offset += remaining
         return self.offset
 
@@ -237,7 +265,7 @@ class ConsumeQueueWriter:
             if state["fh"]:
                 state["fh"].close()
             path = self.root / topic / str(queue_id) / offset_file_name(base)
-            state["fh"] = open(path, "r+b") if path.exists() else _new_zero_file(path, self.file_size)
+            state["fh"] = _open_existing_or_zero(path, self.file_size)
             state["base"] = base
         return state["fh"]
 
@@ -254,7 +282,7 @@ class ConsumeQueueWriter:
             fh = self._file(state, topic, queue_id, expect)
             blanks = (expect - base) // self.unit_size
             if blanks:
-                unit = _compiled_cq_unit.build(cq_fmt.PRE_BLANK_UNIT)
+                unit = CQ_UNIT.pack(0, cq_fmt.PRE_BLANK_SIZE, 0)
                 fh.seek(0)
                 fh.write(unit * blanks)
             state["write_pos"] = expect
@@ -264,8 +292,7 @@ class ConsumeQueueWriter:
         logical = state["write_pos"]
         fh = self._file(state, topic, queue_id, logical)
         fh.seek(logical - state["base"])
-        fh.write(_compiled_cq_unit.build(dict(commitlog_offset=commitlog_offset, size=size,
-                                              tags_code=tags_code)))
+        fh.write(CQ_UNIT.pack(commitlog_offset, size, tags_code))
         state["write_pos"] = logical + self.unit_size
         state["max_physic"] = commitlog_offset + size
         return True
@@ -278,31 +305,37 @@ class ConsumeQueueWriter:
                 state["base"] = None
 
 
-class IndexWriter:
-    """IndexService.buildIndex and IndexFile.putKey, with roll-over to a new file when full."""
+def _java_hash_ascii(text: bytes, h: int) -> int:
+    """String.hashCode continued from ``h`` over ASCII bytes (one UTF-16 unit per byte)."""
+    for unit in text:
+        h = (31 * h + unit) & _MASK32
+    return h
 
-    def __init__(self, directory: Path, slot_count: int, entry_count: int):
+
+class IndexWriter:
+    """IndexService.buildIndex and IndexFile.putKey, with roll-over to a new file when full.
+
+    ``enabled=False`` makes it a no-op (stores made without index/, e.g. for benchmarks)."""
+
+    def __init__(self, directory: Path, slot_count: int, entry_count: int, enabled: bool = True):
         self.directory = Path(directory)
         self.slot_count = slot_count
         self.entry_count = entry_count
+        self.enabled = enabled
         self.file_size = idx_fmt.index_file_size(slot_count, entry_count)
+        self._entries_start = idx_fmt.entry_position(slot_count, 0)
         self.files: list[str] = []
         self._buf: bytearray | None = None
         self._name: str | None = None
         self.index_msg_timestamp = 0  # set when a file fills (the checkpoint's indexMsgTimestamp)
-        # header fields of the current file
-        self._h = None
+        self._h: dict | None = None   # header of the current file
+        self._prefix_hashes: dict[str, int] = {}
 
-    # header bytes are updated on every change, as IndexHeader writes through to the buffer
     def _put_header(self) -> None:
         h = self._h
-        buf = self._buf
-        buf[0:8] = h["begin_timestamp"].to_bytes(8, "big", signed=True)
-        buf[8:16] = h["end_timestamp"].to_bytes(8, "big", signed=True)
-        buf[16:24] = h["begin_phy_offset"].to_bytes(8, "big", signed=True)
-        buf[24:32] = h["end_phy_offset"].to_bytes(8, "big", signed=True)
-        buf[32:36] = h["hash_slot_count_disk"].to_bytes(4, "big", signed=True)
-        buf[36:40] = h["index_count_disk"].to_bytes(4, "big", signed=True)
+        INDEX_HEADER.pack_into(self._buf, 0, h["begin_timestamp"], h["end_timestamp"],
+                               h["begin_phy_offset"], h["end_phy_offset"],
+                               h["hash_slot_count_disk"], h["index_count_disk"])
 
     def _new_file(self, now_ms: int, end_phy: int, end_ts: int) -> None:
         self.flush()
@@ -313,6 +346,8 @@ class IndexWriter:
         self._name = name
         self.files.append(name)
         self._buf = bytearray(self.file_size)
+        # A new file starts with the previous file's end values (IndexFile's constructor); the
+        # counts on disk stay 0 until the first key, as IndexHeader only writes on change.
         self._h = {"begin_timestamp": 0, "end_timestamp": 0, "begin_phy_offset": 0,
                    "end_phy_offset": 0, "hash_slot_count": 0, "index_count": 1,
                    "hash_slot_count_disk": 0, "index_count_disk": 0}
@@ -320,9 +355,8 @@ class IndexWriter:
             self._h["begin_phy_offset"] = self._h["end_phy_offset"] = end_phy
         if end_ts > 0:
             self._h["begin_timestamp"] = self._h["end_timestamp"] = end_ts
-        self._put_header()
 
-    def _current(self, now_ms: int):
+    def _current(self, now_ms: int) -> None:
         if self._buf is None:
             self._new_file(now_ms, 0, 0)
         elif self._h["index_count"] >= self.entry_count:
@@ -330,58 +364,82 @@ class IndexWriter:
             self._new_file(now_ms, self._h["end_phy_offset"], self._h["end_timestamp"])
 
     @property
+    def has_file(self) -> bool:
+        return self._h is not None
+
+    @property
     def end_phy_offset(self) -> int:
         return self._h["end_phy_offset"] if self._h else 0
 
     def put_key(self, key: str, phy_offset: int, store_timestamp: int) -> None:
+        self.put_hashed(codecs.index_key_hash(key), phy_offset, store_timestamp)
+
+    def put_hashed(self, key_hash: int, phy_offset: int, store_timestamp: int) -> None:
+        """IndexFile.putKey for a key whose index hash is already known."""
+        if not self.enabled:
+            return
         self._current(store_timestamp)
         h, buf = self._h, self._buf
-        key_hash = codecs.index_key_hash(key)
-        slot = key_hash % self.slot_count
-        slot_pos = idx_fmt.slot_position(slot)
-        slot_value = int.from_bytes(buf[slot_pos:slot_pos + 4], "big", signed=True)
-        if slot_value <= 0 or slot_value > h["index_count"]:
+        slot_pos = idx_fmt.INDEX_HEADER_SIZE + idx_fmt.HASH_SLOT_SIZE * (key_hash % self.slot_count)
+        slot_value = INDEX_SLOT.unpack_from(buf, slot_pos)[0]
+        count = h["index_count"]
+        if slot_value <= 0 or slot_value > count:
             slot_value = 0
-        if h["begin_timestamp"] <= 0:
+        begin = h["begin_timestamp"]
+        if begin <= 0:
             time_diff = 0
         else:
-            # Java long division truncates toward zero
-            delta = store_timestamp - h["begin_timestamp"]
-            time_diff = int(delta / 1000) if delta >= 0 else -((-delta) // 1000)
-            time_diff = max(0, min(time_diff, 0x7FFFFFFF))
-        pos = idx_fmt.entry_position(self.slot_count, h["index_count"])
-        buf[pos:pos + 20] = (key_hash.to_bytes(4, "big", signed=True)
-                             + phy_offset.to_bytes(8, "big", signed=True)
-                             + time_diff.to_bytes(4, "big", signed=True)
-                             + slot_value.to_bytes(4, "big", signed=True))
-        buf[slot_pos:slot_pos + 4] = h["index_count"].to_bytes(4, "big", signed=True)
-        if h["index_count"] <= 1:
+            delta = store_timestamp - begin
+            # Java long division truncates toward zero; negatives are then clamped to 0
+            time_diff = delta // 1000 if delta >= 0 else -((-delta) // 1000)
+            time_diff = 0 if time_diff < 0 else min(time_diff, 0x7FFFFFFF)
+        INDEX_ENTRY.pack_into(buf, self._entries_start + idx_fmt.INDEX_ENTRY_SIZE * count,
+                              key_hash, phy_offset, time_diff, slot_value)
+        INDEX_SLOT.pack_into(buf, slot_pos, count)
+        if count <= 1:
             h["begin_phy_offset"] = phy_offset
             h["begin_timestamp"] = store_timestamp
         if slot_value == 0:
             h["hash_slot_count"] += 1
             h["hash_slot_count_disk"] = h["hash_slot_count"]
-        h["index_count"] += 1
-        h["index_count_disk"] = h["index_count"]
+        h["index_count"] = h["index_count_disk"] = count + 1
         h["end_phy_offset"] = phy_offset
         h["end_timestamp"] = store_timestamp
-        self._put_header()
+        # the header reaches the buffer in flush(): nothing reads the buffer before that
+
+    def key_hash(self, topic: str, key: str) -> int:
+        """index_key_hash(topic#key), continuing a cached hash of ``topic#`` for ASCII keys."""
+        if key.isascii():
+            prefix = self._prefix_hashes.get(topic)
+            if prefix is None:
+                prefix = codecs.java_string_hash(topic + "#") & _MASK32
+                self._prefix_hashes[topic] = prefix
+            h = _java_hash_ascii(key.encode("ascii"), prefix)
+            h = h - 0x1_0000_0000 if h & 0x8000_0000 else h
+            return 0 if h == -0x8000_0000 else abs(h)
+        return codecs.index_key_hash(codecs.index_key(topic, key))
 
     def build_index(self, topic: str, commitlog_offset: int, sys_flag: int, store_timestamp: int,
                     properties: dict[str, str]) -> None:
         """IndexService.buildIndex for one dispatched record."""
+        if not self.enabled:
+            return
         if self._h is not None and commitlog_offset < self._h["end_phy_offset"]:
             return
         if cl_fmt.transaction_type(sys_flag) == cl_fmt.TRANSACTION_ROLLBACK_TYPE:
             return
         uniq = properties.get("UNIQ_KEY")
         if uniq is not None:
-            self.put_key(codecs.index_key(topic, uniq), commitlog_offset, store_timestamp)
-        for key in codecs.message_keys(properties):
-            self.put_key(codecs.index_key(topic, key), commitlog_offset, store_timestamp)
+            self.put_hashed(self.key_hash(topic, uniq), commitlog_offset, store_timestamp)
+        keys = properties.get("KEYS")
+        if keys:
+            for key in keys.split(" "):
+                if key:
+                    self.put_hashed(self.key_hash(topic, key), commitlog_offset, store_timestamp)
 
     def flush(self) -> None:
         if self._buf is not None and self._name is not None:
+            self._put_header()
             self.directory.mkdir(parents=True, exist_ok=True)
             with open(self.directory / self._name, "wb") as fh:
                 fh.write(self._buf)
@@ -416,14 +474,15 @@ class StoreWriter:
                  cq_units_per_file: int = cq_fmt.DEFAULT_CQ_UNITS_PER_FILE,
                  index_slots: int = idx_fmt.DEFAULT_SLOT_COUNT,
                  index_entries: int = idx_fmt.DEFAULT_ENTRY_COUNT,
-                 broker_version: int = 4, prop_crc: bool = False):
+                 broker_version: int = 4, prop_crc: bool = False, index: bool = True):
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.broker_version = broker_version
         self.prop_crc = prop_crc
         self.commitlog = CommitLogWriter(self.root / "commitlog", commitlog_file_size)
         self.consume_queues = ConsumeQueueWriter(self.root / "consumequeue", cq_units_per_file)
-        self.index = IndexWriter(self.root / "index", index_slots, index_entries)
+        self.index = IndexWriter(self.root / "index", index_slots, index_entries, enabled=index)
+        self._tags_codes: dict[str, int] = {}
         self.topic_queue_table: dict[str, int] = {}
         self.last_store_timestamp = 0
 
@@ -452,8 +511,17 @@ class StoreWriter:
 
     def dispatch(self, topic: str, queue_id: int, offset: int, size: int, sys_flag: int,
                  queue_offset: int, store_timestamp: int, properties: dict[str, str]) -> None:
-        dispatch_consume_queue(self.consume_queues, topic, queue_id, offset, size, sys_flag,
-                               queue_offset, store_timestamp, properties)
+        tran = cl_fmt.transaction_type(sys_flag)
+        if tran in (cl_fmt.TRANSACTION_NOT_TYPE, cl_fmt.TRANSACTION_COMMIT_TYPE):
+            tags = properties.get("TAGS")
+            if topic == codecs.SCHEDULE_TOPIC or not tags:
+                code = codecs.tags_code(topic, properties, store_timestamp)
+            else:
+                code = self._tags_codes.get(tags)
+                if code is None:
+                    code = self._tags_codes[tags] = codecs.tags_code(topic, properties,
+                                                                     store_timestamp)
+            self.consume_queues.put(topic, queue_id, offset, size, code, queue_offset)
         self.index.build_index(topic, offset, sys_flag, store_timestamp, properties)
 
     def put(self, msg: Message) -> tuple[int, int, int]:

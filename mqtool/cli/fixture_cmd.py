@@ -1,1 +1,120 @@
-"""(to be written)"""
+"""``mqtool fixture make`` and ``mqtool fixture damage``: argument parsing and rendering only."""
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+
+import typer
+
+from .. import forge
+from .common import emit_json, error_boundary, progress_bar
+from .main import fixture_app
+
+
+class DamageKind(str, Enum):
+    torn_tail = "torn-tail"
+    bit_flip = "bit-flip"
+    zero_range = "zero-range"
+    truncate_file = "truncate-file"
+    delete_file = "delete-file"
+    stray_file = "stray-file"
+    stale_checkpoint = "stale-checkpoint"
+
+
+class BitTarget(str, Enum):
+    body = "body"
+    header = "header"
+
+
+class Direction(str, Enum):
+    ahead = "ahead"
+    behind = "behind"
+
+
+@fixture_app.command("make")
+@error_boundary
+def make(
+    directory: Path = typer.Argument(..., help="New (or empty) directory to write the store into."),
+    messages: int = typer.Option(..., "--messages", "-n", help="Number of CommitLog records."),
+    seed: int = typer.Option(0, "--seed", help="Same seed and options give byte-identical stores."),
+    topics: str = typer.Option(",".join(forge.DEFAULT_TOPICS), "--topics",
+                               help="Comma-separated topic names."),
+    queues: int = typer.Option(4, "--queues", help="Queues per topic."),
+    long_topic: bool = typer.Option(False, "--long-topic",
+                                    help="Add a 127-character topic; with --broker-version 5 also "
+                                         "a %RETRY% topic of 128-255 characters (V2 records)."),
+    keys: bool = typer.Option(True, "--keys/--no-keys", help="0-3 KEYS per message, hot keys "
+                                                             "shared by many messages."),
+    tags: bool = typer.Option(True, "--tags/--no-tags", help="TAGS on 90% of the messages."),
+    user_props: bool = typer.Option(True, "--user-props/--no-user-props",
+                                    help="userProp0..2 and an occasional 1-2 KB property."),
+    delay_ratio: float = typer.Option(0.02, "--delay-ratio",
+                                      help="Share of delay-level messages (SCHEDULE_TOPIC_XXXX)."),
+    transaction_ratio: float = typer.Option(0.03, "--transaction-ratio",
+                                            help="Share of PREPARED/COMMIT/ROLLBACK records."),
+    compress_ratio: float = typer.Option(0.03, "--compress-ratio",
+                                         help="Share of zlib-compressed bodies (sysFlag 0x301)."),
+    body_size: str = typer.Option("1024/4096", "--body-size",
+                                  help="MEAN/MAX body bytes (e.g. 1k/4k); 8% of bodies are empty."),
+    ipv6: bool = typer.Option(False, "--ipv6", help="IPv6 store host and (some) born hosts."),
+    broker_version: int = typer.Option(4, "--broker-version",
+                                       help="4 (4.9.8 layout) or 5 (5.3.3: V2 records, abort "
+                                            "PID)."),
+    prop_crc: bool = typer.Option(False, "--prop-crc",
+                                  help="5.2+ __CRC32# property on every record."),
+    crash: bool = typer.Option(False, "--crash",
+                               help="Leave what a JVM halt leaves: abort file, lagging "
+                                    "checkpoint and dispatch, preallocated next file."),
+    index: bool = typer.Option(True, "--index/--no-index",
+                               help="Build IndexFiles (skip them for benchmark stores)."),
+    commitlog_file_size: str = typer.Option("1m", "--commitlog-file-size",
+                                            help="CommitLog file size: bytes or 1m, 64m, 1g."),
+    cq_units: int = typer.Option(300, "--cq-units", help="ConsumeQueue units per file."),
+    index_slots: int = typer.Option(1000, "--index-slots", help="Hash slots per IndexFile."),
+    index_entries: int = typer.Option(4000, "--index-entries", help="Entries per IndexFile."),
+):
+    """Write a deterministic store laid out as a broker lays it out; print a JSON summary."""
+    body_mean, body_max = forge.parse_body_size(body_size)
+    options = forge.ForgeOptions(
+        messages=messages, seed=seed,
+        topics=tuple(t.strip() for t in topics.split(",") if t.strip()), queues=queues,
+        long_topic=long_topic, keys=keys, tags=tags, user_properties=user_props,
+        delay_ratio=delay_ratio, transaction_ratio=transaction_ratio,
+        compress_ratio=compress_ratio, body_mean=body_mean, body_max=body_max, ipv6=ipv6,
+        broker_version=broker_version, prop_crc=prop_crc, crash=crash, index=index,
+        commitlog_file_size=forge.parse_size(commitlog_file_size), cq_units=cq_units,
+        index_slots=index_slots, index_entries=index_entries)
+    options.validate()
+    bar = progress_bar(messages, "forging")
+    bar.unit = "msg"
+    bar.unit_scale = False
+    try:
+        summary = forge.make_store(directory, options, progress=bar.update)
+    finally:
+        bar.close()
+    emit_json(summary)
+
+
+@fixture_app.command("damage")
+@error_boundary
+def damage(
+    directory: Path = typer.Argument(..., help="Store to damage (in place)."),
+    kind: DamageKind = typer.Option(..., "--kind", help="Which fault to inject."),
+    seed: int = typer.Option(0, "--seed", help="Chooses the file, record, byte and bit."),
+    file: str = typer.Option(None, "--file",
+                             help="Aim at this file (path relative to the store)."),
+    offset: int = typer.Option(None, "--offset",
+                               help="Aim at the record holding this global CommitLog offset "
+                                    "(zero-range: start; truncate-file: new end)."),
+    length: int = typer.Option(None, "--length", help="zero-range: number of bytes to zero."),
+    target: BitTarget = typer.Option(BitTarget.body, "--target",
+                                     help="bit-flip: a body byte or a header field."),
+    direction: Direction = typer.Option(None, "--direction",
+                                        help="stale-checkpoint: move the timestamps ahead or "
+                                             "behind (default: chosen by seed)."),
+):
+    """Inject one fault and print, as one JSON object, exactly what changed."""
+    report = forge.damage_store(directory, kind.value, seed, file=file, offset=offset,
+                                length=length, target=target.value,
+                                direction=direction.value if direction else None)
+    emit_json(report)
