@@ -181,9 +181,20 @@ def record_prop_crc(record: bytes | memoryview) -> int:
 
 # --- hosts and message ids ----------------------------------------------------------------------
 
+_IPV4_MAPPED_PREFIX = b"\0" * 10 + b"\xff\xff"
+
+
 def format_host(ip: bytes, port: int) -> str:
-    """``ip:port`` as Java's InetSocketAddress prints it without the leading slash."""
-    return f"{ipaddress.ip_address(bytes(ip))}:{port}"
+    """A socket address as the broker's MessageDecoder prints it: ``a.b.c.d:port``, and IPv6 in
+    Java's uncompressed form in brackets (``[fd85:71f:0:0:0:0:0:1]:port``). Java turns an
+    IPv4-mapped 16-byte address into an IPv4 one, so that is done here too."""
+    ip = bytes(ip)
+    if len(ip) == 16 and ip.startswith(_IPV4_MAPPED_PREFIX):
+        ip = ip[12:]
+    if len(ip) == 4:
+        return f"{ip[0]}.{ip[1]}.{ip[2]}.{ip[3]}:{port}"
+    groups = ":".join(f"{int.from_bytes(ip[i:i + 2], 'big'):x}" for i in range(0, len(ip), 2))
+    return f"[{groups}]:{port}"
 
 
 def parse_host(text: str) -> tuple[bytes, int]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import struct
 
 import construct
+import numpy as np
 
 from .formats import commitlog as cl_fmt
 from .formats import consumequeue as cq_fmt
@@ -24,6 +25,20 @@ def struct_format(decl: construct.Construct) -> str:
     if isinstance(decl, construct.Struct):
         return "".join(struct_format(sc) for sc in decl.subcons)
     raise TypeError(f"not a fixed-size declaration: {decl!r}")
+
+
+# struct's standard-size integer codes -> numpy kinds (numpy would read "l" as a C long)
+_STRUCT_TO_NUMPY = {"b": "i1", "B": "u1", "h": "i2", "H": "u2", "i": "i4", "I": "u4",
+                    "l": "i4", "L": "u4", "q": "i8", "Q": "u8"}
+
+
+def numpy_dtype(decl: construct.Construct) -> np.dtype:
+    """The big-endian numpy type of a fixed-size integer declaration (field names kept)."""
+    if isinstance(decl, construct.Renamed):
+        return numpy_dtype(decl.subcon)
+    if isinstance(decl, construct.Struct):
+        return np.dtype([(sc.name, numpy_dtype(sc)) for sc in decl.subcons])
+    return np.dtype(">" + _STRUCT_TO_NUMPY[struct_format(decl)])
 
 
 def declared(decl: construct.Construct) -> struct.Struct:
@@ -70,3 +85,8 @@ BATCH_CQ_UNIT = declared(cq_fmt.batch_consumequeue_unit)
 INDEX_HEADER = declared(idx_fmt.index_header)
 INDEX_SLOT = declared(idx_fmt.index_slot)
 INDEX_ENTRY = declared(idx_fmt.index_entry)
+
+CQ_DTYPE = numpy_dtype(cq_fmt.consumequeue_unit)
+BATCH_CQ_DTYPE = numpy_dtype(cq_fmt.batch_consumequeue_unit)
+INDEX_ENTRY_DTYPE = numpy_dtype(idx_fmt.index_entry)
+INDEX_SLOT_DTYPE = numpy_dtype(idx_fmt.index_slot)

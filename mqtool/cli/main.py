@@ -5,7 +5,15 @@ import sys
 
 import typer
 
+try:  # typer >= 0.26 vendors click
+    from typer._click import core as click_core
+    from typer._click import exceptions as click_exceptions
+except ImportError:  # pragma: no cover - older typer uses click itself
+    import click.core as click_core
+    import click.exceptions as click_exceptions
+
 from .. import __version__
+from ..errors import EXIT_USAGE
 from .common import SETTINGS
 
 app = typer.Typer(
@@ -47,8 +55,22 @@ def main(
 from . import inspect_cmds, verify_cmd, fixture_cmd  # noqa: E402,F401
 
 
-def run() -> None:
+def run(argv: list[str] | None = None) -> None:
+    """Console entry point. Usage errors become one line on stderr and exit 2, like every other
+    error (click would otherwise draw a box)."""
     try:
-        app()
+        code = app(args=argv, prog_name="mqtool", standalone_mode=False)
+    except click_exceptions.UsageError as err:
+        if type(err).__name__ == "NoArgsIsHelpError" and err.ctx is not None:
+            sys.stdout.write(err.ctx.get_help() + "\n")
+            sys.exit(0)
+        hint = f" (see 'mqtool {err.ctx.command_path.split(' ', 1)[1]} --help')" \
+            if err.ctx is not None and " " in err.ctx.command_path else " (see 'mqtool --help')"
+        sys.stderr.write(f"mqtool: error: {err.format_message()}{hint}\n")
+        sys.exit(EXIT_USAGE)
+    except click_core.Abort:
+        sys.stderr.write("mqtool: interrupted\n")
+        sys.exit(130)
     except BrokenPipeError:
         sys.exit(0)
+    sys.exit(code if isinstance(code, int) else 0)
