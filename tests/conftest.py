@@ -1,0 +1,62 @@
+"""Shared test plumbing: where the reference stores are, and how to run the real CLI."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURE_STORE = REPO / "fixtures" / "rocketmq-4.9.8" / "clean-small"
+SHARED_STORES = Path(os.environ.get("MQTOOL_SHARED_STORES",
+                                    REPO.parent / "shared" / "rocketmq-stores"))
+
+
+def shared_store_names() -> list[str]:
+    """Names of the broker-written reference stores, or [] when ../shared is absent."""
+    if not SHARED_STORES.is_dir():
+        return []
+    return sorted(p.name for p in SHARED_STORES.iterdir() if (p / "store").is_dir())
+
+
+def reference_dirs() -> list[Path]:
+    """The copied fixture store plus every shared store (tests parametrise over these)."""
+    return [FIXTURE_STORE] + [SHARED_STORES / n for n in shared_store_names()]
+
+
+@pytest.fixture
+def shared_stores() -> Path:
+    if not SHARED_STORES.is_dir():
+        pytest.skip("../shared/rocketmq-stores is absent")
+    return SHARED_STORES
+
+
+@pytest.fixture
+def fixture_store() -> Path:
+    """The broker-written clean-small store shipped in fixtures/ (read-only: copy before use)."""
+    return FIXTURE_STORE / "store"
+
+
+@pytest.fixture
+def store_copy(tmp_path) -> Path:
+    """A writable copy of the fixtures/ store."""
+    dest = tmp_path / "store"
+    shutil.copytree(FIXTURE_STORE / "store", dest)
+    return dest
+
+
+def run_mqtool(*args, check_no_traceback: bool = True, env=None, **kwargs):
+    """Run the installed CLI in a real subprocess (``python -m mqtool``)."""
+    proc = subprocess.run([sys.executable, "-m", "mqtool", "--no-progress", *map(str, args)],
+                          capture_output=True, text=True, env=env, **kwargs)
+    if check_no_traceback:
+        assert "Traceback" not in proc.stderr, proc.stderr
+    return proc
+
+
+@pytest.fixture
+def mqtool():
+    return run_mqtool
