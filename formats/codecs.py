@@ -107,15 +107,18 @@ def decode_properties(raw: bytes | None) -> dict[str, str]:
     return result
 
 
-def encode_properties(properties: dict[str, str | None]) -> bytes:
-    """MessageDecoder.messageProperties2String: ``name 0x01 value`` pairs joined by 0x02.
+def encode_properties(properties: dict[str, str | None], trailing_separator: bool = False) -> bytes:
+    """MessageDecoder.messageProperties2String: ``name 0x01 value`` pairs separated by 0x02.
 
-    The 4.9.8 and 5.3.3 stores carry no 0x02 after the last pair (the spec's reading of a
-    trailing separator does not match what the brokers wrote); pairs with a null value are
-    skipped."""
+    The reference stores settle the last separator (the spec says every pair ends with 0x02):
+    4.9.8 wrote none after the last pair, 5.3.3 does (``trailing_separator``). Pairs with a
+    null value are skipped."""
     pairs = [f"{name}{NAME_VALUE_SEPARATOR}{value}" for name, value in properties.items()
              if value is not None]
-    return PROPERTY_SEPARATOR.join(pairs).encode("utf-8")
+    text = PROPERTY_SEPARATOR.join(pairs)
+    if trailing_separator and text:
+        text += PROPERTY_SEPARATOR
+    return text.encode("utf-8")
 
 
 def java_hashmap_order(keys_in_insertion_order: list[str], initial_capacity: int = 16) -> list[str]:

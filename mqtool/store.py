@@ -186,7 +186,7 @@ def load_config(path: Path) -> tuple[object | None, str | None]:
         if candidate.is_file():
             try:
                 return read_fastjson(candidate), candidate.name
-            except (ValueError, OSError):
+            except (ValueError, OSError, RecursionError):
                 continue
     return None, None
 

@@ -84,11 +84,14 @@ def message_magic(topic: str, broker_version: int = 4) -> int:
     return cl_fmt.MESSAGE_MAGIC_CODE
 
 
-def encode_properties(msg: Message, prop_crc: bool) -> bytes:
+def encode_properties(msg: Message, prop_crc: bool, broker_version: int = 4) -> bytes:
+    """The stored property bytes: the broker's HashMap order, a trailing 0x02 from 5.x on, and
+    with ``prop_crc`` 20 reserved bytes for the ``__CRC32#`` field."""
     if msg.raw_properties is not None:
         raw = msg.raw_properties
     else:
-        raw = codecs.encode_properties(broker_property_order(msg.properties))
+        raw = codecs.encode_properties(broker_property_order(msg.properties),
+                                       trailing_separator=broker_version >= 5)
     if prop_crc:
         if raw and not raw.endswith(b"\x02"):
             raw += b"\x02"
@@ -497,7 +500,7 @@ class StoreWriter:
         else:
             queue_offset = self.topic_queue_table.get(key, 0)
         magic = message_magic(msg.topic, self.broker_version)
-        props = encode_properties(msg, self.prop_crc)
+        props = encode_properties(msg, self.prop_crc, self.broker_version)
         length = cl_fmt.message_length(magic, _host_flags(msg), len(msg.body or b""),
                                        len(msg.topic.encode("utf-8")), len(props))
         offset = self.commitlog.reserve(length)

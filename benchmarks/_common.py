@@ -1,0 +1,93 @@
+"""Shared plumbing for the on-demand benchmarks: a reusable big store and child-process timing."""
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+import zlib
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+STORES = Path(os.environ.get("MQTOOL_BENCH_STORES", HERE / ".stores"))
+
+
+def ensure_store(name: str, make_args: list[str]) -> Path:
+    """Make a store with ``mqtool fixture make`` once and reuse it on later runs."""
+    root = STORES / name
+    marker = root / ".complete"
+    if marker.exists():
+        return root
+    if root.exists():
+        subprocess.run(["rm", "-rf", str(root)], check=True)
+    STORES.mkdir(parents=True, exist_ok=True)
+    print(f"making {root} (once) ...", file=sys.stderr)
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "mqtool", "--no-progress", "fixture", "make", str(root),
+                    *make_args], check=True, stdout=subprocess.DEVNULL)
+    print(f"  made in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+    marker.write_text("ok")
+    return root
+
+
+def run_child(args: list[str]) -> tuple[float, int, subprocess.CompletedProcess]:
+    """Run ``python -m mqtool ARGS`` in a fresh process: (seconds, peak RSS in bytes, result).
+
+    Each call forks a new child so RUSAGE_CHILDREN's max RSS is this child's (it only grows,
+    so a wrapper process per run keeps the figures separate)."""
+    wrapper = ("import resource, subprocess, sys, time, json;"
+               "t = time.perf_counter();"
+               "p = subprocess.run(sys.argv[1:], capture_output=True);"
+               "d = time.perf_counter() - t;"
+               "r = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss;"
+               "print(json.dumps({'seconds': d, 'rss_kb': r, 'rc': p.returncode}));"
+               "sys.stderr.buffer.write(p.stderr[-2000:])")
+    proc = subprocess.run([sys.executable, "-c", wrapper, sys.executable, "-m", "mqtool",
+                           "--no-progress", *args], capture_output=True, text=True)
+    info = json.loads(proc.stdout.strip().splitlines()[-1])
+    return info["seconds"], info["rss_kb"] * 1024, proc
+
+
+def read_files_seconds(paths: list[Path]) -> float:
+    started = time.perf_counter()
+    for path in paths:
+        with open(path, "rb") as fh:
+            while fh.read(1 << 24):
+                pass
+    return time.perf_counter() - started
+
+
+def crc_bound_seconds(store_root: Path) -> tuple[float, int, int]:
+    """Time zlib.crc32 over every message body (positions found first, untimed).
+
+    Returns (seconds, bodies, body bytes)."""
+    from mqtool.scan import Scanner
+    from mqtool.store import MappedFile, Store
+
+    store = Store(store_root)
+    total_bodies = total_bytes = 0
+    elapsed = 0.0
+    for segment in store.commitlog.segments:
+        spans = [(r.body_position - segment.base_offset, r.body_length)
+                 for r in Scanner(store.commitlog, check_crc=False).scan_segment(segment)
+                 if type(r).__name__ == "MessageRecord" and r.body_length > 0]
+        with MappedFile(segment.path) as mapped:
+            view = memoryview(mapped.data)
+            started = time.perf_counter()
+            for start, length in spans:
+                zlib.crc32(view[start:start + length])
+            elapsed += time.perf_counter() - started
+            view.release()
+        total_bodies += len(spans)
+        total_bytes += sum(length for _, length in spans)
+    return elapsed, total_bodies, total_bytes
+
+
+def fmt_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024:
+            return f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
