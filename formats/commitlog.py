@@ -96,6 +96,11 @@ blank_record = Struct(
     "magic_code" / Const(BLANK_MAGIC_CODE, Int32ub),
 )
 
+# What the broker's isMappedFileMatchedRecover reads of a file's first record: the fields up to
+# STORETIMESTAMP (whose position depends on the born host's size).
+message_prefix_through_store_timestamp = Struct(*commitlog_message.subcons[
+    :[sc.name for sc in commitlog_message.subcons].index("store_timestamp") + 1])
+
 # Field names of a message record in declaration (= Java layout) order.
 MESSAGE_FIELDS = tuple(sc.name for sc in commitlog_message.subcons)
 

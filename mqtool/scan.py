@@ -17,12 +17,15 @@ to the interpreted construct declaration so the reported error names the failing
 """
 from __future__ import annotations
 
+import errno
+import mmap
+import os
 import re
 import struct
 import zlib
 from typing import Iterator, NamedTuple
 
-from .codec import HOST_FLAGS, MESSAGE_HEADER, MESSAGE_MIDDLE, struct_format  # noqa: F401
+from .codec import HOST_FLAGS, MESSAGE_HEADER, MESSAGE_MIDDLE
 from .errors import MqtoolError, ParseError
 from .formats import codecs
 from .formats import commitlog as fmt
@@ -285,6 +288,72 @@ def scan_buffer(buf, base: int, *, name: str = "", start: int = 0, stop: int | N
         pos += rec.total_size
 
 
+_RELEASE_EVERY = 64 * 1024 * 1024
+
+
+def written_extent(fd: int, size: int) -> int:
+    """End of the last extent holding data (SEEK_DATA/SEEK_HOLE); ``size`` when the file
+    system cannot tell."""
+    end, pos = 0, 0
+    try:
+        while pos < size:
+            try:
+                start = os.lseek(fd, pos, os.SEEK_DATA)
+            except OSError as err:
+                if err.errno == errno.ENXIO:
+                    break
+                raise
+            pos = os.lseek(fd, start, os.SEEK_HOLE)
+            end = pos
+    except (OSError, AttributeError):
+        return size
+    return min(size, end)
+
+
+def scan_segment(segment: Segment, start: int | None = None, end: int | None = None, *,
+                 check_crc: bool = True, resync: bool = False,
+                 progress=None) -> Iterator[ScanEvent]:
+    """Events of one segment; with ``start`` inside the file, from the first record at or
+    after it (a record in progress at ``start`` is skipped).
+
+    Memory stays flat whatever the file size: only the written extents (plus room for the
+    largest record) are mapped, since a preallocated file's unwritten tail is a sparse hole
+    of zeros, and pages behind the scan are handed back to the kernel as it goes."""
+    if segment.length == 0:
+        return
+    with open(segment.path, "rb") as fh:
+        written = written_extent(fh.fileno(), segment.length)
+        limit = min(segment.length, written + fmt.MAX_RECORD_SIZE)
+        limit = min(segment.length, limit + (-limit % mmap.PAGESIZE))
+        buf = mmap.mmap(fh.fileno(), limit, access=mmap.ACCESS_READ) if limit else b""
+    first = 0 if start is None else max(0, start - segment.base_offset)
+    last = None if end is None else max(0, end - segment.base_offset)
+    released = first - first % mmap.PAGESIZE
+    reported = first
+    try:
+        for event in scan_buffer(buf, segment.base_offset, name=segment.name, start=first,
+                                 stop=last, check_crc=check_crc, resync=resync):
+            position = event.offset - segment.base_offset
+            if position - released >= _RELEASE_EVERY:
+                upto = position - position % mmap.PAGESIZE
+                buf.madvise(mmap.MADV_DONTNEED, released, upto - released)
+                released = upto
+            if progress is not None and position - reported >= _RELEASE_EVERY:
+                progress.update(position - reported)
+                reported = position
+            if type(event) is UnwrittenTail and event.offset + event.length == \
+                    segment.base_offset + limit:
+                # the hole beyond the map is zeros too
+                event = UnwrittenTail(event.offset, segment.base_offset + segment.length
+                                      - event.offset)
+            yield event
+    finally:
+        if isinstance(buf, mmap.mmap):
+            buf.close()
+        if progress is not None:
+            progress.update(max(0, (last if last is not None else segment.length) - reported))
+
+
 class Scanner:
     """Scans a CommitLog (all segments, or an offset range) in order."""
 
@@ -300,24 +369,8 @@ class Scanner:
 
     def scan_segment(self, segment: Segment, start: int | None = None, end: int | None = None,
                      progress=None) -> Iterator[ScanEvent]:
-        """Events of one segment; with ``start`` inside the file, from the first record at or
-        after it (a record in progress at ``start`` is skipped)."""
-        with MappedFile(segment.path) as mf:
-            buf = mf.data
-            first = 0 if start is None else max(0, start - segment.base_offset)
-            last = None if end is None else max(0, end - segment.base_offset)
-            done = first
-            for event in scan_buffer(buf, segment.base_offset, name=segment.name,
-                                     start=first if first else 0, stop=last,
-                                     check_crc=self.check_crc, resync=self.resync):
-                if progress is not None:
-                    now = event.offset - segment.base_offset
-                    if now - done >= 1 << 22:
-                        progress.update(now - done)
-                        done = now
-                yield event
-            if progress is not None:
-                progress.update(max(0, (last if last is not None else segment.length) - done))
+        return scan_segment(segment, start, end, check_crc=self.check_crc, resync=self.resync,
+                            progress=progress)
 
     def __iter__(self) -> Iterator[ScanEvent]:
         return self.scan()

@@ -1,0 +1,670 @@
+"""What the broker's next start will do to a store (spec §7), predicted without starting one.
+
+:func:`predict_recovery` follows ``DefaultMessageStore.load/recover`` step by step:
+
+1. ``lastExitOK`` = no ``abort`` file (``mode`` can force either branch);
+2. ``ConsumeQueue.recover`` per queue, from its third-to-last file: units are valid while
+   offset >= 0 and size > 0; maxPhyOffsetOfConsumeQueue = max over queues of offset+size of the
+   last valid unit (-1 when there is none);
+3. the CommitLog start file (``recoverNormally`` / ``recoverAbnormally``, per broker version);
+4. the scan, exactly as ``checkMessageAndReturnSize`` accepts records (:class:`FileJudge`, fed by
+   the shared scanner): a blank moves to the next file, anything else it refuses ends recovery;
+5. ``truncateDirtyFiles(processOffset)`` and, when the queues reach past processOffset,
+   ``truncateDirtyLogicFiles(processOffset)``;
+6. after an abnormal exit, ``IndexService.load`` deleting index files newer than the checkpoint.
+
+The reference stores written by the real 4.9.8 and 5.3.3 brokers are the ground truth this module
+is tested against; where they and the spec differ, the stores win (see the comments).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from .codec import CQ_DTYPE, numpy_dtype
+from .errors import ParseError
+from .formats import checkpoint as ckpt_fmt
+from .formats import commitlog as cl_fmt
+from .formats import consumequeue as cq_fmt
+from .formats import indexfile as idx_fmt
+from .scan import BlankRecord, CorruptRegion, MessageRecord, Scanner, UnwrittenTail
+from .store import ConsumeQueue, MappedFile, Segment, Store, parse_at
+
+VERSION_49 = "4.9"
+VERSION_50 = "5.0-5.3.1"
+VERSION_532 = "5.3.2+"
+BROKER_VERSIONS = (VERSION_49, VERSION_50, VERSION_532)
+MODES = ("auto", "normal", "abnormal")
+
+CQ_UNIT_DTYPE = CQ_DTYPE
+INDEX_HEADER_DTYPE = numpy_dtype(idx_fmt.index_header)
+INDEX_ENTRY_DTYPE = numpy_dtype(idx_fmt.index_entry)
+_FIRST_RECORD_PREFIX = cl_fmt.message_prefix_through_store_timestamp
+_FIRST_RECORD_MAX = 4 * 9 + 8 * 3 + 20 + 8  # header + IPv6 born host + store timestamp
+
+
+def read_cq_units(path, units_per_file: int | None = None) -> np.ndarray:
+    """The units of one ConsumeQueue file (a trailing partial unit is ignored); with
+    ``units_per_file``, only the part of the file the broker maps."""
+    with MappedFile(path) as mf:
+        usable = mf.size - mf.size % cq_fmt.CQ_STORE_UNIT_SIZE
+        if units_per_file is not None:
+            usable = min(usable, units_per_file * cq_fmt.CQ_STORE_UNIT_SIZE)
+        if usable <= 0:
+            return np.zeros(0, CQ_UNIT_DTYPE)
+        return np.frombuffer(mf.data, CQ_UNIT_DTYPE, usable // cq_fmt.CQ_STORE_UNIT_SIZE).copy()
+
+
+def valid_prefix(units: np.ndarray) -> int:
+    """Number of leading units that pass ConsumeQueue.recover's test (offset >= 0, size > 0)."""
+    if len(units) == 0:
+        return 0
+    valid = (units["commitlog_offset"] >= 0) & (units["size"] > 0)
+    if valid.all():
+        return len(units)
+    return int(np.argmin(valid))
+
+
+# --- broker version ------------------------------------------------------------------------------
+
+def detect_broker_version(store: Store) -> tuple[str, str]:
+    """(version, evidence). Only 5.x leaves abort.bak, compaction/, timer files, a PID in abort or
+    a non-zero checkpoint past byte 24; without any of them the store is taken as 4.9."""
+    root = store.root
+    evidence = []
+    if (root / "abort.bak").exists():
+        evidence.append("abort.bak")
+    for name in ("compaction", "timerlog", "timerwheel", "batchconsumequeue", "epochFileCheckpoint"):
+        if (root / name).exists():
+            evidence.append(name)
+    if (root / "config" / "timercheck").exists():
+        evidence.append("config/timercheck")
+    content = store.abort_content()
+    if content:
+        evidence.append("abort holds a PID")
+    try:
+        ckpt = store.read_checkpoint()
+    except ParseError:
+        ckpt = None
+    if ckpt is not None and (ckpt.master_flushed_offset or ckpt.confirm_phy_offset):
+        evidence.append("checkpoint fields @24/@32")
+    if evidence:
+        # 5.3.2+ is the newest release line; nothing on disk tells 5.0-5.3.1 apart from it.
+        return VERSION_532, "5.x: " + ", ".join(evidence)
+    return VERSION_49, "no 5.x-only file or field"
+
+
+def resolve_broker_version(store: Store, requested: str) -> str:
+    if requested == "auto":
+        return detect_broker_version(store)[0]
+    if requested not in BROKER_VERSIONS:
+        raise ValueError(f"broker version must be auto or one of {', '.join(BROKER_VERSIONS)}, "
+                         f"not {requested!r}")
+    return requested
+
+
+# --- what the broker accepts, file by file -------------------------------------------------------
+
+@dataclass(frozen=True)
+class BrokerRules:
+    """The knobs of checkMessageAndReturnSize that decide where a scan ends."""
+
+    version: str = VERSION_49
+    check_crc: bool = True                # checkCRCOnRecover
+    force_verify_prop_crc: bool = False   # 5.2+: the property CRC replaces the body CRC check
+    crc_scanned: bool = True              # False when the scanner skipped CRCs (verify --quick)
+
+    @property
+    def accepts_v2(self) -> bool:
+        # 4.9 knows only MESSAGE_MAGIC_CODE; V2 exists from 5.1.0 (5.0.0 is lumped in with 5.x)
+        return self.version != VERSION_49
+
+    @property
+    def verifies_prop_crc(self) -> bool:
+        return self.force_verify_prop_crc and self.version != VERSION_49
+
+    @property
+    def checks_declared_size(self) -> bool:
+        # 5.3.2+ refuses a record (blank included) whose size runs past the buffer before it even
+        # reads the magic
+        return self.version == VERSION_532
+
+
+@dataclass
+class FileVerdict:
+    """Where the broker's scan of one CommitLog file (from position 0) leaves it."""
+
+    base_offset: int
+    name: str
+    stop_offset: int            # global offset the scan stops at (the blank, or the refused record)
+    reason: str                 # blank | unwritten | body-crc | prop-crc | v2-magic | blank-size |
+                                # CL_BAD_MAGIC | CL_LENGTH_MISMATCH | CL_TRUNCATED | end-of-file
+    accepted: int = 0           # records accepted before the stop
+    last_accepted: int | None = None   # start of the last accepted record (5.x confirmOffset)
+    after: int = 0              # plausible records at or after the stop (resynchronised scan)
+    first_after: int | None = None
+    data_end: int | None = None  # end of the last message/damaged bytes in the file
+
+    @property
+    def continues(self) -> bool:
+        """Left through an accepted blank: the scan goes on in the next file."""
+        return self.reason == "blank"
+
+
+class FileJudge:
+    """checkMessageAndReturnSize applied to the scanner's events of one file.
+
+    Fed in offset order; after the first refusal it only counts what lies beyond (records the
+    resynchronising scanner still finds), which is what recovery would throw away."""
+
+    __slots__ = ("rules", "verdict", "_file_end", "stopped")
+
+    def __init__(self, segment: Segment, rules: BrokerRules):
+        self.rules = rules
+        self._file_end = segment.base_offset + segment.length
+        self.verdict = FileVerdict(segment.base_offset, segment.name, segment.base_offset,
+                                   "end-of-file")
+        self.stopped = False
+
+    def _stop(self, offset: int, reason: str) -> None:
+        self.stopped = True
+        self.verdict.stop_offset = offset
+        self.verdict.reason = reason
+
+    def feed(self, event) -> None:
+        v = self.verdict
+        kind = type(event)
+        if self.stopped:
+            if kind is MessageRecord:
+                v.after += 1
+                if v.first_after is None:
+                    v.first_after = event.offset
+                v.data_end = event.offset + event.total_size
+            elif kind is CorruptRegion:
+                v.data_end = corrupt_end(event)
+            return
+        if kind is MessageRecord:
+            reason = None
+            rules = self.rules
+            if event.magic_code == cl_fmt.MESSAGE_MAGIC_CODE_V2 and not rules.accepts_v2:
+                reason = "v2-magic"
+            elif rules.check_crc and rules.crc_scanned:
+                if rules.verifies_prop_crc:
+                    # a missing __CRC32# fails too, and the body CRC is then not looked at
+                    if event.prop_crc_ok is not True:
+                        reason = "prop-crc"
+                elif event.body_crc_ok is False:
+                    reason = "body-crc"
+            v.data_end = event.offset + event.total_size
+            if reason is not None:
+                self._stop(event.offset, reason)
+                v.after = 1
+                v.first_after = event.offset
+                return
+            v.accepted += 1
+            v.last_accepted = event.offset
+            v.stop_offset = event.offset + event.total_size
+        elif kind is BlankRecord:
+            if self.rules.checks_declared_size and event.total_size > self._file_end - event.offset:
+                self._stop(event.offset, "blank-size")
+            else:
+                self._stop(event.offset, "blank")
+        elif kind is UnwrittenTail:
+            self._stop(event.offset, "unwritten")
+        elif kind is CorruptRegion:
+            self._stop(event.offset, event.code)
+            v.data_end = corrupt_end(event)
+
+
+def corrupt_end(region: CorruptRegion) -> int:
+    """End of the bytes a damaged record occupies (its declared size when that stays inside the
+    region; the resynchronised region can be much longer and mostly zeros)."""
+    if 0 < region.total_size <= region.length:
+        return region.offset + region.total_size
+    return region.offset + region.length
+
+
+def judge_segment(commitlog, segment: Segment, rules: BrokerRules, progress=None) -> FileVerdict:
+    """Scan one file as the broker does, and on past its stop with resynchronisation."""
+    judge = FileJudge(segment, rules)
+    scanner = Scanner(commitlog, check_crc=rules.check_crc and rules.crc_scanned, resync=True)
+    for event in scanner.scan_segment(segment, progress=progress):
+        judge.feed(event)
+    return judge.verdict
+
+
+# --- ConsumeQueue recovery and truncation ----------------------------------------------------------
+
+@dataclass
+class QueueRecovery:
+    """ConsumeQueue.recover for one queue."""
+
+    topic: str
+    queue_id: int
+    max_physic_offset: int      # -1: no valid unit in the files recover looks at
+    valid_end: int              # logical unit index one past the last valid unit
+    dropped_units: int = 0      # valid-looking units after the first invalid one (recover drops them)
+
+
+def recover_consume_queue(queue: ConsumeQueue, units_per_file: int) -> QueueRecovery:
+    segments = queue.segments
+    result = QueueRecovery(queue.topic, queue.queue_id, -1, 0)
+    if not segments:
+        return result
+    index = max(0, len(segments) - 3)
+    result.valid_end = segments[index].base_offset // cq_fmt.CQ_STORE_UNIT_SIZE
+    while index < len(segments):
+        seg = segments[index]
+        units = read_cq_units(seg.path, units_per_file)
+        n = valid_prefix(units)
+        if n:
+            last = units[n - 1]
+            result.max_physic_offset = int(last["commitlog_offset"]) + int(last["size"])
+            result.valid_end = seg.base_offset // cq_fmt.CQ_STORE_UNIT_SIZE + n
+        if n == units_per_file and len(units) == units_per_file:
+            index += 1
+            continue
+        rest = units[n:]
+        result.dropped_units += int(((rest["commitlog_offset"] >= 0) & (rest["size"] > 0)).sum())
+        for later in segments[index + 1:]:
+            more = read_cq_units(later.path, units_per_file)
+            result.dropped_units += int(((more["commitlog_offset"] >= 0) & (more["size"] > 0)).sum())
+        break
+    return result
+
+
+@dataclass
+class QueueTruncation:
+    """truncateDirtyLogicFiles(processOffset) for one queue."""
+
+    topic: str
+    queue_id: int
+    units: int                  # valid units removed
+    first_queue_offset: int     # queue offset of the first removed unit
+    files_deleted: list[str] = field(default_factory=list)
+    new_end: int = 0            # logical unit index the queue ends at afterwards
+    max_physic_offset: int = 0  # the queue's maxPhysicOffset afterwards
+
+
+def truncate_dirty_logic(queue: ConsumeQueue, process_offset: int,
+                         units_per_file: int) -> QueueTruncation:
+    segments = list(queue.segments)
+    result = QueueTruncation(queue.topic, queue.queue_id, 0, 0, max_physic_offset=process_offset)
+    first_removed = None
+    while segments:
+        seg = segments[-1]
+        base_unit = seg.base_offset // cq_fmt.CQ_STORE_UNIT_SIZE
+        units = read_cq_units(seg.path, units_per_file)
+        if len(units) == 0:
+            # the broker maps a full-size file: an empty one reads as unit 0 = (0, 0, 0)
+            result.new_end = base_unit + 1
+            result.max_physic_offset = 0
+            break
+        offsets, sizes = units["commitlog_offset"], units["size"]
+        if offsets[0] >= process_offset:
+            n = valid_prefix(units)
+            result.units += n
+            first_removed = base_unit
+            result.files_deleted.append(seg.name)
+            segments.pop()
+            continue
+        # unit 0 is kept without the validity test, the rest while valid and below the offset
+        cut = 1
+        while (cut < len(units) and offsets[cut] >= 0 and sizes[cut] > 0
+               and offsets[cut] < process_offset):
+            cut += 1
+        result.max_physic_offset = int(offsets[cut - 1]) + int(sizes[cut - 1])
+        end = cut
+        while end < len(units) and offsets[end] >= 0 and sizes[end] > 0:
+            end += 1
+        if end > cut:
+            result.units += end - cut
+            first_removed = base_unit + cut
+        result.new_end = base_unit + cut
+        break
+    result.first_queue_offset = first_removed if first_removed is not None else result.new_end
+    return result
+
+
+# --- the plan --------------------------------------------------------------------------------------
+
+@dataclass
+class RecoveryPlan:
+    """What the broker's next start does to the store; JSON-able through :meth:`to_dict`."""
+
+    broker_version: str
+    mode: str                           # normal | abnormal (the branch taken)
+    last_exit_ok: bool                  # no abort file
+    check_crc: bool
+    force_verify_prop_crc: bool
+    message_index_safe: bool
+    crc_verified: bool                  # False when the scan that fed the plan skipped CRCs
+    checkpoint: dict | None
+    max_phy_offset_of_consume_queue: int
+    start_file: str | None
+    start_offset: int
+    start_reason: str
+    process_offset: int                 # afterRecovery.maxPhyOffset
+    stop_file: str | None
+    stop_position: int                  # position of processOffset in stop_file
+    stop_reason: str
+    confirm_offset: int | None          # 5.x: start of the last valid message
+    commitlog_files_kept: list[str]
+    commitlog_files_deleted: list[str]
+    cut_file: str | None                # the kept file whose write position becomes processOffset
+    bytes_dropped: int                  # bytes of records/damage past processOffset
+    messages_lost: int                  # plausible records at or past processOffset
+    first_lost_offset: int | None
+    cq_truncate_called: bool
+    cq_units_truncated: int
+    cq_truncations: list[QueueTruncation]
+    cq_units_dropped_by_cq_recover: int
+    redispatch_from: int | None         # records from here to processOffset are dispatched again
+    redispatch_rule: str
+    index_files_deleted: list[str]
+    index_files_kept: list[str]
+    index_entries_stale: int            # kept index entries that point at or past processOffset
+    refuses_to_start: list[str]
+    notes: list[str] = field(default_factory=list)
+    queue_recoveries: list[QueueRecovery] = field(default_factory=list, repr=False)
+
+    @property
+    def truncates(self) -> bool:
+        return self.messages_lost > 0 or self.bytes_dropped > 0 or self.cq_units_truncated > 0
+
+    def queue_end_after_recovery(self, topic: str, queue_id: int) -> int | None:
+        """Logical unit index the queue ends at once recovery has truncated it."""
+        for t in self.cq_truncations:
+            if t.topic == topic and t.queue_id == queue_id:
+                return t.new_end
+        for q in self.queue_recoveries:
+            if q.topic == topic and q.queue_id == queue_id:
+                return q.valid_end
+        return None
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data.pop("queue_recoveries", None)
+        data["cq_truncations"] = [asdict(t) for t in self.cq_truncations if t.units
+                                  or t.files_deleted]
+        return data
+
+
+def _checkpoint_dict(store: Store) -> dict | None:
+    try:
+        ckpt = store.read_checkpoint()
+    except ParseError:
+        ckpt = None  # a short checkpoint: the broker maps a fresh zeroed page
+    if ckpt is None:
+        return None
+    physic, logics, index = (ckpt.physic_msg_timestamp, ckpt.logics_msg_timestamp,
+                             ckpt.index_msg_timestamp)
+    return {
+        "physic_msg_timestamp": physic,
+        "logics_msg_timestamp": logics,
+        "index_msg_timestamp": index,
+        "master_flushed_offset": ckpt.master_flushed_offset,
+        "confirm_phy_offset": ckpt.confirm_phy_offset,
+        "min_timestamp": ckpt_fmt.min_timestamp(physic, logics),
+        "min_timestamp_index": ckpt_fmt.min_timestamp_index(physic, logics, index),
+    }
+
+
+def first_record_matches(segment: Segment, rules: BrokerRules, limit_timestamp: int) -> tuple[bool, str]:
+    """isMappedFileMatchedRecover (file ConsumeQueue, 4.9 through 5.3.3): the first record has a
+    message magic, a non-zero store timestamp and one at or before the checkpoint's limit. No CRC
+    and no length check: a damaged first record can still be chosen."""
+    with open(segment.path, "rb") as fh:
+        head = fh.read(_FIRST_RECORD_MAX)
+    if len(head) < 8:
+        return False, "file too short for a record"
+    magic = int.from_bytes(head[4:8], "big")
+    if magic == cl_fmt.MESSAGE_MAGIC_CODE_V2 and not rules.accepts_v2:
+        return False, "first record has the V2 magic (unknown to 4.9)"
+    try:
+        first = parse_at(_FIRST_RECORD_PREFIX, head, file=segment.name)
+    except ParseError:
+        return False, f"first record has magic 0x{magic:08X}"
+    if first.store_timestamp == 0:
+        return False, "first record's store timestamp is 0"
+    if first.store_timestamp <= limit_timestamp:
+        return True, (f"first record stored at {first.store_timestamp} <= checkpoint limit "
+                      f"{limit_timestamp}")
+    return False, f"first record stored at {first.store_timestamp} > checkpoint limit {limit_timestamp}"
+
+
+def _index_headers(store: Store) -> list[tuple[str, dict | None]]:
+    out = []
+    for info in store.index_files:
+        with open(info.path, "rb") as fh:
+            raw = fh.read(idx_fmt.INDEX_HEADER_SIZE)
+        if len(raw) < idx_fmt.INDEX_HEADER_SIZE:
+            out.append((info.name, None))
+            continue
+        out.append((info.name, dict(parse_at(idx_fmt.index_header, raw, file=info.name))))
+    return out
+
+
+def _index_entries_past(store: Store, names: list[str], offset: int) -> int:
+    """Entries of the named index files that point at or past ``offset``."""
+    count = 0
+    for info in store.index_files:
+        if info.name not in names:
+            continue
+        with MappedFile(info.path) as mf:
+            if mf.size < idx_fmt.INDEX_HEADER_SIZE:
+                continue
+            header = np.frombuffer(mf.data, INDEX_HEADER_DTYPE, 1)[0]
+            used = int(header["index_count"])
+            first = idx_fmt.entry_position(store.index_slots, 1)
+            available = max(0, (mf.size - first) // idx_fmt.INDEX_ENTRY_SIZE)
+            n = max(0, min(used - 1, available))
+            if n:
+                entries = np.frombuffer(mf.data, INDEX_ENTRY_DTYPE, n, first)
+                count += int((entries["phy_offset"] >= offset).sum())
+    return count
+
+
+def predict_recovery(store: Store, *, mode: str = "auto", broker_version: str = "4.9",
+                     check_crc: bool = True, message_index_safe: bool = False,
+                     force_verify_prop_crc: bool = False,
+                     file_verdicts: dict[int, FileVerdict] | None = None,
+                     crc_verified: bool = True, progress=None) -> RecoveryPlan:
+    """Predict the broker's startup recovery of ``store``.
+
+    ``file_verdicts`` (base offset -> :class:`FileVerdict`) lets a caller that already scanned the
+    CommitLog with the same rules (``verify``) skip the second scan; files missing from it are
+    scanned here. ``crc_verified=False`` says those verdicts were made without CRCs."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+    version = resolve_broker_version(store, broker_version)
+    rules = BrokerRules(version, check_crc, force_verify_prop_crc, crc_verified)
+    last_exit_ok = not store.abort_exists
+    branch = mode if mode != "auto" else ("normal" if last_exit_ok else "abnormal")
+    notes: list[str] = []
+    if force_verify_prop_crc and version == VERSION_49:
+        notes.append("forceVerifyPropCRC does not exist in 4.9; ignored")
+    ckpt = _checkpoint_dict(store)
+    if ckpt is None:
+        notes.append("no readable checkpoint: the broker starts with a zeroed one (all timestamps 0)")
+    commitlog = store.commitlog
+    segments = commitlog.segments
+    file_size = commitlog.file_size
+
+    refuses = [f"commitlog/{s.name} is {s.length} bytes, not {file_size}" for s in segments
+               if s.length != file_size
+               and not (s is segments[-1] and s.length == 0 and version != VERSION_49)]
+    cq_bytes = store.cq_units_per_file * cq_fmt.CQ_STORE_UNIT_SIZE
+    refuses += [f"{store.relative(s.path)} is {s.length} bytes, not {cq_bytes}"
+                for q in store.consume_queues for s in q.segments if s.length != cq_bytes]
+    if version != VERSION_49 and segments and segments[-1].length == 0:
+        notes.append(f"5.1.3+ deletes the empty last file commitlog/{segments[-1].name} on load")
+        segments = segments[:-1]
+
+    units_per_file = store.cq_units_per_file
+    queue_recoveries = [recover_consume_queue(q, units_per_file) for q in store.consume_queues]
+    max_phy_cq = max((q.max_physic_offset for q in queue_recoveries), default=-1)
+    dropped_by_recover = sum(q.dropped_units for q in queue_recoveries)
+
+    index_headers = _index_headers(store)
+    index_deleted: list[str] = []
+    if branch == "abnormal":
+        index_limit = ckpt["index_msg_timestamp"] if ckpt else 0
+        index_deleted = [name for name, header in index_headers
+                         if header is not None and header["end_timestamp"] > index_limit]
+    index_kept = [name for name, _ in index_headers if name not in index_deleted]
+
+    plan = RecoveryPlan(
+        broker_version=version, mode=branch, last_exit_ok=last_exit_ok, check_crc=check_crc,
+        force_verify_prop_crc=force_verify_prop_crc, message_index_safe=message_index_safe,
+        crc_verified=crc_verified, checkpoint=ckpt, max_phy_offset_of_consume_queue=max_phy_cq,
+        start_file=None, start_offset=0, start_reason="", process_offset=0, stop_file=None,
+        stop_position=0, stop_reason="", confirm_offset=None, commitlog_files_kept=[],
+        commitlog_files_deleted=[], cut_file=None, bytes_dropped=0, messages_lost=0,
+        first_lost_offset=None, cq_truncate_called=False, cq_units_truncated=0,
+        cq_truncations=[], cq_units_dropped_by_cq_recover=dropped_by_recover,
+        redispatch_from=None, redispatch_rule="", index_files_deleted=index_deleted,
+        index_files_kept=index_kept, index_entries_stale=0, refuses_to_start=refuses,
+        notes=notes, queue_recoveries=queue_recoveries)
+
+    if not segments:
+        # recoverNormally/Abnormally with no mapped file: flushedWhere = 0, every queue destroyed
+        plan.start_reason = "no CommitLog file"
+        plan.stop_reason = "no CommitLog file"
+        plan.cq_units_truncated = sum(valid_prefix(read_cq_units(seg.path, units_per_file))
+                                      for q in store.consume_queues for seg in q.segments)
+        plan.notes.append("no CommitLog files: the broker destroys every ConsumeQueue")
+        return plan
+
+    # -- start file
+    if branch == "normal":
+        if version == VERSION_532:
+            index = len(segments) - 1
+            while index > 0 and segments[index].base_offset > max_phy_cq:
+                index -= 1
+            plan.start_reason = (f"last file starting at or before maxPhyOffsetOfConsumeQueue "
+                                 f"{max_phy_cq} (5.3.2+)")
+        else:
+            index = max(0, len(segments) - 3)
+            plan.start_reason = "third-to-last file (recoverNormally)"
+    else:
+        limit = 0
+        if ckpt is not None:
+            limit = ckpt["min_timestamp_index"] if message_index_safe else ckpt["min_timestamp"]
+        index = -1
+        reason = ""
+        for i in range(len(segments) - 1, -1, -1):
+            ok, why = first_record_matches(segments[i], rules, limit)
+            if ok:
+                index, reason = i, why
+                break
+        if index < 0:
+            index = 0
+            reason = (f"no file's first record is at or before the checkpoint limit {limit} "
+                      f"(min(physic, logics) - 3000 ms{', indexMsgTimestamp' if message_index_safe else ''}); "
+                      f"file 0")
+        plan.start_reason = reason
+    start = segments[index]
+    plan.start_file, plan.start_offset = start.name, start.base_offset
+
+    # -- the scan
+    verdicts = dict(file_verdicts or {})
+
+    def verdict_of(seg: Segment) -> FileVerdict:
+        if seg.base_offset not in verdicts:
+            verdicts[seg.base_offset] = judge_segment(commitlog, seg, rules, progress)
+        return verdicts[seg.base_offset]
+
+    stop_index = index
+    while True:
+        verdict = verdict_of(segments[stop_index])
+        if verdict.continues and stop_index + 1 < len(segments):
+            stop_index += 1
+            continue
+        break
+    stop_seg = segments[stop_index]
+    process_offset = verdict.stop_offset
+    plan.process_offset = process_offset
+    plan.stop_file = stop_seg.name
+    plan.stop_position = process_offset - stop_seg.base_offset
+    plan.stop_reason = verdict.reason
+    if version != VERSION_49:
+        last_valid = None
+        for seg in reversed(segments[index:stop_index + 1]):
+            v = verdicts[seg.base_offset]
+            if v.last_accepted is not None:
+                last_valid = v.last_accepted
+                break
+        plan.confirm_offset = last_valid
+
+    # -- truncateDirtyFiles(processOffset). A file is deleted only when it starts past
+    # processOffset; the file holding processOffset is kept and cut there, even when that is its
+    # very first byte. The reference crash stores lose their preallocated all-zero next file
+    # (crash-small: 4 files -> 3, v5-crash: 5 -> 4) for exactly this reason: processOffset ends
+    # inside the previous file, so the zero file lies wholly past it. A zero file would survive
+    # if the previous file ended with a blank (processOffset = its first byte).
+    for seg in segments:
+        if seg.base_offset + file_size <= process_offset:
+            plan.commitlog_files_kept.append(seg.name)
+        elif process_offset >= seg.base_offset:
+            plan.commitlog_files_kept.append(seg.name)
+            plan.cut_file = seg.name
+        else:
+            plan.commitlog_files_deleted.append(seg.name)
+
+    # -- what lies past processOffset: the rest of the stop file and every later file
+    lost = verdict.after
+    first_lost = verdict.first_after
+    dropped = max(0, (verdict.data_end or process_offset) - process_offset)
+    for seg in segments[stop_index + 1:]:
+        later = verdict_of(seg)
+        count = later.accepted + later.after
+        lost += count
+        if first_lost is None and count:
+            first_lost = seg.base_offset if later.accepted else later.first_after
+        if later.data_end is not None:
+            dropped += later.data_end - seg.base_offset
+    plan.messages_lost = lost
+    plan.first_lost_offset = first_lost
+    plan.bytes_dropped = dropped
+
+    # -- ConsumeQueues: truncateDirtyLogicFiles only when they reach processOffset (4.9 - 5.3.3)
+    if max_phy_cq >= process_offset:
+        plan.cq_truncate_called = True
+        plan.cq_truncations = [truncate_dirty_logic(q, process_offset, units_per_file)
+                               for q in store.consume_queues]
+        plan.cq_units_truncated = sum(t.units for t in plan.cq_truncations)
+
+    # -- what gets dispatched again
+    min_offset = segments[0].base_offset
+    if branch == "abnormal":
+        plan.redispatch_from = start.base_offset
+        plan.redispatch_rule = "abnormal recovery dispatches every record from the start file"
+        if version == VERSION_49 and any(q.topic == "SCHEDULE_TOPIC_XXXX"
+                                         for q in store.consume_queues):
+            # crash-lost-small/recovered: 4.9 loads the schedule service only after recover(),
+            # so the delay-queue units it rebuilds get the TAGS hash as their delivery time
+            plan.notes.append("delay messages whose SCHEDULE_TOPIC_XXXX units are rebuilt now get "
+                              "the TAGS hash as tagsCode and are delivered at once (4.9 loads the "
+                              "schedule service after recovery)")
+    elif version == VERSION_49:
+        if plan.cq_truncate_called:
+            cq_max = max((t.max_physic_offset for t in plan.cq_truncations), default=-1)
+        else:
+            cq_max = max_phy_cq
+        plan.redispatch_from = max(min_offset, cq_max)
+        plan.redispatch_rule = "4.9 start(): reput from the highest ConsumeQueue end"
+    elif version == VERSION_532:
+        plan.redispatch_from = max(min_offset, max_phy_cq + 1)
+        plan.redispatch_rule = ("5.3.2+ normal recovery dispatches records past "
+                                "maxPhyOffsetOfConsumeQueue")
+    else:
+        plan.redispatch_from = None
+        plan.redispatch_rule = ("5.0-5.3.1 normal recovery dispatches nothing and reputs from "
+                                "the recovered end")
+    if plan.redispatch_from is not None and plan.redispatch_from >= process_offset:
+        plan.redispatch_rule += "; nothing left to dispatch"
+
+    plan.index_entries_stale = _index_entries_past(store, index_kept, process_offset)
+    return plan

@@ -1,0 +1,1622 @@
+"""``verify``: every consistency check of a store, as findings with stable codes.
+
+The CommitLog is streamed once, file by file, in offset order with the shared scanner. Each file
+is checked on its own (records never cross files), so files can go to worker processes:
+
+* the records themselves (CRCs, lengths, self-recorded offsets) and, with the broker's rules
+  (:class:`mqtool.recovery.FileJudge`), where recovery would stop in that file;
+* a streaming merge with the ConsumeQueues: each queue's units are in CommitLog order, so a
+  cursor per queue (positioned by binary search at the file's first offset) walks alongside the
+  scan; nothing is kept per record;
+* the same merge with the IndexFile entries (entries are in CommitLog order inside a file).
+
+Structure that does not need the records (file sizes, unit validity and order, index headers and
+hash chains) is checked with numpy over whole files. The recovery prediction is then made from
+the per-file verdicts, and decides how serious what lies past the recovered end is.
+
+Memory is bounded by the number of queues and the read chunk size, not by the store size.
+"""
+from __future__ import annotations
+
+import array
+import bisect
+import collections
+import operator
+import os
+import struct
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .errors import ParseError
+from .formats import codecs
+from .formats import commitlog as cl_fmt
+from .formats import consumequeue as cq_fmt
+from .formats import indexfile as idx_fmt
+from .recovery import (INDEX_ENTRY_DTYPE, INDEX_HEADER_DTYPE, BrokerRules, FileJudge,
+                       FileVerdict, RecoveryPlan, predict_recovery, read_cq_units,
+                       resolve_broker_version)
+from .codec import CQ_UNIT as _CQ_STRUCT, INDEX_ENTRY as _ENTRY_STRUCT
+from .scan import CorruptRegion, MessageRecord, message_at, scan_segment
+from .store import CommitLog, Segment, Store
+
+# --- the codes -----------------------------------------------------------------------------------
+
+ERROR, WARNING, INFO = "error", "warning", "info"
+
+#: code -> (default severity, meaning). Codes are stable: scripts and --expect files rely on them.
+CODES: dict[str, tuple[str, str]] = {
+    "CL_BAD_MAGIC": (ERROR, "a CommitLog record starts with neither a message nor a blank magic code"),
+    "CL_CRC_MISMATCH": (ERROR, "a record's body CRC does not match its stored body"),
+    "CL_PROP_CRC_MISMATCH": (ERROR, "a record's __CRC32# property does not match the record (5.2+)"),
+    "CL_LENGTH_MISMATCH": (ERROR, "a record's TOTALSIZE disagrees with the lengths of its fields"),
+    "CL_TRUNCATED": (ERROR, "a record runs past the end of its file"),
+    "CL_OFFSET_MISMATCH": (ERROR, "a record's PHYSICALOFFSET field is not its real position"),
+    "CL_FILE_SIZE": (ERROR, "a CommitLog file is not the store's file size (the broker refuses to load)"),
+    "CL_GAP": (ERROR, "CommitLog file start offsets are not contiguous (data is missing)"),
+    "CL_STRAY_FILE": (WARNING, "a file in a data directory whose name the broker does not load"),
+    "CL_STALE_DATA": (WARNING, "plausible records lie past the end of the written data"),
+    "CQ_DANGLING": (ERROR, "a ConsumeQueue unit points past the CommitLog data or not at a record start"),
+    "CQ_MISMATCH": (ERROR, "a ConsumeQueue unit disagrees with the record it points to"),
+    "CQ_MISSING": (ERROR, "a dispatchable record has no unit in its ConsumeQueue"),
+    "CQ_QUEUE_GAP": (ERROR, "queue offsets recorded in the CommitLog skip or repeat"),
+    "CQ_FILE_SIZE": (ERROR, "a ConsumeQueue file is not a whole number of units / not the inferred size"),
+    "IDX_HEADER": (ERROR, "an IndexFile header disagrees with its entries or its size"),
+    "IDX_DANGLING": (ERROR, "an index entry or slot points nowhere (past the data, not a record, "
+                            "past indexCount, a looping chain)"),
+    "IDX_HASH_MISMATCH": (ERROR, "an index entry's hash matches none of the keys of its record"),
+    "IDX_MISSING_KEY": (ERROR, "a key of an indexed record cannot be found through its slot chain"),
+    "CKPT_AHEAD": (WARNING, "a checkpoint timestamp is later than the newest stored message"),
+    "CKPT_MISSING": (WARNING, "the checkpoint file is missing or unreadable"),
+    "ABORT_PRESENT": (WARNING, "the abort file exists: the last shutdown was abnormal"),
+    "LOCK_HELD": (WARNING, "a live process holds the store's lock file"),
+    "RECOVERY_TRUNCATES": (ERROR, "the broker's next start would drop written data"),
+}
+
+SEVERITY_ORDER = {ERROR: 0, WARNING: 1, INFO: 2}
+#: findings listed per code (all are counted in the summary)
+MAX_LISTED_PER_CODE = 1000
+_MAX_PER_SEGMENT = 5000
+_MAX_CHAIN_WALK_ENTRIES = 5_000_000   # the exact walk keeps ~17 bytes an entry
+_CHUNK_ITEMS = 512
+_INDEX_BATCH = 2048
+_END = 1 << 63   # a key past every CommitLog offset
+
+
+@dataclass
+class Finding:
+    """One problem, located by (code, file, offset): file relative to the store root, offset a
+    byte position in that file."""
+
+    code: str
+    severity: str
+    file: str
+    offset: int
+    message: str
+    commitlog_offset: int | None = None
+    topic: str | None = None
+    queue_id: int | None = None
+    queue_offset: int | None = None
+    count: int | None = None
+    details: dict | None = None
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        return (self.code, self.file, self.offset)
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+@dataclass
+class VerifyReport:
+    store: str
+    geometry: dict
+    findings: list[Finding]
+    summary: dict
+    recovery: RecoveryPlan
+
+    @property
+    def errors(self) -> int:
+        return self.summary["errors"]
+
+    def to_dict(self) -> dict:
+        return {
+            "store": self.store,
+            "geometry": self.geometry,
+            "findings": [f.to_dict() for f in self.findings],
+            "summary": self.summary,
+            "recovery": self.recovery.to_dict(),
+        }
+
+
+def _finding(code: str, file: str, offset: int, message: str, severity: str | None = None,
+             **extra) -> Finding:
+    return Finding(code, severity or CODES[code][0], file, int(offset), message, **extra)
+
+
+# --- sorted fixed-size items in files (CQ units, index entries), read by chunks ---------------------
+
+
+
+class _FdCache:
+    """A few read-only descriptors kept open; queues can outnumber the process's fd limit."""
+
+    def __init__(self, size: int = 128):
+        self.size = size
+        self.fds: collections.OrderedDict[str, int] = collections.OrderedDict()
+
+    def pread(self, path: str, length: int, position: int) -> bytes:
+        fd = self.fds.get(path)
+        if fd is None:
+            fd = os.open(path, os.O_RDONLY)
+            self.fds[path] = fd
+            if len(self.fds) > self.size:
+                _, old = self.fds.popitem(last=False)
+                os.close(old)
+        else:
+            self.fds.move_to_end(path)
+        return os.pread(fd, length, position)
+
+    def close(self) -> None:
+        for fd in self.fds.values():
+            os.close(fd)
+        self.fds.clear()
+
+
+@dataclass(frozen=True)
+class _ItemFile:
+    path: str
+    data_start: int     # byte position of item ``first``
+    first: int          # global item index of the first item in the file
+    count: int
+
+
+class _SortedItems:
+    """Items ``[lo, hi)`` of a logical array spread over files, sorted by field ``key_field``;
+    a cursor over those whose key lies in ``[key_lo, key_hi)``. ``head``/``head_key`` are the
+    current item and its key (None and :data:`_END` past the last one)."""
+
+    __slots__ = ("files", "firsts", "codec", "key_field", "fds", "lo", "hi", "key_hi", "index",
+                 "chunk", "chunk_pos", "head", "head_key")
+
+    def __init__(self, files: list[_ItemFile], codec: struct.Struct, key_field: int, fds: _FdCache,
+                 lo: int, hi: int):
+        self.files = files
+        self.firsts = [f.first for f in files]
+        self.codec = codec
+        self.key_field = key_field
+        self.fds = fds
+        self.lo, self.hi = lo, hi
+        self.key_hi = 0
+        self.index = hi
+        self.chunk: list = []
+        self.chunk_pos = 0
+        self.head = None
+        self.head_key = _END
+
+    def _file_of(self, index: int) -> _ItemFile:
+        return self.files[bisect.bisect_right(self.firsts, index) - 1]
+
+    def _read(self, index: int, limit: int) -> list:
+        f = self._file_of(index)
+        n = min(limit - index, f.first + f.count - index, _CHUNK_ITEMS)
+        size = self.codec.size
+        raw = self.fds.pread(f.path, n * size, f.data_start + (index - f.first) * size)
+        return list(self.codec.iter_unpack(raw[:len(raw) - len(raw) % size]))
+
+    def _key(self, index: int) -> int:
+        return self._read(index, index + 1)[0][self.key_field]
+
+    def seek(self, key_lo: int, key_hi: int) -> bool:
+        """Position on the first item with key >= key_lo; False when none lies below key_hi."""
+        lo, hi = self.lo, self.hi
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self._key(mid) < key_lo:
+                lo = mid + 1
+            else:
+                hi = mid
+        self.index = lo
+        self.key_hi = key_hi
+        self.chunk, self.chunk_pos = [], 0
+        self._load()
+        return self.head is not None
+
+    def _load(self) -> None:
+        if self.chunk_pos >= len(self.chunk):
+            if self.index >= self.hi:
+                self.head, self.head_key = None, _END
+                return
+            self.chunk = self._read(self.index, self.hi)
+            self.chunk_pos = 0
+            if not self.chunk:
+                self.index = self.hi
+                self.head, self.head_key = None, _END
+                return
+        item = self.chunk[self.chunk_pos]
+        key = item[self.key_field]
+        if key < self.key_hi:
+            self.head, self.head_key = item, key
+        else:
+            self.head, self.head_key = None, _END
+
+    def advance(self) -> None:
+        self.chunk_pos += 1
+        self.index += 1
+        self._load()
+
+
+# --- what the workers need to know about queues and index files ------------------------------------
+
+@dataclass(frozen=True)
+class _QueueInfo:
+    topic: str
+    queue_id: int
+    files: tuple        # of _ItemFile (CQ files; data_start 0, first = base unit)
+    rels: tuple         # relative path per file
+    first_valid: int    # first unit that is neither pre-blank nor expired-looking
+    valid_end: int
+    min_offset: int
+    max_offset: int
+
+
+@dataclass(frozen=True)
+class _IndexInfo:
+    name: str
+    rel: str
+    path: str
+    slots: int
+    entries_start: int
+    index_count: int
+    min_phy: int
+    max_phy: int
+
+
+@dataclass
+class _Context:
+    commitlog_dir: str
+    file_size: int
+    root: str
+    segments: list[Segment]
+    check_crc: bool
+    rules: BrokerRules
+    queues: dict            # (topic, qid) -> _QueueInfo, the queues merged with the scan
+    unchecked_queues: set   # (topic, qid) whose records are not matched (irregular / batch CQ)
+    indexes: list           # _IndexInfo of regular index files
+    index_blind: list = field(default_factory=list)  # (lo, hi) ranges of unmerged index files
+
+
+@dataclass
+class _MissingRun:
+    topic: str
+    queue_id: int
+    file: str
+    position: int
+    first_offset: int
+    first_queue_offset: int
+    last_offset: int
+    last_queue_offset: int
+    count: int
+    live: bool
+
+
+@dataclass
+class _SegmentResult:
+    index: int
+    verdict: FileVerdict
+    findings: list = field(default_factory=list)
+    suppressed: collections.Counter = field(default_factory=collections.Counter)
+    messages: int = 0
+    newest_timestamp: int | None = None
+    # per queue, over live dispatchable records: (first qoff, first offset, next expected, last offset)
+    spans: dict = field(default_factory=dict)
+    missing: list = field(default_factory=list)
+    matched_before_stop: int = 0     # records a ConsumeQueue unit references, before the file's stop
+    matched_after_stop: int = 0
+    leftover_units: int = 0
+    bytes: int = 0
+
+
+_WORKER_CONTEXT: _Context | None = None
+_WORKER_COMMITLOG: CommitLog | None = None
+
+
+def _init_worker(context: _Context) -> None:
+    global _WORKER_CONTEXT, _WORKER_COMMITLOG
+    _WORKER_CONTEXT = context
+    _WORKER_COMMITLOG = None
+
+
+def _worker_commitlog(ctx: _Context) -> CommitLog:
+    """One CommitLog listing per worker process (listing is a stat per file)."""
+    global _WORKER_COMMITLOG
+    if _WORKER_COMMITLOG is None:
+        _WORKER_COMMITLOG = CommitLog(Path(ctx.commitlog_dir), ctx.file_size)
+    return _WORKER_COMMITLOG
+
+
+def _worker_check(index: int) -> _SegmentResult:
+    return _SegmentChecker(_WORKER_CONTEXT, index).run()
+
+
+_NOT = cl_fmt.TRANSACTION_NOT_TYPE
+_COMMIT = cl_fmt.TRANSACTION_COMMIT_TYPE
+_ROLLBACK = cl_fmt.TRANSACTION_ROLLBACK_TYPE
+_TX_MASK = cl_fmt.TRANSACTION_TYPE_MASK
+_INNER_BATCH = cl_fmt.INNER_BATCH_FLAG
+_TX_NAMES = cl_fmt.TRANSACTION_NAMES
+
+
+_POW31_LEN = 1024
+_POW31 = [pow(31, _POW31_LEN - 1 - i, 1 << 32) for i in range(_POW31_LEN)]
+
+
+def _java_string_hash(text: str) -> int:
+    """codecs.java_string_hash, 3x faster for ASCII (the closed form sum(c_i * 31^(n-1-i)) mod
+    2^32 evaluated in C by map/sum); anything else goes to the codec. Equality with the codec is
+    asserted by the tests; it belongs in formats/codecs (see the report)."""
+    if len(text) < _POW31_LEN and text.isascii():
+        data = text.encode("ascii")
+        h = sum(map(operator.mul, data, _POW31[_POW31_LEN - len(data):])) & 0xFFFFFFFF
+        return h - 0x1_0000_0000 if h & 0x8000_0000 else h
+    return codecs.java_string_hash(text)
+
+
+_POW31_UP = [pow(31, i, 1 << 32) for i in range(_POW31_LEN)]
+_POW31_ARRAY = np.array(_POW31, dtype=np.uint64)
+
+
+def _index_key_hashes(texts: list[str]) -> list[int]:
+    """codecs.index_key_hash of many strings at once: ASCII ones (one UTF-16 unit per byte) as a
+    matrix of right-aligned bytes times the powers of 31 (leading zero units add nothing to the
+    polynomial), the rest through the codec."""
+    out = [0] * len(texts)
+    encoded, where = [], []
+    for i, text in enumerate(texts):
+        if len(text) < _POW31_LEN and text.isascii():
+            encoded.append(text.encode("ascii"))
+            where.append(i)
+        else:
+            out[i] = codecs.index_key_hash(text)
+    if not encoded:
+        return out
+    lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
+    width = int(lengths.max())
+    if width == 0:
+        return out
+    blob = np.frombuffer(b"".join(encoded), dtype=np.uint8)
+    rows = np.repeat(np.arange(len(encoded)), lengths)
+    shift = np.repeat(np.cumsum(lengths) - lengths - (width - lengths), lengths)
+    matrix = np.zeros((len(encoded), width), dtype=np.uint64)
+    matrix[rows, np.arange(len(blob)) - shift] = blob
+    h = ((matrix @ _POW31_ARRAY[_POW31_LEN - width:]) & np.uint64(0xFFFFFFFF)).astype(np.int64)
+    h = np.where(h >= 1 << 31, h - (1 << 32), h)
+    h = np.where(h == -(1 << 31), 0, np.abs(h))
+    for i, value in zip(where, h.tolist()):
+        out[i] = value
+    return out
+
+
+def _index_hash_after(prefix: int, key: str) -> int | None:
+    """index_key_hash(prefix_text + key) from the unsigned 32-bit hash of prefix_text, for an
+    ASCII key (String.hashCode is a polynomial: h(a+b) = h(a)*31^len(b) + h(b)); None otherwise."""
+    if len(key) >= _POW31_LEN or not key.isascii():
+        return None
+    data = key.encode("ascii")
+    n = len(data)
+    h = (prefix * _POW31_UP[n] + sum(map(operator.mul, data, _POW31[_POW31_LEN - n:]))) & 0xFFFFFFFF
+    if h & 0x8000_0000:
+        h -= 0x1_0000_0000
+    return 0 if h == -0x8000_0000 else abs(h)
+
+
+class _KeyHashes:
+    """Index key hashes and tag codes of records, with small caches for repeated values."""
+
+    def __init__(self):
+        self.tags: dict[str, int] = {}
+        self.keys: dict[tuple, int] = {}
+        self.prefixes: dict[str, int] = {}
+
+    def key_hash(self, topic: str, key: str) -> int:
+        prefix = self.prefixes.get(topic)
+        if prefix is None:
+            if len(self.prefixes) > 4096:
+                self.prefixes.clear()
+            prefix = self.prefixes[topic] = codecs.java_string_hash(topic + "#") & 0xFFFFFFFF
+        h = _index_hash_after(prefix, key)
+        return h if h is not None else codecs.index_key_hash(codecs.index_key(topic, key))
+
+    def tags_code(self, record: MessageRecord, props: dict) -> int:
+        if record.topic == codecs.SCHEDULE_TOPIC:
+            return codecs.tags_code(record.topic, props, record.store_timestamp)
+        return self.plain_tags_code(props)
+
+    def plain_tags_code(self, props: dict) -> int:
+        """The TAGS hash, whatever the topic."""
+        tags = props.get("TAGS")
+        if not tags:
+            return 0
+        code = self.tags.get(tags)
+        if code is None:
+            if len(self.tags) > 4096:
+                self.tags.clear()
+            code = self.tags[tags] = _java_string_hash(tags)
+        return code
+
+    def index_hashes_batch(self, batch: list) -> list[dict[int, str]]:
+        """:meth:`index_hashes` for (record, properties or None) pairs, hashed together."""
+        keys_of, texts = [], []
+        for record, props in batch:
+            keys = []
+            if record.sys_flag & _TX_MASK != _ROLLBACK:
+                if props is None:
+                    props = record.properties
+                uniq = props.get("UNIQ_KEY")
+                if uniq:
+                    keys.append(uniq)
+                if props.get("KEYS"):
+                    keys.extend(codecs.message_keys(props))
+                texts.extend(codecs.index_key(record.topic, key) for key in keys)
+            keys_of.append(keys)
+        hashes = iter(_index_key_hashes(texts))
+        return [{next(hashes): key for key in keys} for keys in keys_of]
+
+    def index_hashes(self, record: MessageRecord, props: dict) -> dict[int, str]:
+        """hash -> key for every key the broker indexes for this record (none for ROLLBACK)."""
+        if record.sys_flag & _TX_MASK == _ROLLBACK:
+            return {}
+        out = {}
+        uniq = props.get("UNIQ_KEY")
+        topic = record.topic
+        if uniq:
+            out[self.key_hash(topic, uniq)] = uniq
+        if props.get("KEYS"):
+            cache = self.keys
+            for key in codecs.message_keys(props):
+                h = cache.get((topic, key))
+                if h is None:
+                    if len(cache) > 8192:
+                        cache.clear()
+                    h = cache[(topic, key)] = self.key_hash(topic, key)
+                out[h] = key
+        return out
+
+
+class _SegmentChecker:
+    """All record-level checks of one CommitLog file."""
+
+    def __init__(self, ctx: _Context, index: int, progress=None, commitlog: CommitLog | None = None):
+        self.ctx = ctx
+        self.index = index
+        self.segment = ctx.segments[index]
+        self.rel = f"commitlog/{self.segment.name}"
+        self.progress = progress
+        self.fds = _FdCache()
+        self.hashes = _KeyHashes()
+        self.result = _SegmentResult(index, None)  # type: ignore[arg-type]
+        self.cursors: dict = {}
+        self.runs: dict = {}
+        self.listed = collections.Counter()
+        self.pending: list = []
+        self.commitlog = commitlog if commitlog is not None else _worker_commitlog(ctx)
+
+    # -- findings
+    def add(self, finding: Finding) -> None:
+        listed = self.listed
+        if listed[finding.code] >= _MAX_PER_SEGMENT:
+            self.result.suppressed[finding.code] += 1
+            return
+        listed[finding.code] += 1
+        self.result.findings.append(finding)
+
+    def cl(self, code: str, offset: int, message: str, **extra) -> None:
+        self.add(_finding(code, self.rel, offset - self.segment.base_offset, message,
+                          commitlog_offset=offset, **extra))
+
+    # -- ConsumeQueue merge
+    def _cursor(self, key):
+        info = self.ctx.queues.get(key)
+        cursor = None
+        seg = self.segment
+        end = seg.base_offset + seg.length
+        if info is not None and info.max_offset >= seg.base_offset and info.min_offset < end:
+            cursor = _SortedItems(list(info.files), _CQ_STRUCT, 0, self.fds, info.first_valid,
+                                  info.valid_end)
+            if not cursor.seek(seg.base_offset, end):
+                cursor = None
+        self.cursors[key] = cursor
+        return cursor
+
+    def _cq_file_of(self, info: _QueueInfo, unit: int) -> tuple[str, int]:
+        i = bisect.bisect_right([f.first for f in info.files], unit) - 1
+        f = info.files[i]
+        return info.rels[i], (unit - f.first) * cq_fmt.CQ_STORE_UNIT_SIZE
+
+    def _leftover_unit(self, key, cursor: _SortedItems, unit) -> None:
+        """A unit of this file's range that matched no record of its queue."""
+        self.result.leftover_units += 1
+        info = self.ctx.queues[key]
+        offset = unit[0]
+        rel, pos = self._cq_file_of(info, cursor.index)
+        extra = dict(commitlog_offset=offset, topic=info.topic, queue_id=info.queue_id,
+                     queue_offset=cursor.index)
+        try:
+            record = message_at(self.commitlog, offset, check_crc=False)
+        except ParseError as err:
+            self.add(_finding("CQ_DANGLING", rel, pos,
+                              f"unit {cursor.index} points at CommitLog offset {offset}, where no "
+                              f"record starts ({err.detail})", **extra))
+            return
+        if (record.topic, record.queue_id) != key:
+            self.add(_finding("CQ_MISMATCH", rel, pos,
+                              f"unit {cursor.index} points at a record of {record.topic!r} queue "
+                              f"{record.queue_id} at {offset}", **extra))
+        elif record.sys_flag & _TX_MASK not in (_NOT, _COMMIT):
+            kind = _TX_NAMES[record.sys_flag & _TX_MASK]
+            self.add(_finding("CQ_MISMATCH", rel, pos,
+                              f"unit {cursor.index} points at a {kind} record at {offset}, which "
+                              f"the broker never dispatches", **extra))
+        else:
+            self.add(_finding("CQ_MISMATCH", rel, pos,
+                              f"unit {cursor.index} points at the record at {offset} "
+                              f"(queue offset {record.queue_offset}) out of order or twice",
+                              **extra))
+
+    def _compare_unit(self, key, cursor: _SortedItems, unit, record: MessageRecord, props) -> None:
+        offset, size, tags = unit
+        problems = []
+        if size != record.total_size:
+            problems.append(f"size {size} but the record is {record.total_size} bytes")
+        if cursor.index != record.queue_offset:
+            problems.append(f"it is unit {cursor.index} but the record's queue offset is "
+                            f"{record.queue_offset}")
+        severity = None
+        if not cq_fmt.is_ext_address(tags):
+            expected = self.hashes.tags_code(record, props)
+            if expected != tags:
+                if (record.topic == codecs.SCHEDULE_TOPIC and not problems
+                        and tags == self.hashes.plain_tags_code(props)):
+                    # Seen in crash-lost-small/recovered: 4.9 loads the schedule service after
+                    # recover(), so units re-dispatched by abnormal recovery see maxDelayLevel 0
+                    # and keep the TAGS hash where the delivery time belongs.
+                    severity = WARNING
+                    problems.append(f"tagsCode {tags} is the TAGS hash, not the delivery time "
+                                    f"{expected}: written by a 4.9 abnormal recovery (the "
+                                    f"schedule service was not loaded yet); the scheduler will "
+                                    f"deliver it at once")
+                else:
+                    problems.append(f"tagsCode {tags} but the record's is {expected}")
+        if problems:
+            info = self.ctx.queues[key]
+            rel, pos = self._cq_file_of(info, cursor.index)
+            self.add(_finding("CQ_MISMATCH", rel, pos,
+                              f"unit {cursor.index} of {info.topic!r} queue {info.queue_id}: "
+                              + "; ".join(problems), severity=severity,
+                              commitlog_offset=offset, topic=info.topic, queue_id=info.queue_id,
+                              queue_offset=cursor.index))
+
+    def _missing(self, record: MessageRecord, key, live: bool) -> None:
+        run = self.runs.get(key)
+        if run is not None and run.live == live:
+            run.last_offset = record.offset
+            run.last_queue_offset = record.queue_offset
+            run.count += 1
+            return
+        if run is not None:
+            self.result.missing.append(run)
+        self.runs[key] = _MissingRun(record.topic, record.queue_id, self.rel,
+                                     record.offset - self.segment.base_offset, record.offset,
+                                     record.queue_offset, record.offset, record.queue_offset, 1,
+                                     live)
+
+    def _close_run(self, key) -> None:
+        run = self.runs.pop(key, None)
+        if run is not None:
+            self.result.missing.append(run)
+
+    def merge_cq(self, record: MessageRecord, key, props, live: bool) -> bool:
+        cursor = self.cursors.get(key, False)
+        if cursor is False:
+            cursor = self._cursor(key)
+        if cursor is None:
+            if key not in self.ctx.unchecked_queues:
+                self._missing(record, key, live)
+            return False
+        offset = record.offset
+        while cursor.head_key < offset:
+            self._leftover_unit(key, cursor, cursor.head)
+            cursor.advance()
+        if cursor.head_key == offset:
+            self._compare_unit(key, cursor, cursor.head, record, props)
+            cursor.advance()
+            if key in self.runs:
+                self._close_run(key)
+            return True
+        self._missing(record, key, live)
+        return False
+
+    def finish_cq(self) -> None:
+        seg = self.segment
+        end = seg.base_offset + seg.length
+        for key, info in self.ctx.queues.items():
+            if key in self.cursors:
+                cursor = self.cursors[key]
+            elif info.max_offset >= seg.base_offset and info.min_offset < end:
+                cursor = self._cursor(key)
+            else:
+                continue
+            if cursor is None:
+                continue
+            while cursor.head is not None:
+                self._leftover_unit(key, cursor, cursor.head)
+                cursor.advance()
+        for key in list(self.runs):
+            self._close_run(key)
+
+    # -- index merge
+    def _index_cursors(self) -> list:
+        seg = self.segment
+        end = seg.base_offset + seg.length
+        cursors = []
+        for info in self.ctx.indexes:
+            if info.max_phy < seg.base_offset or info.min_phy >= end:
+                continue
+            cursor = _SortedItems([_ItemFile(info.path, info.entries_start, 0, info.index_count)],
+                                  _ENTRY_STRUCT, 1, self.fds, 1, info.index_count)
+            if cursor.seek(seg.base_offset, end):
+                cursors.append((info, cursor))
+        return cursors
+
+    def _entry_pos(self, info: _IndexInfo, number: int) -> int:
+        return info.entries_start + idx_fmt.INDEX_ENTRY_SIZE * number
+
+    def _leftover_entry(self, info: _IndexInfo, number: int, entry) -> None:
+        key_hash, phy, _, _ = entry
+        pos = self._entry_pos(info, number)
+        try:
+            record = message_at(self.commitlog, phy, check_crc=False)
+        except ParseError as err:
+            self.add(_finding("IDX_DANGLING", info.rel, pos,
+                              f"entry {number} points at CommitLog offset {phy}, where no record "
+                              f"starts ({err.detail})", commitlog_offset=phy))
+            return
+        hashes = self.hashes.index_hashes(record, record.properties)
+        if key_hash not in hashes:
+            self.add(_finding("IDX_HASH_MISMATCH", info.rel, pos,
+                              f"entry {number} hash {key_hash} matches no key of the record at "
+                              f"{phy}", commitlog_offset=phy, topic=record.topic))
+
+    def queue_index(self, record: MessageRecord, props) -> None:
+        """Index checks wait for a batch: the key hashes of many records are computed at once."""
+        self.pending.append((record, props))
+        if len(self.pending) >= _INDEX_BATCH:
+            self.flush_index()
+
+    def flush_index(self) -> None:
+        batch, self.pending = self.pending, []
+        for (record, _), expected in zip(batch, self.hashes.index_hashes_batch(batch)):
+            self.merge_index(record, expected)
+
+    def merge_index(self, record: MessageRecord, expected: dict[int, str]) -> None:
+        offset = record.offset
+        found = set()
+        for info, cursor in self.index_cursors:
+            while cursor.head_key < offset:
+                self._leftover_entry(info, cursor.index, cursor.head)
+                cursor.advance()
+            while cursor.head_key == offset:
+                entry = cursor.head
+                found.add(entry[0])
+                if entry[0] not in expected:
+                    self.add(_finding("IDX_HASH_MISMATCH", info.rel,
+                                      self._entry_pos(info, cursor.index),
+                                      f"entry {cursor.index} hash {entry[0]} matches no key of the "
+                                      f"record at {offset}", commitlog_offset=offset,
+                                      topic=record.topic))
+                cursor.advance()
+        covering = None
+        for info in self.covering:
+            if info.min_phy <= offset <= info.max_phy:
+                covering = info
+        if covering is None:
+            return
+        for lo, hi in self.ctx.index_blind:
+            if lo <= offset <= hi:
+                return
+        for key_hash, key in expected.items():
+            if key_hash not in found:
+                slot = key_hash % covering.slots
+                self.add(_finding("IDX_MISSING_KEY", covering.rel, idx_fmt.slot_position(slot),
+                                  f"key {key!r} of the record at {offset} has no entry in its slot "
+                                  f"chain (slot {slot})", commitlog_offset=offset,
+                                  topic=record.topic, details={"key": key}))
+
+    def finish_index(self) -> None:
+        for info, cursor in self.index_cursors:
+            while cursor.head is not None:
+                self._leftover_entry(info, cursor.index, cursor.head)
+                cursor.advance()
+
+    # -- the scan
+    def run(self) -> _SegmentResult:
+        ctx, seg, result = self.ctx, self.segment, self.result
+        judge = FileJudge(seg, ctx.rules)
+        feed = judge.feed
+        self.index_cursors = self._index_cursors()
+        end = seg.base_offset + seg.length
+        self.covering = [i for i in ctx.indexes if i.max_phy >= seg.base_offset and i.min_phy < end]
+        has_index = bool(self.index_cursors or self.covering)
+        spans = result.spans
+        newest = None
+        try:
+            for event in scan_segment(seg, check_crc=ctx.check_crc, resync=True,
+                                      progress=self.progress):
+                feed(event)
+                kind = type(event)
+                if kind is MessageRecord:
+                    result.messages += 1
+                    offset = event.offset
+                    live = not judge.stopped
+                    if event.body_crc_ok is False:
+                        self.cl("CL_CRC_MISMATCH", offset,
+                                f"body CRC {event.body_crc} does not match the {event.body_length}-byte "
+                                f"body of the record at {offset}", topic=event.topic,
+                                queue_id=event.queue_id, queue_offset=event.queue_offset)
+                    if event.prop_crc_ok is False:
+                        self.cl("CL_PROP_CRC_MISMATCH", offset,
+                                f"property CRC does not match the record at {offset}",
+                                topic=event.topic, queue_id=event.queue_id,
+                                queue_offset=event.queue_offset)
+                    if event.physical_offset != offset:
+                        self.cl("CL_OFFSET_MISMATCH", offset,
+                                f"PHYSICALOFFSET field says {event.physical_offset} but the record "
+                                f"is at {offset}; a re-dispatch would point its ConsumeQueue unit "
+                                f"and index entries there", topic=event.topic,
+                                queue_id=event.queue_id)
+                    ts = event.store_timestamp
+                    if newest is None or ts > newest:
+                        newest = ts
+                    props = None
+                    tx = event.sys_flag & _TX_MASK
+                    if tx == _NOT or tx == _COMMIT:
+                        key = (event.topic, event.queue_id)
+                        if key not in ctx.unchecked_queues:
+                            props = event.properties
+                            if self.merge_cq(event, key, props, live):
+                                if live:
+                                    result.matched_before_stop += 1
+                                else:
+                                    result.matched_after_stop += 1
+                        if live:
+                            self._queue_offset(event, key, props, spans)
+                    if has_index:
+                        self.queue_index(event, props)
+                elif kind is CorruptRegion:
+                    self.cl(event.code, event.offset, f"{event.detail} ({event.length} bytes "
+                            f"until the next plausible record)",
+                            details={"length": event.length, "declared_size": event.total_size})
+            self.finish_cq()
+            self.flush_index()
+            self.finish_index()
+        finally:
+            self.fds.close()
+        result.verdict = judge.verdict
+        result.newest_timestamp = newest
+        result.bytes = seg.length
+        return result
+
+    def _queue_offset(self, record: MessageRecord, key, props, spans) -> None:
+        qoff = record.queue_offset
+        step = 1
+        if record.sys_flag & _INNER_BATCH:
+            if props is None:
+                props = record.properties
+            try:
+                step = max(1, int(props.get("INNER_NUM", "1")))
+            except ValueError:
+                step = 1
+        span = spans.get(key)
+        if span is None:
+            spans[key] = [qoff, record.offset, qoff + step, record.offset]
+            return
+        expected = span[2]
+        if qoff != expected:
+            what = "repeats" if qoff < expected else "skips"
+            self.cl("CQ_QUEUE_GAP", record.offset,
+                    f"{record.topic!r} queue {record.queue_id}: queue offset {qoff} {what} "
+                    f"(expected {expected} after the record at {span[3]})",
+                    topic=record.topic, queue_id=record.queue_id, queue_offset=qoff,
+                    details={"expected": expected})
+        span[2] = qoff + step
+        span[3] = record.offset
+
+
+# --- structure checks (numpy over whole files) ------------------------------------------------------
+
+class _Sink:
+    def __init__(self):
+        self.findings: list[Finding] = []
+        self.extra = collections.Counter()   # (code, severity) of findings beyond the listing cap
+
+    def add(self, finding: Finding) -> None:
+        self.findings.append(finding)
+
+    def add_suppressed(self, code: str, count: int) -> None:
+        self.extra[(code, CODES[code][0])] += count
+
+
+def _segment_ranges(segments: list[Segment]) -> tuple[np.ndarray, np.ndarray]:
+    starts = np.array([s.base_offset for s in segments], dtype=np.int64)
+    ends = np.array([s.base_offset + s.length for s in segments], dtype=np.int64)
+    return starts, ends
+
+
+def _inside_segments(offsets: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    if len(starts) == 0:
+        return np.zeros(len(offsets), dtype=bool)
+    i = np.searchsorted(starts, offsets, side="right") - 1
+    ok = i >= 0
+    i = np.clip(i, 0, len(starts) - 1)
+    return ok & (offsets < ends[i])
+
+
+def _check_queue_structure(store: Store, queue, starts, ends, min_offset: int, sink: _Sink,
+                           deferred: list) -> _QueueInfo | None:
+    """Unit validity, order and reach of one queue; returns what a worker needs to merge it, or
+    None when the queue cannot be merged (then its units are checked one by one)."""
+    unit_size = cq_fmt.CQ_STORE_UNIT_SIZE
+    upf = store.cq_units_per_file
+    files, rels = [], []
+    regular = True
+    first_valid = valid_end = None
+    min_off = max_off = None
+    previous_last = None
+    expected_base = None
+    for k, seg in enumerate(queue.segments):
+        rel = store.relative(seg.path)
+        last_file = k == len(queue.segments) - 1
+        if seg.length % unit_size or seg.length != upf * unit_size:
+            sink.add(_finding("CQ_FILE_SIZE", rel, seg.length - seg.length % unit_size,
+                              f"{seg.length} bytes, expected {upf * unit_size} ({upf} units); the "
+                              f"broker refuses to load it", topic=queue.topic,
+                              queue_id=queue.queue_id))
+        if seg.base_offset % unit_size:
+            sink.add(_finding("CQ_FILE_SIZE", rel, 0,
+                              f"file name {seg.name} is not a multiple of the {unit_size}-byte unit",
+                              topic=queue.topic, queue_id=queue.queue_id))
+        base = seg.base_offset // unit_size
+        if expected_base is not None and base != expected_base:
+            sink.add(_finding("CQ_FILE_SIZE", rel, 0,
+                              f"files are not contiguous: {base - expected_base} units missing "
+                              f"before this file", topic=queue.topic, queue_id=queue.queue_id))
+            regular = False
+        units = read_cq_units(seg.path)
+        expected_base = base + max(len(units), upf)
+        files.append(_ItemFile(str(seg.path), 0, base, len(units)))
+        rels.append(rel)
+        if len(units) == 0:
+            continue
+        offs, sizes, tags = units["commitlog_offset"], units["size"], units["tags_code"]
+        valid = (offs >= 0) & (sizes > 0)
+        pre_blank = (offs == 0) & (sizes == cq_fmt.PRE_BLANK_SIZE) & (tags == 0)
+        n = len(units)
+        valid_idx = np.flatnonzero(valid)
+        if len(valid_idx) == 0:
+            last_valid = -1
+        else:
+            last_valid = int(valid_idx[-1])
+        # pre-blank units are legitimate only as the first units of the queue
+        lead = 0
+        if first_valid is None:
+            while lead < n and pre_blank[lead]:
+                lead += 1
+        real = valid & ~pre_blank
+        real[:lead] = False
+        limit = n if not last_file else last_valid + 1
+        holes = np.flatnonzero(~valid[lead:limit]) + lead
+        stray_pre = np.flatnonzero(pre_blank[lead:limit]) + lead
+        for i in list(holes[:20]) + list(stray_pre[:20]):
+            sink.add(_finding("CQ_DANGLING", rel, int(i) * unit_size,
+                              f"unit {base + int(i)} is ({int(offs[i])}, {int(sizes[i])}): not a "
+                              f"valid unit inside the queue; ConsumeQueue.recover stops here",
+                              topic=queue.topic, queue_id=queue.queue_id,
+                              queue_offset=base + int(i)))
+        if len(holes) or len(stray_pre):
+            regular = False
+            hidden = max(0, len(holes) - 20) + max(0, len(stray_pre) - 20)
+            if hidden:
+                sink.add_suppressed("CQ_DANGLING", hidden)
+        idx = np.flatnonzero(real)
+        if len(idx) == 0:
+            continue
+        if first_valid is None:
+            first_valid = base + int(idx[0])
+        valid_end = base + int(idx[-1]) + 1
+        o = offs[idx]
+        if previous_last is not None and o[0] < previous_last:
+            regular = False
+            sink.add(_finding("CQ_MISMATCH", rel, int(idx[0]) * unit_size,
+                              f"unit {base + int(idx[0])} points at {int(o[0])}, before the "
+                              f"previous unit ({previous_last}): units out of CommitLog order",
+                              topic=queue.topic, queue_id=queue.queue_id))
+        back = np.flatnonzero(np.diff(o) < 0)
+        if len(back):
+            regular = False
+            i = int(idx[int(back[0]) + 1])
+            sink.add(_finding("CQ_MISMATCH", rel, i * unit_size,
+                              f"unit {base + i} points at {int(offs[i])}, before the previous "
+                              f"unit: units out of CommitLog order", topic=queue.topic,
+                              queue_id=queue.queue_id))
+        previous_last = int(o[-1])
+        live = o >= min_offset
+        if live.any():
+            lo, hi = int(o[live].min()), int(o[live].max())
+            min_off = lo if min_off is None else min(min_off, lo)
+            max_off = hi if max_off is None else max(max_off, hi)
+        outside = live & ~_inside_segments(o, starts, ends)
+        for j in np.flatnonzero(outside)[:50]:
+            i = int(idx[j])
+            deferred.append(_finding("CQ_DANGLING", rel, i * unit_size,
+                                     f"unit {base + i} points at CommitLog offset {int(offs[i])}, "
+                                     f"past the CommitLog data" if len(ends) and offs[i] >= ends[-1]
+                                     else f"unit {base + i} points at CommitLog offset "
+                                          f"{int(offs[i])}, where no CommitLog file is",
+                                     commitlog_offset=int(offs[i]), topic=queue.topic,
+                                     queue_id=queue.queue_id, queue_offset=base + i))
+        extra = int(outside.sum()) - min(50, int(outside.sum()))
+        if extra > 0:
+            sink.add_suppressed("CQ_DANGLING", extra)
+    if first_valid is None:
+        return None
+    info = _QueueInfo(queue.topic, queue.queue_id, tuple(files), tuple(rels), first_valid,
+                      valid_end, min_off if min_off is not None else 0,
+                      max_off if max_off is not None else -1)
+    return info if regular else _Irregular(info)
+
+
+class _Irregular:
+    """A queue whose units cannot be merged with the scan (holes, out of order)."""
+
+    def __init__(self, info: _QueueInfo):
+        self.info = info
+
+
+def _check_irregular_queue(store: Store, info: _QueueInfo, min_offset: int, sink: _Sink,
+                           limit: int = 10_000) -> None:
+    """Units of a queue that cannot be merged, checked one record read each."""
+    checked = 0
+    for f, rel in zip(info.files, info.rels):
+        units = read_cq_units(f.path)
+        for i, (offset, size, tags) in enumerate(units.tolist()):
+            if offset < min_offset or size <= 0 or cq_fmt.is_pre_blank(offset, size, tags):
+                continue
+            if checked >= limit:
+                return
+            checked += 1
+            unit = f.first + i
+            extra = dict(commitlog_offset=offset, topic=info.topic, queue_id=info.queue_id,
+                         queue_offset=unit)
+            try:
+                record = message_at(store.commitlog, offset, check_crc=False)
+            except ParseError as err:
+                sink.add(_finding("CQ_DANGLING", rel, i * cq_fmt.CQ_STORE_UNIT_SIZE,
+                                  f"unit {unit} points at CommitLog offset {offset}, where no "
+                                  f"record starts ({err.detail})", **extra))
+                continue
+            problems = []
+            if (record.topic, record.queue_id) != (info.topic, info.queue_id):
+                problems.append(f"the record belongs to {record.topic!r} queue {record.queue_id}")
+            if size != record.total_size:
+                problems.append(f"size {size} but the record is {record.total_size} bytes")
+            if record.queue_offset != unit:
+                problems.append(f"the record's queue offset is {record.queue_offset}")
+            if problems:
+                sink.add(_finding("CQ_MISMATCH", rel, i * cq_fmt.CQ_STORE_UNIT_SIZE,
+                                  f"unit {unit}: " + "; ".join(problems), **extra))
+
+
+_INDEX_CHUNK = 1 << 18          # entries read at a time (5 MiB)
+_MAX_LISTED_INDEX = 50
+
+
+def _walk_chains(slot_values: np.ndarray, hashes: np.ndarray, prev: np.ndarray, td: np.ndarray,
+                 count: int, slots: int) -> np.ndarray:
+    """Entry numbers a lookup of their own hash cannot reach, walking every slot chain as
+    IndexFile.selectPhyOffset does (it stops on timeDiff < 0, and on a prev_index <= 0, past
+    indexCount or equal to the current entry)."""
+    n = len(hashes)
+    reach = np.zeros(n, dtype=bool)
+    # array('i') indexing is fast and costs 4 bytes an entry (a list would cost ~36)
+    hash_at = array.array("i", hashes.astype(np.int32).tobytes())
+    prev_at = array.array("i", prev.astype(np.int32).tobytes())
+    td_at = array.array("i", td.astype(np.int32).tobytes())
+    for slot in np.flatnonzero(slot_values > 0).tolist():
+        nxt = int(slot_values[slot])
+        if nxt > count:
+            continue
+        seen = set()
+        while 0 < nxt < n and nxt not in seen:
+            seen.add(nxt)
+            if td_at[nxt] < 0:
+                break
+            if hash_at[nxt] >= 0 and hash_at[nxt] % slots == slot:
+                reach[nxt] = True
+            p = prev_at[nxt]
+            if p <= 0 or p > count or p == nxt:
+                break
+            nxt = p
+    reach[0] = True
+    return np.flatnonzero(~reach)
+
+
+def _read_entries(fd: int, start: int, lo: int, hi: int) -> np.ndarray:
+    raw = os.pread(fd, (hi - lo) * idx_fmt.INDEX_ENTRY_SIZE, start + lo * idx_fmt.INDEX_ENTRY_SIZE)
+    return np.frombuffer(raw, INDEX_ENTRY_DTYPE, len(raw) // idx_fmt.INDEX_ENTRY_SIZE)
+
+
+def _check_index_structure(store: Store, info, starts, ends, min_offset: int, sink: _Sink,
+                           deferred: list, blind: list) -> _IndexInfo | None:
+    """Header, slots and entries of one IndexFile, read in chunks (memory: a bitmap and the hash
+    column, 5 bytes an entry, not the 420 MB file)."""
+    slots, entries = store.index_slots, store.index_entries
+    rel = store.relative(info.path)
+    expected_size = idx_fmt.index_file_size(slots, entries)
+    if info.length != expected_size:
+        sink.add(_finding("IDX_HEADER", rel, 0,
+                          f"{info.length} bytes, expected {expected_size} for {slots} slots and "
+                          f"{entries} entries"))
+    with open(info.path, "rb") as fh:
+        fd = fh.fileno()
+        raw = os.pread(fd, idx_fmt.INDEX_HEADER_SIZE, 0)
+        if len(raw) < idx_fmt.INDEX_HEADER_SIZE:
+            return None
+        header = np.frombuffer(raw, INDEX_HEADER_DTYPE, 1)[0]
+        n_slots = max(0, min(slots, (info.length - idx_fmt.INDEX_HEADER_SIZE) // 4))
+        slot_values = np.frombuffer(os.pread(fd, 4 * n_slots, idx_fmt.INDEX_HEADER_SIZE),
+                                    ">i4").astype(np.int32)
+        count = int(header["index_count"])
+        entries_start = idx_fmt.entry_position(slots, 0)
+        available = max(0, (info.length - entries_start) // idx_fmt.INDEX_ENTRY_SIZE)
+        n = max(0, min(count, entries, available))
+        if count < 1 or count > entries:
+            sink.add(_finding("IDX_HEADER", rel, 36, f"indexCount {count} is outside 1..{entries}"))
+        nonzero = int((slot_values != 0).sum())
+        hsc = int(header["hash_slot_count"])
+        if hsc != nonzero:
+            sink.add(_finding("IDX_HEADER", rel, 32,
+                              f"hashSlotCount {hsc} but {nonzero} slots are in use",
+                              severity=WARNING if hsc <= slots else ERROR))
+        bad_slots = np.flatnonzero((slot_values < 0) | (slot_values >= max(count, 1))
+                                   & (slot_values != 0))
+        for s in bad_slots[:_MAX_LISTED_INDEX].tolist():
+            sink.add(_finding("IDX_DANGLING", rel, idx_fmt.slot_position(s),
+                              f"slot {s} holds {int(slot_values[s])}, past indexCount {count}"))
+
+        def entry_pos(number: int) -> int:
+            return entries_start + idx_fmt.INDEX_ENTRY_SIZE * number
+
+        hashes = np.zeros(n, dtype=np.int32)
+        referenced = np.zeros(n, dtype=bool)
+        regular_chains = True
+        first_phy = last_phy = previous_phy = None
+        in_order = True
+        live_lo = live_hi = inside_lo = inside_hi = None
+        listed = collections.Counter()
+        outside_total = 0
+        for lo in range(0, n, _INDEX_CHUNK):
+            hi = min(n, lo + _INDEX_CHUNK)
+            chunk = _read_entries(fd, entries_start, lo, hi)
+            numbers = np.arange(lo, lo + len(chunk))
+            h = chunk["key_hash"].astype(np.int32)
+            hashes[lo:lo + len(chunk)] = h
+            prev = chunk["prev_index"].astype(np.int64)
+            td = chunk["time_diff"]
+            real = numbers >= 1
+            bad_prev = real & ((prev < 0) | (prev > count) | ((prev >= numbers) & (prev != 0)))
+            for i in np.flatnonzero(bad_prev).tolist():
+                if listed["prev"] < _MAX_LISTED_INDEX:
+                    listed["prev"] += 1
+                    sink.add(_finding("IDX_DANGLING", rel, entry_pos(lo + i),
+                                      f"entry {lo + i} has prev_index {int(prev[i])}: "
+                                      + ("the chain loops" if 0 < prev[i] <= count
+                                         else "past indexCount")))
+            for i in np.flatnonzero(real & (td < 0)).tolist():
+                if listed["td"] < _MAX_LISTED_INDEX:
+                    listed["td"] += 1
+                    sink.add(_finding("IDX_DANGLING", rel, entry_pos(lo + i),
+                                      f"entry {lo + i} has a negative timeDiff {int(td[i])}: "
+                                      f"lookups stop there"))
+            # Every entry referenced exactly once (by its slot or one later entry of the same
+            # slot), links going strictly backwards, no negative timeDiff: then each chain is a
+            # path from its slot's head and every entry is found by its own hash.
+            has_prev = real & (prev > 0)
+            backwards = has_prev & (prev < numbers)
+            if regular_chains:
+                targets = prev[backwards]
+                if (bad_prev.any() or np.any(has_prev & ~backwards) or np.any(td[real] < 0)
+                        or np.any(h[real] < 0)
+                        or np.any(hashes[targets] % slots != h[backwards] % slots)
+                        or len(np.unique(targets)) != len(targets) or referenced[targets].any()):
+                    regular_chains = False
+                else:
+                    referenced[targets] = True
+            phys = chunk["phy_offset"][real].astype(np.int64)
+            if len(phys) == 0:
+                continue
+            if first_phy is None:
+                first_phy = int(phys[0])
+            last_phy = int(phys[-1])
+            if (previous_phy is not None and phys[0] < previous_phy) or np.any(np.diff(phys) < 0):
+                in_order = False
+            previous_phy = last_phy
+            live = phys >= min_offset
+            outside = (phys < 0) | (live & ~_inside_segments(phys, starts, ends))
+            first_number = lo + int(np.argmax(real))
+            for j in np.flatnonzero(outside).tolist():
+                outside_total += 1
+                if outside_total <= _MAX_LISTED_INDEX:
+                    deferred.append(_finding(
+                        "IDX_DANGLING", rel, entry_pos(first_number + j),
+                        f"entry {first_number + j} points at CommitLog offset {int(phys[j])}, "
+                        f"where no CommitLog file is", commitlog_offset=int(phys[j])))
+            if live.any():
+                lo_live, hi_live = int(phys[live].min()), int(phys[live].max())
+                live_lo = lo_live if live_lo is None else min(live_lo, lo_live)
+                live_hi = hi_live if live_hi is None else max(live_hi, hi_live)
+            good = phys[live & ~outside]
+            if len(good):
+                inside_lo = int(good.min()) if inside_lo is None else min(inside_lo, int(good.min()))
+                inside_hi = int(good.max()) if inside_hi is None else max(inside_hi, int(good.max()))
+        if outside_total > _MAX_LISTED_INDEX:
+            sink.add_suppressed("IDX_DANGLING", outside_total - _MAX_LISTED_INDEX)
+
+        if n > 1:
+            head_slots = np.flatnonzero((slot_values > 0) & (slot_values < n))
+            heads = slot_values[head_slots]
+            if regular_chains and (len(np.unique(heads)) != len(heads) or referenced[heads].any()
+                                   or np.any(hashes[heads] % slots != head_slots)):
+                regular_chains = False
+            referenced[heads] = True
+            if regular_chains and not referenced[1:].all():
+                regular_chains = False
+            if not regular_chains:
+                _report_unreachable(fd, rel, entries_start, slot_values, hashes, n, count, slots,
+                                    sink)
+        del hashes, referenced
+
+        if first_phy is not None:
+            checks = ((16, "beginPhyOffset", int(header["begin_phy_offset"]), first_phy, WARNING),
+                      (24, "endPhyOffset", int(header["end_phy_offset"]), last_phy, ERROR))
+            for pos, name, value, actual, severity in checks:
+                if value != actual:
+                    sink.add(_finding("IDX_HEADER", rel, pos,
+                                      f"{name} {value} but the {'first' if pos == 16 else 'last'} "
+                                      f"entry points at {actual}", severity=severity))
+            for pos, name, value, phy in ((0, "beginTimestamp", int(header["begin_timestamp"]),
+                                           first_phy),
+                                          (8, "endTimestamp", int(header["end_timestamp"]),
+                                           last_phy)):
+                try:
+                    record = message_at(store.commitlog, phy, check_crc=False)
+                except ParseError:
+                    continue
+                if record.store_timestamp != value:
+                    sink.add(_finding("IDX_HEADER", rel, pos,
+                                      f"{name} {value} but the record at {phy} was stored at "
+                                      f"{record.store_timestamp}"))
+        if live_lo is None:
+            return None
+        if not in_order:
+            # not in CommitLog order: cannot be merged with the scan; check entries one by one,
+            # and do not look for the keys of the records it covers (its entries are not pulled)
+            _check_index_entries_slowly(store, rel, _read_entries(fd, entries_start, 0,
+                                                                  min(n, 10_001)),
+                                        entries_start, sink)
+            if inside_lo is not None:
+                blind.append((inside_lo, inside_hi))
+            return None
+    return _IndexInfo(info.name, rel, str(info.path), slots, entries_start, n, live_lo, last_phy)
+
+
+def _report_unreachable(fd: int, rel: str, entries_start: int, slot_values, hashes, n: int,
+                        count: int, slots: int, sink: _Sink) -> None:
+    if n > _MAX_CHAIN_WALK_ENTRIES:
+        sink.add(_finding("IDX_MISSING_KEY", rel, entries_start,
+                          f"the hash chains are irregular; {n} entries are too many to walk "
+                          f"one by one, so unreachable entries are not listed", severity=WARNING))
+        return
+    prev = np.zeros(n, dtype=np.int32)
+    td = np.zeros(n, dtype=np.int32)
+    for lo in range(0, n, _INDEX_CHUNK):
+        chunk = _read_entries(fd, entries_start, lo, min(n, lo + _INDEX_CHUNK))
+        prev[lo:lo + len(chunk)] = chunk["prev_index"]
+        td[lo:lo + len(chunk)] = chunk["time_diff"]
+    unreachable = _walk_chains(slot_values, hashes, prev, td, count, slots)
+    for i in unreachable[:200].tolist():
+        entry = _read_entries(fd, entries_start, i, i + 1)[0]
+        sink.add(_finding("IDX_MISSING_KEY", rel, entries_start + idx_fmt.INDEX_ENTRY_SIZE * i,
+                          f"entry {i} (hash {int(entry['key_hash'])}, offset "
+                          f"{int(entry['phy_offset'])}) cannot be reached from slot "
+                          f"{int(entry['key_hash']) % slots}",
+                          commitlog_offset=int(entry["phy_offset"])))
+    if len(unreachable) > 200:
+        sink.add_suppressed("IDX_MISSING_KEY", len(unreachable) - 200)
+
+
+def _check_index_entries_slowly(store: Store, rel: str, table, entries_start: int, sink: _Sink,
+                                limit: int = 10_000) -> None:
+    hashes = _KeyHashes()
+    for i, (key_hash, phy, _, _) in enumerate(table.tolist()[1:limit + 1], start=1):
+        try:
+            record = message_at(store.commitlog, phy, check_crc=False)
+        except ParseError as err:
+            if store.commitlog.segment_for(phy) is not None:
+                sink.add(_finding("IDX_DANGLING", rel, entries_start + 20 * i,
+                                  f"entry {i} points at {phy}, where no record starts "
+                                  f"({err.detail})", commitlog_offset=phy))
+            continue
+        if key_hash not in hashes.index_hashes(record, record.properties):
+            sink.add(_finding("IDX_HASH_MISMATCH", rel, entries_start + 20 * i,
+                              f"entry {i} hash {key_hash} matches no key of the record at {phy}",
+                              commitlog_offset=phy, topic=record.topic))
+
+
+# --- the whole store -----------------------------------------------------------------------------
+
+def store_geometry(store: Store) -> dict:
+    return {
+        "commitlog_file_size": store.commitlog.file_size,
+        "commitlog_files": len(store.commitlog.segments),
+        "commitlog_min_offset": store.commitlog.min_offset,
+        "cq_units_per_file": store.cq_units_per_file,
+        "consume_queues": len(store.consume_queues),
+        "cq_files": sum(len(q.segments) for q in store.consume_queues),
+        "index_slots": store.index_slots,
+        "index_entries": store.index_entries,
+        "index_files": len(store.index_files),
+    }
+
+
+def _layout_findings(store: Store, sink: _Sink, version: str) -> None:
+    commitlog = store.commitlog
+    size = commitlog.file_size
+    segments = commitlog.segments
+    for i, seg in enumerate(segments):
+        rel = f"commitlog/{seg.name}"
+        if seg.length != size:
+            last_empty = i == len(segments) - 1 and seg.length == 0
+            sink.add(_finding("CL_FILE_SIZE", rel, 0,
+                              f"{seg.length} bytes, but the store's files are {size} bytes"
+                              + ("; 5.1.3+ deletes an empty last file on load" if last_empty
+                                 and version != "4.9" else "; the broker refuses to load the store"),
+                              severity=WARNING if last_empty and version != "4.9" else ERROR))
+        if i:
+            prev = segments[i - 1]
+            if seg.base_offset != prev.base_offset + size:
+                delta = seg.base_offset - (prev.base_offset + size)
+                sink.add(_finding("CL_GAP", rel, 0,
+                                  f"starts at {seg.base_offset}, but the previous file ends at "
+                                  f"{prev.base_offset + size}: "
+                                  + (f"{delta} bytes missing" if delta > 0 else
+                                     f"overlaps by {-delta} bytes"),
+                                  commitlog_offset=seg.base_offset))
+    strays = [*commitlog.stray_files, *store.index_stray]
+    strays += [p for q in store.consume_queues for p in q.stray_files]
+    for path in strays:
+        sink.add(_finding("CL_STRAY_FILE", store.relative(path), 0,
+                          "not named as the broker names its files; the broker ignores it "
+                          "(or fails on it)"))
+    try:
+        ckpt = store.read_checkpoint()
+    except ParseError as err:
+        sink.add(_finding("CKPT_MISSING", "checkpoint", 0, f"unreadable: {err.detail}",
+                          severity=ERROR))
+    else:
+        if ckpt is None and not store.is_bare_commitlog:
+            sink.add(_finding("CKPT_MISSING", "checkpoint", 0,
+                              "no checkpoint: the broker starts from a zeroed one, and an "
+                              "abnormal recovery from the first file"))
+    if store.abort_exists:
+        content = store.abort_content()
+        sink.add(_finding("ABORT_PRESENT", "abort", 0,
+                          "the abort file exists: the last shutdown was abnormal; the next start "
+                          "runs abnormal recovery" + (f" (PID {content})" if content else "")))
+    if store.lock_held():
+        sink.add(_finding("LOCK_HELD", "lock", 0,
+                          "a live process holds the lock file: a broker is probably running on "
+                          "this store, which may change while it is read"))
+
+
+def _auto_workers(store: Store, workers: int | None) -> int:
+    # Serial unless asked: on the 2-vCPU machines this was measured on, two processes ran no
+    # faster than one (the vCPUs share a core), and each worker pays an interpreter start.
+    return max(1, workers) if workers is not None else 1
+
+
+def verify_store(store: Store, *, quick: bool = False, progress=None, broker_version: str = "auto",
+                 mode: str = "auto", force_verify_prop_crc: bool = False,
+                 message_index_safe: bool = False, workers: int | None = None) -> VerifyReport:
+    """Check everything in ``store``; see :data:`CODES` for what each finding means.
+
+    ``quick`` skips CRCs (records, and the prediction: it then assumes every CRC is good).
+    ``progress`` is a tqdm-like object advanced by CommitLog bytes."""
+    version = resolve_broker_version(store, broker_version)
+    sink = _Sink()
+    deferred: list[Finding] = []          # findings whose severity depends on the recovery plan
+    _layout_findings(store, sink, version)
+    commitlog = store.commitlog
+    segments = list(commitlog.segments)
+    starts, ends = _segment_ranges(segments)
+    min_offset = commitlog.min_offset
+
+    batch_keys = {(q.topic, q.queue_id) for q in store.batch_consume_queues}
+    queues, unchecked = {}, set(batch_keys)
+    irregular = []
+    for queue in store.consume_queues:
+        key = (queue.topic, queue.queue_id)
+        if queue.topic.startswith("%LMQ%"):
+            unchecked.add(key)  # LMQ units point at records of other topics by design
+            continue
+        info = _check_queue_structure(store, queue, starts, ends, min_offset, sink, deferred)
+        if isinstance(info, _Irregular):
+            irregular.append(info.info)
+            unchecked.add(key)
+        elif info is not None:
+            queues[key] = info
+    for info in irregular:
+        _check_irregular_queue(store, info, min_offset, sink)
+    indexes, blind = [], []
+    for info in store.index_files:
+        checked = _check_index_structure(store, info, starts, ends, min_offset, sink, deferred,
+                                         blind)
+        if checked is not None:
+            indexes.append(checked)
+
+    rules = BrokerRules(version, True, force_verify_prop_crc, crc_scanned=not quick)
+    ctx = _Context(str(commitlog.directory), commitlog.file_size, str(store.root), segments,
+                   not quick, rules, queues, unchecked, indexes, blind)
+    results = _run_segments(store, ctx, progress, workers)
+
+    verdicts = {r.verdict.base_offset: r.verdict for r in results}
+    plan = predict_recovery(store, mode=mode, broker_version=version, check_crc=True,
+                            message_index_safe=message_index_safe,
+                            force_verify_prop_crc=force_verify_prop_crc, file_verdicts=verdicts,
+                            crc_verified=not quick)
+    _merge_results(store, plan, results, sink, deferred)
+    return _report(store, sink, plan, results)
+
+
+def _run_segments(store: Store, ctx: _Context, progress, workers: int | None) -> list[_SegmentResult]:
+    n = len(ctx.segments)
+    count = _auto_workers(store, workers)
+    if count <= 1 or n <= 1:
+        return [_SegmentChecker(ctx, i, progress, store.commitlog).run() for i in range(n)]
+    results = []
+    with ProcessPoolExecutor(max_workers=count, initializer=_init_worker, initargs=(ctx,)) as pool:
+        for result in pool.map(_worker_check, range(n)):
+            if progress is not None:
+                progress.update(result.bytes)
+            results.append(result)
+    return results
+
+
+def _merge_results(store: Store, plan: RecoveryPlan, results: list[_SegmentResult], sink: _Sink,
+                   deferred: list[Finding]) -> None:
+    P = plan.process_offset
+    beyond_total = plan.messages_lost
+    stale = (beyond_total > 0 and plan.last_exit_ok and plan.cq_units_truncated == 0
+             and _matched_beyond(results, plan) == 0)
+    torn_tail = (not plan.last_exit_ok and beyond_total == 0)
+    deleted_index = {f"index/{name}" for name in plan.index_files_deleted}
+
+    # CommitLog and cross-checks from the scan
+    for r in results:
+        for f in r.findings:
+            cl_offset = f.commitlog_offset
+            beyond = cl_offset is not None and cl_offset >= P
+            if f.code.startswith("CL_") and beyond:
+                if stale:
+                    f.severity = INFO
+                    f.message += " (past the recovered end: stale data the broker ignores)"
+                elif torn_tail and f.code in ("CL_TRUNCATED", "CL_BAD_MAGIC", "CL_LENGTH_MISMATCH"):
+                    f.severity = WARNING
+                    f.message += " (a torn write at the end of a crashed store; recovery cuts it)"
+            elif f.code in ("CQ_QUEUE_GAP", "IDX_MISSING_KEY") and beyond:
+                continue
+            if f.code.startswith("IDX_") and f.file in deleted_index:
+                f.severity = WARNING
+                f.message += " (the broker deletes this index file on start and rebuilds it)"
+            sink.add(f)
+        for code, count in r.suppressed.items():
+            sink.add_suppressed(code, count)
+    for f in deferred:
+        if f.file in deleted_index:
+            f.severity = WARNING
+            f.message += " (the broker deletes this index file on start and rebuilds it)"
+        sink.add(f)
+
+    # queue offsets across files
+    last: dict = {}
+    for r in results:
+        for key, (first_qoff, first_offset, next_expected, last_offset) in r.spans.items():
+            if first_offset >= P:
+                continue
+            if key in last:
+                expected, previous_offset = last[key]
+                if first_qoff != expected:
+                    seg = store.commitlog.segment_for(first_offset)
+                    what = "repeats" if first_qoff < expected else "skips"
+                    sink.add(_finding("CQ_QUEUE_GAP", f"commitlog/{seg.name}" if seg else "commitlog",
+                                      first_offset - (seg.base_offset if seg else 0),
+                                      f"{key[0]!r} queue {key[1]}: queue offset {first_qoff} {what} "
+                                      f"(expected {expected} after the record at {previous_offset})",
+                                      commitlog_offset=first_offset, topic=key[0], queue_id=key[1],
+                                      queue_offset=first_qoff, details={"expected": expected}))
+            last[key] = (next_expected, last_offset)
+
+    # records without a ConsumeQueue unit
+    queue_ends = {(q.topic, q.queue_id): q.valid_end for q in plan.queue_recoveries}
+    queue_ends.update({(t.topic, t.queue_id): t.new_end for t in plan.cq_truncations})
+    for run in _joined_runs(results):
+        if run.first_offset >= P:
+            continue
+        end = queue_ends.get((run.topic, run.queue_id), 0)
+        tail = run.first_queue_offset >= end
+        rebuilt = (plan.redispatch_from is not None and run.first_offset >= plan.redispatch_from)
+        severity = WARNING if tail and rebuilt else ERROR
+        if run.count == 1:
+            what = (f"the record of {run.topic!r} queue {run.queue_id} at queue offset "
+                    f"{run.first_queue_offset} (CommitLog {run.first_offset}) has no "
+                    f"ConsumeQueue unit")
+        else:
+            what = (f"{run.count} records of {run.topic!r} queue {run.queue_id} (queue offsets "
+                    f"{run.first_queue_offset}..{run.last_queue_offset}, CommitLog "
+                    f"{run.first_offset}..{run.last_offset}) have no ConsumeQueue unit")
+        it = "it" if run.count == 1 else "them"
+        if severity == WARNING:
+            what += f"; the broker's recovery dispatches {it} again"
+        elif tail:
+            what += f"; recovery does not dispatch {it} again"
+        else:
+            what += "; the queue has later units, so the broker never fills the hole"
+        sink.add(_finding("CQ_MISSING", run.file, run.position, what, severity=severity,
+                          commitlog_offset=run.first_offset, topic=run.topic,
+                          queue_id=run.queue_id, queue_offset=run.first_queue_offset,
+                          count=run.count))
+
+    # what lies past the recovered end
+    if plan.stop_file is not None and (beyond_total or plan.cq_units_truncated or plan.bytes_dropped):
+        rel = f"commitlog/{plan.stop_file}"
+        if stale:
+            first = plan.first_lost_offset
+            seg = store.commitlog.segment_for(first) if first is not None else None
+            sink.add(_finding("CL_STALE_DATA", f"commitlog/{seg.name}" if seg else rel,
+                              first - seg.base_offset if seg else plan.stop_position,
+                              f"{beyond_total} plausible record{'s' if beyond_total != 1 else ''} "
+                              f"past the end of the written data ({P}), referenced by no "
+                              f"ConsumeQueue: left by an earlier truncation or overwritten "
+                              f"writes; the broker ignores them", commitlog_offset=first,
+                              count=beyond_total))
+        elif beyond_total or plan.cq_units_truncated:
+            parts = [f"{beyond_total} message{'s' if beyond_total != 1 else ''}",
+                     f"{plan.bytes_dropped} bytes"]
+            if plan.cq_units_truncated:
+                parts.append(f"{plan.cq_units_truncated} ConsumeQueue units")
+            if plan.commitlog_files_deleted:
+                parts.append(f"{len(plan.commitlog_files_deleted)} CommitLog file(s) deleted")
+            sink.add(_finding("RECOVERY_TRUNCATES", rel, plan.stop_position,
+                              f"{plan.mode} recovery stops at {P} ({plan.stop_reason}) and drops "
+                              + ", ".join(parts),
+                              commitlog_offset=P, count=beyond_total,
+                              details={"bytes": plan.bytes_dropped, "messages": beyond_total,
+                                       "cq_units": plan.cq_units_truncated,
+                                       "files_deleted": plan.commitlog_files_deleted,
+                                       "reason": plan.stop_reason}))
+
+    # checkpoint timestamps against the newest message on disk
+    ckpt = plan.checkpoint
+    newest = None
+    for r in results:
+        if r.newest_timestamp is not None:
+            newest = r.newest_timestamp if newest is None else max(newest, r.newest_timestamp)
+    if ckpt is not None and newest is not None:
+        for pos, name in ((0, "physic_msg_timestamp"), (8, "logics_msg_timestamp"),
+                          (16, "index_msg_timestamp")):
+            value = ckpt[name]
+            if value > newest:
+                sink.add(_finding("CKPT_AHEAD", "checkpoint", pos,
+                                  f"{name} {value} is {value - newest} ms after the newest stored "
+                                  f"message ({newest}); an abnormal recovery may start too late"))
+
+
+def _joined_runs(results: list[_SegmentResult]) -> list[_MissingRun]:
+    """Runs of records without a unit, joined across CommitLog files when a queue's run simply
+    continues (contiguous queue offsets) in the next file."""
+    joined: list[_MissingRun] = []
+    open_runs: dict = {}
+    for r in results:
+        for run in r.missing:
+            key = (run.topic, run.queue_id)
+            previous = open_runs.get(key)
+            if (previous is not None and previous.live == run.live
+                    and run.first_queue_offset == previous.last_queue_offset + 1
+                    and run.first_offset > previous.last_offset):
+                previous.last_offset = run.last_offset
+                previous.last_queue_offset = run.last_queue_offset
+                previous.count += run.count
+                continue
+            joined.append(run)
+            open_runs[key] = run
+    return joined
+
+
+def _matched_beyond(results: list[_SegmentResult], plan: RecoveryPlan) -> int:
+    """Records at or past processOffset that a ConsumeQueue unit references."""
+    if plan.stop_file is None:
+        return 0
+    stop_base = int(plan.stop_file)
+    total = 0
+    for r in results:
+        base = r.verdict.base_offset
+        if base == stop_base:
+            total += r.matched_after_stop
+        elif base > stop_base:
+            total += r.matched_after_stop + r.matched_before_stop
+    return total
+
+
+def _report(store: Store, sink: _Sink, plan: RecoveryPlan, results) -> VerifyReport:
+    findings = sorted(sink.findings, key=lambda f: (SEVERITY_ORDER[f.severity], f.code, f.file,
+                                                    f.offset))
+    listed: list[Finding] = []
+    per_code = collections.Counter()
+    by_code = collections.Counter()
+    severities = collections.Counter()
+    for f in findings:
+        by_code[f.code] += 1
+        severities[f.severity] += 1
+        per_code[f.code] += 1
+        if per_code[f.code] <= MAX_LISTED_PER_CODE:
+            listed.append(f)
+    for (code, severity), count in sink.extra.items():
+        by_code[code] += count
+        severities[severity] += count
+    listed.sort(key=lambda f: (f.file, f.offset, f.code))
+    summary = {
+        "errors": severities[ERROR],
+        "warnings": severities[WARNING],
+        "infos": severities[INFO],
+        "by_code": dict(sorted(by_code.items())),
+        "messages_scanned": sum(r.messages for r in results),
+        "commitlog_bytes": sum(r.bytes for r in results),
+        "listed": len(listed),
+    }
+    geometry = store_geometry(store)
+    geometry["broker_version"] = plan.broker_version
+    return VerifyReport(str(store.root), geometry, listed, summary, plan)
+
+
+# --- comparing with an expectation ------------------------------------------------------------------
+
+def finding_keys(document) -> set[tuple[str, str, int]]:
+    """(code, file, offset) of every finding in a ``--json`` document or a list of findings."""
+    items = document.get("findings") if isinstance(document, dict) else document
+    if not isinstance(items, list):
+        raise ValueError("expected a verify --json document or a list of findings")
+    keys = set()
+    for item in items:
+        if not isinstance(item, dict) or not {"code", "file", "offset"} <= item.keys():
+            raise ValueError("every finding needs code, file and offset")
+        keys.add((str(item["code"]), str(item["file"]), int(item["offset"])))
+    return keys
+
+
+def compare_findings(report: VerifyReport, expected_document) -> tuple[list, list]:
+    """(missing, unexpected): expected findings not found, and findings not expected."""
+    expected = finding_keys(expected_document)
+    actual = {f.key for f in report.findings}
+    return sorted(expected - actual), sorted(actual - expected)

@@ -1,0 +1,243 @@
+"""predict_recovery against what the real brokers did on every reference store.
+
+Expected values come from the brokers' own recover.json/dump.json/damage.json (or, for the
+stores damaged here, from dump.json positions), never from mqtool."""
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import struct
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURE_STORE, reference_dirs
+from mqtool.recovery import (VERSION_49, VERSION_532, detect_broker_version, predict_recovery)
+from mqtool.store import Store
+
+REFERENCE = reference_dirs()
+IDS = [("fixture:" if d == FIXTURE_STORE else "") + d.name for d in REFERENCE]
+CQ_UNIT = struct.Struct(">qiq")
+
+
+def _load(ref: Path, name: str):
+    path = ref / name
+    if not path.exists():
+        return None
+    opener = gzip.open if name.endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def _is_v5(ref: Path) -> bool:
+    return _load(ref, "geometry.json")["rocketmqVersion"].startswith("5")
+
+
+def _broker_options(ref: Path, recover: dict) -> dict:
+    """The configuration the broker recovered with (5.3.3 records it in storeConfig)."""
+    config = recover.get("storeConfig") or {}
+    return dict(broker_version=VERSION_532 if _is_v5(ref) else VERSION_49,
+                check_crc=recover.get("checkCRCOnRecover", True),
+                force_verify_prop_crc=config.get("forceVerifyPropCRC", False),
+                message_index_safe=config.get("messageIndexSafe", False))
+
+
+def _raw_valid_units(store_dir: Path) -> int:
+    """Units passing offset >= 0 and size > 0 in every ConsumeQueue file (read with struct)."""
+    total = 0
+    for path in (store_dir / "consumequeue").rglob("*"):
+        if not path.is_file():
+            continue
+        data = path.read_bytes()
+        for pos in range(0, len(data) - len(data) % 20, 20):
+            offset, size, _ = CQ_UNIT.unpack_from(data, pos)
+            if offset >= 0 and size > 0:
+                total += 1
+            else:
+                break
+    return total
+
+
+@pytest.mark.parametrize("ref", REFERENCE, ids=IDS)
+def test_prediction_equals_broker(ref):
+    recover = _load(ref, "recover.json.gz")
+    plan = predict_recovery(Store(ref / "store"), **_broker_options(ref, recover))
+    before, after = recover["before"], recover["after"]
+    assert plan.last_exit_ok is (not before["abortFileExists"])
+    assert plan.mode == ("normal" if plan.last_exit_ok else "abnormal")
+    assert plan.process_offset == recover["afterRecovery"]["maxPhyOffset"]
+    kept = [f["name"] for f in after["commitlogFiles"]]
+    assert plan.commitlog_files_kept == kept
+    assert plan.commitlog_files_deleted == [f["name"] for f in before["commitlogFiles"]
+                                            if f["name"] not in kept]
+    before_index, after_index = set(before["indexFiles"]), set(after["indexFiles"])
+    assert set(plan.index_files_deleted) == before_index - after_index
+    assert set(plan.index_files_kept) == before_index & after_index
+    if plan.last_exit_ok:
+        # nothing is dispatched again on these stores, so the queues afterwards are exactly
+        # what truncateDirtyLogicFiles left
+        after_units = sum(len(q["units"]) for topic in recover["consumeQueues"].values()
+                          for q in topic.values())
+        assert plan.cq_units_truncated == _raw_valid_units(ref / "store") - after_units
+    else:
+        assert plan.start_offset == 0  # "abnormal recovery re-dispatched from file 0"
+    if _is_v5(ref):
+        expected = recover["afterRecovery"]["checkpointInMemory"]["confirmPhyOffset"]
+        assert plan.confirm_offset == expected
+
+
+@pytest.mark.parametrize("ref", REFERENCE, ids=IDS)
+def test_broker_version_detected(ref):
+    expected = VERSION_532 if _is_v5(ref) else VERSION_49
+    assert detect_broker_version(Store(ref / "store"))[0] == expected
+
+
+DAMAGED = {"clean-small-damaged": 2_421_554, "v5-damaged": 4_232_040}
+
+
+@pytest.mark.parametrize("name", sorted(DAMAGED))
+def test_damaged_store_truncation(shared_stores, name):
+    ref = shared_stores / name
+    damage = _load(ref, "damage.json")
+    plan = predict_recovery(Store(ref / "store"), **_broker_options(ref, _load(ref, "recover.json.gz")))
+    assert plan.process_offset == DAMAGED[name] == damage["message"]["commitLogOffset"]
+    assert plan.stop_reason == "body-crc"
+    assert plan.first_lost_offset == DAMAGED[name]
+    # the damaged record itself and everything after it
+    assert plan.messages_lost == 1 + damage["messagesInFileAfterDamaged"] + damage["messagesInLaterFiles"]
+    assert plan.cut_file == damage["file"]
+    assert plan.stop_position == damage["message"]["commitLogOffset"] - int(damage["file"])
+
+
+def test_prop_crc_damage_only_seen_when_forced(shared_stores):
+    ref = shared_stores / "v5-propcrc-damaged"
+    damage = _load(ref, "damage.json")
+    store = Store(ref / "store")
+    forced = predict_recovery(store, broker_version=VERSION_532, force_verify_prop_crc=True)
+    assert forced.process_offset == 2_477_500 == damage["message"]["commitLogOffset"]
+    assert forced.stop_reason == "prop-crc"
+    assert forced.messages_lost == 1 + damage["messagesInFileAfterDamaged"]
+    default = predict_recovery(store, broker_version=VERSION_532)
+    clean = _load(shared_stores / "v5-propcrc-clean", "recover.json.gz")
+    assert default.process_offset == clean["afterRecovery"]["maxPhyOffset"]
+    assert default.messages_lost == 0
+
+
+@pytest.mark.parametrize("name", ["v5-clean", "v5-damaged", "v5-crash"])
+def test_normal_start_file_per_version(shared_stores, name):
+    ref = shared_stores / name
+    estimate = _load(ref, "recover.json.gz")["normalRecoveryStartEstimate"]
+    store = Store(ref / "store")
+    v532 = predict_recovery(store, mode="normal", broker_version=VERSION_532)
+    assert v532.start_file == estimate["normalRecoveryStartFile533"]
+    v49 = predict_recovery(store, mode="normal", broker_version=VERSION_49)
+    assert v49.start_file == estimate["rule498ThirdLastFile"]
+
+
+def test_49_rules_stop_at_first_v2_record(shared_stores):
+    ref = shared_stores / "v5-clean"
+    messages = _load(ref, "dump.json.gz")["messages"]
+    plan = predict_recovery(Store(ref / "store"), broker_version=VERSION_49)
+    start = int(plan.start_file)
+    first_v2 = min(m["commitLogOffset"] for m in messages
+                   if m["messageVersion"] == "V2" and m["commitLogOffset"] >= start)
+    assert plan.process_offset == first_v2
+    assert plan.stop_reason == "v2-magic"
+    assert plan.messages_lost == sum(1 for m in messages if m["commitLogOffset"] >= first_v2)
+
+
+# --- the fixture store, changed here ---------------------------------------------------------------
+
+def _fixture_messages():
+    return _load(FIXTURE_STORE, "dump.json.gz")["messages"]
+
+
+def _fixture_recover():
+    return _load(FIXTURE_STORE, "recover.json.gz")
+
+
+def test_zero_file_after_blank_is_kept(store_copy):
+    """A preallocated zero file survives when processOffset is its first byte: the previous file
+    ended with a blank, so the scan moves into the zero file and stops at its position 0."""
+    commitlog = store_copy / "commitlog"
+    last = commitlog / "00000000000002097152"
+    size = last.stat().st_size
+    last.unlink()
+    last.write_bytes(bytes(size))
+    plan = predict_recovery(Store(store_copy))
+    assert plan.process_offset == 2_097_152
+    assert plan.stop_reason == "unwritten"
+    assert plan.commitlog_files_deleted == []
+    assert plan.cut_file == "00000000000002097152"
+    assert plan.messages_lost == 0
+    assert plan.cq_truncate_called
+    dispatched = [m for m in _fixture_messages()
+                  if m["commitLogOffset"] >= 2_097_152 and m["sysFlag"] & 0xC in (0, 8)]
+    assert plan.cq_units_truncated == len(dispatched)
+
+
+def test_abnormal_start_and_index_deletion(store_copy):
+    (store_copy / "abort").write_bytes(b"")
+    recover = _fixture_recover()
+    checkpoint = recover["before"]["checkpoint"]
+    plan = predict_recovery(Store(store_copy))
+    assert plan.mode == "abnormal" and not plan.last_exit_ok
+    limit = min(checkpoint["physicMsgTimestamp"], checkpoint["logicsMsgTimestamp"]) - 3000
+    firsts = {m["file"]: m["storeTimestamp"] for m in reversed(_fixture_messages())
+              if m["filePos"] == 0}
+    matching = [name for name, ts in sorted(firsts.items()) if ts <= limit]
+    assert plan.start_file == (matching[-1] if matching else "00000000000000000000")
+    deleted = {name for name, header in recover["before"]["indexFiles"].items()
+               if header["endTimestamp"] > checkpoint["indexMsgTimestamp"]}
+    assert set(plan.index_files_deleted) == deleted and deleted
+    assert plan.process_offset == recover["afterRecovery"]["maxPhyOffset"]
+    assert plan.redispatch_from == int(plan.start_file)
+
+
+def test_abnormal_start_follows_checkpoint(store_copy):
+    """With a checkpoint later than every message, the newest file is the start file."""
+    (store_copy / "abort").write_bytes(b"")
+    newest = max(m["storeTimestamp"] for m in _fixture_messages())
+    page = bytearray((store_copy / "checkpoint").read_bytes())
+    for pos in (0, 8, 16):
+        page[pos:pos + 8] = struct.pack(">q", newest + 3_600_000)
+    (store_copy / "checkpoint").write_bytes(bytes(page))
+    plan = predict_recovery(Store(store_copy))
+    assert plan.start_file == "00000000000002097152"
+    assert plan.index_files_deleted == []
+    assert plan.process_offset == _fixture_recover()["afterRecovery"]["maxPhyOffset"]
+
+
+def test_damage_before_the_scanned_files_is_not_seen(tmp_path):
+    """4.9 normal recovery starts at the third-to-last file: with a fourth, zero file the first
+    file is not scanned and a CRC error there is not truncated (as the README says)."""
+    store_dir = tmp_path / "store"
+    shutil.copytree(FIXTURE_STORE / "store", store_dir)
+    (store_dir / "commitlog" / "00000000000003145728").write_bytes(bytes(1_048_576))
+    victim = next(m for m in _fixture_messages()
+                  if m["file"] == "00000000000000000000" and m["bodyLength"] > 10)
+    path = store_dir / "commitlog" / victim["file"]
+    data = bytearray(path.read_bytes())
+    # the body starts after the 84-byte fixed part plus the 4-byte body length (IPv4 hosts)
+    body = victim["filePos"] + 88
+    data[body] ^= 0xFF
+    path.write_bytes(bytes(data))
+    plan = predict_recovery(Store(store_dir))
+    assert plan.start_file == "00000000000001048576"
+    assert plan.process_offset == _fixture_recover()["afterRecovery"]["maxPhyOffset"]
+    assert plan.commitlog_files_deleted == ["00000000000003145728"]
+
+
+def test_plan_is_json(store_copy):
+    plan = predict_recovery(Store(store_copy))
+    document = json.loads(json.dumps(plan.to_dict()))
+    assert document["process_offset"] == plan.process_offset
+    assert document["broker_version"] == VERSION_49
+
+
+def test_bad_arguments(store_copy):
+    with pytest.raises(ValueError):
+        predict_recovery(Store(store_copy), mode="sideways")
+    with pytest.raises(ValueError):
+        predict_recovery(Store(store_copy), broker_version="3.0")
