@@ -57,32 +57,33 @@ def page_name(path) -> str:
     return "mqtool-" + "-".join(path) if path else "mqtool"
 
 
+def _context(cmd):
+    core = sys.modules[type(cmd).__mro__[1].__module__]
+    return core.Context(cmd) if hasattr(core, "Context") else None
+
+
 def option_lines(cmd) -> list[str]:
+    """One .TP entry per option, from the same help record ``--help`` renders."""
+    ctx = _context(cmd)
     out = []
     for param in cmd.params:
         if is_argument(param):
             continue
-        opts = list(param.opts) + list(param.secondary_opts)
-        if getattr(param, "is_flag", False):
-            metavar = ""
-        else:
-            metavar = " " + (param.metavar or param.type.name.upper())
-        out.append(".TP")
-        out.append("\\fB" + roff_escape(", ".join(opts)) + "\\fR" + roff_escape(metavar))
-        help_text = (param.help or "").strip()
-        default = param.default
-        if default not in (None, False, (), "") and not getattr(param, "is_flag", False) \
-                and not callable(default):
-            help_text += f" (default: {default})"
-        out.append(roff_escape(help_text))
-    out.append(".TP")
-    out.append("\\fB\\-h, \\-\\-help\\fR")
-    out.append("Show the help and exit.")
+        record = param.get_help_record(ctx)
+        if record is None:
+            continue
+        names, help_text = record
+        out += [".TP", "\\fB" + roff_escape(names) + "\\fR", roff_escape(help_text.strip())]
+    out += [".TP", "\\fB\\-h, \\-\\-help\\fR", "Show the help and exit."]
     return out
 
 
+def argument_name(param) -> str:
+    return (param.metavar or param.name).strip("{}").upper()
+
+
 def synopsis(path, cmd) -> str:
-    args = " ".join(f"\\fI{p.name.upper()}\\fR" + ("..." if p.nargs == -1 else "")
+    args = " ".join(f"\\fI{argument_name(p)}\\fR" + ("..." if p.nargs == -1 else "")
                     for p in cmd.params if is_argument(p))
     return f"\\fBmqtool {' '.join(path)}\\fR [\\fIOPTIONS\\fR] {args}".rstrip()
 
@@ -103,7 +104,7 @@ def render(path, cmd, prose: dict) -> str:
     if args:
         lines.append(".SH ARGUMENTS")
         for arg in args:
-            lines += [".TP", f"\\fI{arg.name.upper()}\\fR",
+            lines += [".TP", f"\\fI{argument_name(arg)}\\fR",
                       roff_escape(prose.get("arguments", {}).get(arg.name, getattr(arg, "help", "")
                                                                    or ""))]
     lines.append(".SH OPTIONS")

@@ -1,0 +1,219 @@
+"""Hand-written prose of the man pages; man/generate.py adds SYNOPSIS and OPTIONS from the code.
+
+Keys are command paths: () is mqtool(1) itself, ("dump",) is mqtool-dump(1)."""
+
+COMMON_EXIT = """\
+0 success: nothing wrong found, or the command did what was asked.
+
+1 errors found (verify), or a repair that had to drop data.
+
+2 bad usage, or input that cannot be read as a store or a store file (one line on stderr).
+
+3 refused: a live process (a running broker) holds the store's lock file."""
+
+SEE_ALSO_EXTRA = []
+
+_GEOMETRY = """\
+Geometry is inferred from the files: the CommitLog file size from the segments (stores with
+1 MiB or 64 MiB files exist; 1 GiB is only the broker's default), ConsumeQueue units per file
+from the queue files, IndexFile slots and entries from the index file size (assuming the
+broker's 1:4 ratio). The --commitlog-file-size, --cq-units, --index-slots and --index-entries
+options override what was inferred."""
+
+PAGES = {
+    (): {
+        "summary": "forensic and recovery toolkit for Apache RocketMQ broker stores",
+        "description": """\
+mqtool reads, verifies and repairs the on-disk store of an Apache RocketMQ broker (4.9.x and
+5.x, file-based CommitLog and ConsumeQueue): CommitLog segments, ConsumeQueue and
+BatchConsumeQueue files, IndexFiles, the checkpoint, abort and lock files and the config JSON.
+It needs no running broker.
+
+Read-only commands (info, dump, verify) never open a store file for writing and work on a
+read-only copy. Data goes to stdout (a table on a terminal, JSON with --json); messages,
+summaries and progress bars go to stderr.
+
+""" + _GEOMETRY,
+        "examples": [
+            ("One screen about a store:", "mqtool info /var/rocketmq/store"),
+            ("Is it damaged, and what would the broker drop on its next start?",
+             "mqtool verify /var/rocketmq/store"),
+            ("Every message of a topic as JSON lines:",
+             "mqtool dump --json --topic TopicTest /var/rocketmq/store"),
+        ],
+    },
+    ("info",): {
+        "summary": "summarise a RocketMQ store on one screen",
+        "description": """\
+Prints what a store holds: the inferred geometry; CommitLog files with their sizes, offset
+ranges, message counts and where each file's data ends (blank record, unwritten zeros or
+damage); message counts by transaction type; topics and queues with message counts and
+queue-offset ranges from the CommitLog beside the ConsumeQueue's own unit counts; IndexFile
+headers; the checkpoint's fields as UTC times and raw milliseconds (4.x: three timestamps, 5.x
+also masterFlushedOffset and confirmPhyOffset); whether an abort file says the last shutdown was
+abnormal; whether a live process holds the lock file; a summary of config/*.json (fastjson with
+unquoted integer keys; the .bak copy is used when the main file is empty or unreadable).
+
+The CommitLog is scanned without CRC checks (use verify for integrity).
+
+""" + _GEOMETRY,
+        "arguments": {"store": "A store root (the directory holding commitlog/, consumequeue/, "
+                               "index/, checkpoint) or a bare CommitLog directory."},
+        "output": """\
+With --json, one JSON document with the keys store, geometry, commitlog, consume_queues,
+topics, index_files, checkpoint, abort, lock and config. Offsets are CommitLog byte offsets,
+times are epoch milliseconds (the table also shows UTC).""",
+        "examples": [
+            ("Summary of the example store:", "mqtool info fixtures/rocketmq-4.9.8/clean-small/store"),
+            ("One row per queue, as JSON:", "mqtool info --queues --json STORE"),
+        ],
+    },
+    ("dump",): {
+        "summary": "print the records of a RocketMQ store or store file",
+        "description": """\
+Given a store root, prints the CommitLog's messages in offset order; given one file, prints
+what that file holds: a CommitLog segment (messages, the end-of-file blank record, the
+unwritten tail, corrupt regions), a ConsumeQueue or BatchConsumeQueue file (units with their
+queue offsets; pre-blank units and the end of valid units are marked), an IndexFile (header,
+used slots and entries; --follow-slot walks one slot's chain and stops at loops or pointers past
+indexCount), the checkpoint (fields with UTC times), abort, lock or a config file.
+
+Messages can be filtered by topic, queue, CommitLog offset range, store time range, a KEYS item
+or UNIQ_KEY. Compressed bodies (sysFlag 0x1) are decompressed: zlib always, LZ4 and ZSTD when the
+lz4 or zstandard package is installed; otherwise the stored bytes are shown and
+body_decompress_error says why.
+
+A record the broker would not accept (bad magic, lengths that do not add up, a record running
+past the file end) ends that file's scan, as it ends the broker's; the dump goes on with the
+next file. --resync instead continues at the next plausible record (magic, self-recorded offset
+equal to its position, consistent lengths, matching body CRC).""",
+        "arguments": {"path": "A store root or a single store file."},
+        "output": """\
+A table on a terminal; with --json one JSON object per line. Every object starts with
+record_type (commitlog/message, commitlog/blank, commitlog/unwritten, commitlog/corrupt,
+consumequeue/unit, batchconsumequeue/unit, index/header, index/slot, index/entry, checkpoint,
+abort, lock, config) and file.
+
+A commitlog/message object has file_offset, commitlog_offset (the real position),
+total_size, magic_code, magic_version (V1 or V2), body_crc, body_crc_ok, queue_id, flag,
+queue_offset, physical_offset (the self-recorded field), offset_ok, sys_flag, transaction,
+born_timestamp, born_host, store_timestamp, store_host, reconsume_times,
+prepared_transaction_offset, body_length, topic, properties, tags, keys, uniq_key, msg_id
+(offsetMsgId), prop_crc_ok, body, body_encoding, body_stored_length and, where they apply,
+body_compression, body_decompressed, body_decompress_error, body_truncated. Hosts are
+written as the broker's MessageDecoder prints them (IPv6 in brackets).""",
+        "examples": [
+            ("Messages of one queue in a time window:",
+             "mqtool dump --topic TopicTest --queue 1 --since 2026-11-21T10:00:00Z STORE"),
+            ("A ConsumeQueue file:", "mqtool dump STORE/consumequeue/TopicTest/0/00000000000000000000"),
+            ("Walk one hash slot of an IndexFile:",
+             "mqtool dump --follow-slot 17 STORE/index/20261122005125786"),
+            ("Bodies as stored (compressed), for checking body_crc:",
+             "mqtool dump --json --no-decompress --body base64 STORE"),
+        ],
+    },
+    ("fixture", "make"): {
+        "summary": "write a deterministic RocketMQ store for tests and benchmarks",
+        "description": """\
+Writes a complete store laid out as a broker lays it out: CommitLog segments named by offset
+with the end-of-file blank record, ConsumeQueues with the broker's dispatch rules, IndexFiles
+with roll-over, the checkpoint, lock and config/*.json in fastjson's format. Everything goes
+through mqtool's one store writer, which reproduces the 4.9.8 broker's bytes exactly.
+
+The message mix follows the reference stores: several topics and queues, tags (some
+non-ASCII, 10% none), KEYS with hot keys shared by many messages, UNIQ_KEY built like the
+client's, user properties, delay-level messages in SCHEDULE_TOPIC_XXXX, transaction records
+(PREPARED/COMMIT/ROLLBACK), zlib bodies, optional IPv6 hosts, V2 records and the property CRC
+for 5.x. --crash leaves what a JVM halt leaves. The same seed and options give byte-identical
+stores. The directory must be new or empty.""",
+        "arguments": {"directory": "Where to write the store (created if missing)."},
+        "output": "One JSON document summarising what was written (messages, files, offsets, "
+                  "topics and queues, checkpoint).",
+        "examples": [
+            ("A small store:", "mqtool fixture make /tmp/store --messages 2000 --seed 1"),
+            ("A crashed 5.x store with long topics and the property CRC:",
+             "mqtool fixture make /tmp/v5 -n 3000 --broker-version 5 --long-topic --prop-crc --crash"),
+        ],
+    },
+    ("fixture", "damage"): {
+        "summary": "inject one fault into a test store and describe it",
+        "description": """\
+Changes a store in place, on purpose: torn-tail (the second half of the last record zeroed),
+bit-flip (one bit of a message body or header field), zero-range (a range of bytes spanning
+records zeroed), truncate-file (a CommitLog file shortened), delete-file (a ConsumeQueue or
+middle CommitLog file removed), stray-file (junk files in commitlog/ and consumequeue/),
+stale-checkpoint (checkpoint timestamps moved ahead or behind). The seed chooses the file,
+record, byte and bit, so the same seed does the same damage. It refuses (exit 3) a store whose
+lock file is held by a live process. Use it on copies only.""",
+        "arguments": {"directory": "The store to damage."},
+        "output": """\
+One JSON object saying exactly what was done: kind, file, byte range, old and new bytes (hex,
+shortened), and the affected records (CommitLog offset, topic, queue, queue offset).""",
+        "examples": [
+            ("Flip a body bit of a seed-chosen record:",
+             "mqtool fixture damage /tmp/store --kind bit-flip --seed 3"),
+        ],
+    },
+    ("verify",): {
+        "summary": "check a RocketMQ store and predict what the broker's next start drops",
+        "description": """\
+Checks every file of a store and reports findings, each with a stable code, a severity (error,
+warning, info), the file, the byte offset in that file and one sentence:
+
+CommitLog: records with a bad magic code (CL_BAD_MAGIC), a body CRC or 5.2+ property CRC that
+does not match (CL_CRC_MISMATCH, CL_PROP_CRC_MISMATCH), a declared size that disagrees with its
+fields (CL_LENGTH_MISMATCH), a record running past the file end (CL_TRUNCATED), a
+self-recorded PHYSICALOFFSET other than the record's position (CL_OFFSET_MISMATCH), files of
+the wrong size (CL_FILE_SIZE), gaps between files (CL_GAP), stray files (CL_STRAY_FILE),
+plausible records beyond the end of written data (CL_STALE_DATA).
+
+ConsumeQueues: units pointing past the CommitLog or between records (CQ_DANGLING), units whose
+size, tagsCode, topic, queue or queue offset disagree with the record (CQ_MISMATCH), records
+without their unit (CQ_MISSING), queue offsets that skip or repeat (CQ_QUEUE_GAP), files whose
+size is not the geometry's (CQ_FILE_SIZE).
+
+IndexFiles: inconsistent headers (IDX_HEADER), entries pointing nowhere or chains that loop or
+point past indexCount (IDX_DANGLING), entries whose hash matches no key of their record
+(IDX_HASH_MISMATCH), keys that cannot be found through their slot chain (IDX_MISSING_KEY).
+
+Store: checkpoint later than the newest message (CKPT_AHEAD) or missing (CKPT_MISSING), an
+abort file (ABORT_PRESENT: the last shutdown was abnormal), a lock held by a live process
+(LOCK_HELD), and RECOVERY_TRUNCATES when the broker's next start would drop written data.
+
+Then it states what the broker's next start does (4.9.x, 5.0-5.3.1 or 5.3.2+ rules; normal
+recovery, or abnormal when an abort file exists): the start file, the CRC-checked scan,
+processOffset, the messages and bytes dropped, the CommitLog files deleted, the ConsumeQueue
+units truncated, where re-dispatch starts and which IndexFiles are deleted. The prediction
+equals the real brokers' recovery on every reference store.
+
+Damage after the first bad record does not stop the check: the scan resynchronises on the next
+plausible record, so every damaged place is reported. --quick skips CRCs.
+
+With --expect, verify compares its findings (code, file, offset) with an expectation file and
+exits 0 exactly when they match, printing the missing and unexpected findings otherwise; CI
+pipelines use this to pin a fixture's known damage.
+
+""" + _GEOMETRY,
+        "arguments": {"store": "A store root or a bare CommitLog directory."},
+        "output": """\
+A summary on stdout: the store and its geometry, the findings grouped by code with their first
+locations, each error on its own line, and the recovery prediction. With --json, one JSON
+document with the keys store, geometry, findings (code, severity, file, offset, message and,
+where known, commitlog_offset, topic, queue_id, details), summary (errors, warnings, by_code)
+and recovery (mode, rules, start_file, process_offset, dropped messages and bytes, files
+deleted, ConsumeQueue truncation, index files deleted).""",
+        "exit": """\
+0 no error (warnings may be present).
+
+1 errors found, or the findings do not match --expect.
+
+2 bad usage, or input that cannot be read as a store.""",
+        "examples": [
+            ("Check the example store:", "mqtool verify fixtures/rocketmq-4.9.8/clean-small/store"),
+            ("Pin the expected findings of a damaged fixture in CI:",
+             "mqtool verify --json STORE > expected.json && mqtool verify --expect expected.json STORE"),
+            ("A 5.x store recovered with forceVerifyPropCRC:",
+             "mqtool verify --broker-version 5.3.2+ --force-verify-prop-crc STORE"),
+        ],
+    },
+}
