@@ -217,3 +217,15 @@ deleted, ConsumeQueue truncation, index files deleted).""",
         ],
     },
 }
+
+
+def _load_extra_pages() -> None:
+    """Each command family may keep its prose in man/pages_<family>.py (a PAGES dict)."""
+    import importlib
+    from pathlib import Path
+
+    for extra in sorted(Path(__file__).resolve().parent.glob("pages_*.py")):
+        PAGES.update(importlib.import_module(extra.stem).PAGES)
+
+
+_load_extra_pages()
