@@ -70,13 +70,7 @@ host_v6 = Struct("ip" / Bytes(16), "port" / Int32sb)
 commitlog_message = Struct(
     "total_size" / Int32sb,
     "magic_code" / OneOf(Int32ub, MESSAGE_MAGIC_CODES),
-    "body_crc" / Int32sb,
-    "queue_id" / Int32sb,
-    "flag" / Int32sb,
-    "queue_offset" / Int64sb,
-    "physical_offset" / Int64sb,
-    "sys_flag" / Int32sb,
-    "born_timestamp" / Int64sb,
+    *message_header.subcons[2:],  # body_crc .. born_timestamp, as in message_header
     "born_host" / IfThenElse(this.sys_flag & BORNHOST_V6_FLAG, host_v6, host_v4),
     "store_timestamp" / Int64sb,
     "store_host" / IfThenElse(this.sys_flag & STOREHOSTADDRESS_V6_FLAG, host_v6, host_v4),
