@@ -45,7 +45,12 @@ summaries and progress bars go to stderr.
     ("info",): {
         "summary": "summarise a RocketMQ store on one screen",
         "description": """\
-Prints what a store holds: the inferred geometry; CommitLog files with their sizes, offset
+Prints what a store holds: the inferred geometry; the store passport (which broker family
+wrote the store: 4.x or 5.x, 5.1+ when V2 records exist, 5.2+ when records carry the
+__CRC32# property CRC, each with the evidence: abort.bak, a PID in abort, checkpoint fields
+@24/@32, compaction/, timerlog/; and the inconsistencies among the files: CommitLog files of
+different sizes, ConsumeQueue files that are not a multiple of 20, IndexFiles of different
+geometry); CommitLog files with their sizes, offset
 ranges, message counts and where each file's data ends (blank record, unwritten zeros or
 damage); message counts by transaction type; topics and queues with message counts and
 queue-offset ranges from the CommitLog beside the ConsumeQueue's own unit counts; IndexFile
@@ -60,8 +65,9 @@ The CommitLog is scanned without CRC checks (use verify for integrity).
         "arguments": {"store": "A store root (the directory holding commitlog/, consumequeue/, "
                                "index/, checkpoint) or a bare CommitLog directory."},
         "output": """\
-With --json, one JSON document with the keys store, geometry, commitlog, consume_queues,
-topics, index_files, checkpoint, abort, lock and config. Offsets are CommitLog byte offsets,
+With --json, one JSON document with the keys root, layout, geometry, passport (family,
+claims, recovery_rules, geometry, inconsistencies), commitlog, consume_queues, topics,
+index_files, checkpoint, abort, lock and config. Offsets are CommitLog byte offsets,
 times are epoch milliseconds (the table also shows UTC).""",
         "examples": [
             ("Summary of the example store:", "mqtool info fixtures/rocketmq-4.9.8/clean-small/store"),
@@ -157,7 +163,9 @@ shortened), and the affected records (CommitLog offset, topic, queue, queue offs
     ("verify",): {
         "summary": "check a RocketMQ store and predict what the broker's next start drops",
         "description": """\
-Checks every file of a store and reports findings, each with a stable code, a severity (error,
+First states the geometry and the store passport (which broker family wrote the store, with
+the evidence, so the right broker's rules are applied). Then checks every file of a store and
+reports findings, each with a stable code, a severity (error,
 warning, info), the file, the byte offset in that file and one sentence:
 
 CommitLog: records with a bad magic code (CL_BAD_MAGIC), a body CRC or 5.2+ property CRC that
@@ -200,8 +208,9 @@ A summary on stdout: the store and its geometry, the findings grouped by code wi
 locations, each error on its own line, and the recovery prediction. With --json, one JSON
 document with the keys store, geometry, findings (code, severity, file, offset, message and,
 where known, commitlog_offset, topic, queue_id, details), summary (errors, warnings, by_code)
-and recovery (mode, rules, start_file, process_offset, dropped messages and bytes, files
-deleted, ConsumeQueue truncation, index files deleted).""",
+recovery (mode, rules, start_file, process_offset, dropped messages and bytes, files
+deleted, ConsumeQueue truncation, index files deleted) and passport (the writer family and
+its evidence, as in mqtool-info(1)).""",
         "exit": """\
 0 no error (warnings may be present).
 

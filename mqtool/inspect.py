@@ -35,6 +35,7 @@ from .formats import codecs
 from .formats import commitlog as cl_fmt
 from .formats import consumequeue as cq_fmt
 from .formats import indexfile as idx_fmt
+from .passport import store_passport
 from .scan import BlankRecord, MessageRecord, Scanner, UnwrittenTail, read_body
 from .store import (INDEX_NAME, OFFSET_NAME, CommitLog, ConsumeQueue, MappedFile, Segment, Store,
                     identify_file, load_config, lock_holder, parse_at, queue_of_file,
@@ -893,7 +894,7 @@ def _scan_summary(store: Store, check_crc: bool, progress=None) -> tuple[dict, d
     files = []
     per_queue: dict[tuple[str, int], dict] = {}
     by_transaction = Counter()
-    messages = compressed = v2 = crc_bad = offset_bad = prop_crc_bad = 0
+    messages = compressed = v2 = crc_bad = offset_bad = prop_crc_bad = prop_crc_records = 0
     first_ts = last_ts = min_ts = max_ts = None
     end_of_data = None
     corrupt = []
@@ -917,6 +918,8 @@ def _scan_summary(store: Store, check_crc: bool, progress=None) -> tuple[dict, d
                 v2 += event.magic_code == cl_fmt.MESSAGE_MAGIC_CODE_V2
                 crc_bad += event.body_crc_ok is False
                 prop_crc_bad += event.prop_crc_ok is False
+                # presence, not validity: quick scans leave prop_crc_ok unset
+                prop_crc_records += codecs.stored_prop_crc(event.properties_raw) is not None
                 offset_bad += not event.offset_ok
                 ts = event.store_timestamp
                 if first_ts is None:
@@ -966,6 +969,7 @@ def _scan_summary(store: Store, check_crc: bool, progress=None) -> tuple[dict, d
                            for name in cl_fmt.TRANSACTION_NAMES.values()},
         "compressed": compressed,
         "v2_records": v2,
+        "prop_crc_records": prop_crc_records,
         "crc_checked": check_crc,
         "body_crc_mismatches": crc_bad if check_crc else None,
         "prop_crc_mismatches": prop_crc_bad if check_crc else None,
@@ -1094,6 +1098,8 @@ def store_info(store: Store, *, check_crc: bool = False, progress=None) -> dict:
         "root": str(store.root),
         "layout": "bare-commitlog" if store.is_bare_commitlog else "store",
         "geometry": _geometry(store),
+        "passport": store_passport(store, v2_records=commitlog["v2_records"],
+                                   prop_crc_records=commitlog["prop_crc_records"]),
         "commitlog": commitlog,
         "consume_queues": {"queues": len(store.consume_queues), "files": cq_files,
                            "bytes": sum(s.length for q in store.consume_queues

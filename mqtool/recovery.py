@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from .codec import CQ_DTYPE, numpy_dtype
+from .passport import five_x_evidence
 from .errors import ParseError
 from .formats import checkpoint as ckpt_fmt
 from .formats import commitlog as cl_fmt
@@ -69,29 +70,12 @@ def valid_prefix(units: np.ndarray) -> int:
 # --- broker version ------------------------------------------------------------------------------
 
 def detect_broker_version(store: Store) -> tuple[str, str]:
-    """(version, evidence). Only 5.x leaves abort.bak, compaction/, timer files, a PID in abort or
-    a non-zero checkpoint past byte 24; without any of them the store is taken as 4.9."""
-    root = store.root
-    evidence = []
-    if (root / "abort.bak").exists():
-        evidence.append("abort.bak")
-    for name in ("compaction", "timerlog", "timerwheel", "batchconsumequeue", "epochFileCheckpoint"):
-        if (root / name).exists():
-            evidence.append(name)
-    if (root / "config" / "timercheck").exists():
-        evidence.append("config/timercheck")
-    content = store.abort_content()
-    if content:
-        evidence.append("abort holds a PID")
-    try:
-        ckpt = store.read_checkpoint()
-    except ParseError:
-        ckpt = None
-    if ckpt is not None and (ckpt.master_flushed_offset or ckpt.confirm_phy_offset):
-        evidence.append("checkpoint fields @24/@32")
+    """(version, evidence) from the store passport's 5.x-only files and fields; without any of
+    them the store is taken as 4.9."""
+    evidence = five_x_evidence(store)
     if evidence:
         # 5.3.2+ is the newest release line; nothing on disk tells 5.0-5.3.1 apart from it.
-        return VERSION_532, "5.x: " + ", ".join(evidence)
+        return VERSION_532, "5.x: " + "; ".join(evidence)
     return VERSION_49, "no 5.x-only file or field"
 
 

@@ -96,3 +96,14 @@ def progress_bar(total: int, desc: str):
     from tqdm import tqdm
     return tqdm(total=total, desc=desc, unit="B", unit_scale=True, file=sys.stderr,
                 disable=None if SETTINGS.progress else True, leave=False)
+
+
+def render_passport(passport: dict, console: Console) -> None:
+    """The writer family with its evidence, and what the files disagree on."""
+    console.print(f"Written by: RocketMQ {passport['family']} (recovery rules "
+                  f"{passport['recovery_rules']})", highlight=False, markup=False)
+    for claim in passport["claims"]:
+        console.print(f"  {claim['claim']}: {claim['evidence']}", highlight=False, markup=False)
+    for problem in passport["inconsistencies"]:
+        console.print(f"  inconsistent: {problem}", style="yellow", highlight=False,
+                      markup=False)

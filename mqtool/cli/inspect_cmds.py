@@ -14,7 +14,7 @@ from rich.text import Text
 from .. import inspect as lib
 from ..errors import MqtoolError
 from ..store import Store
-from .common import (emit_json, emit_json_document, error_boundary, progress_bar,
+from .common import (render_passport, emit_json, emit_json_document, error_boundary, progress_bar,
                      stdout_console)
 from .main import app
 
@@ -127,6 +127,7 @@ def render_info(info: dict, console: Console, per_queue: bool) -> None:
         f"({geo['cq_units_per_file_source']}), IndexFile {geo['index_slots']:,} slots x "
         f"{geo['index_entries']:,} entries = {geo['index_file_size']:,} B "
         f"({geo['index_geometry_source']})", highlight=False)
+    render_passport(info["passport"], console)
 
     tx = cl["by_transaction"]
     tx_text = ", ".join(f"{k} {v}" for k, v in tx.items() if v)

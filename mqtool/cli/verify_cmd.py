@@ -14,7 +14,9 @@ from ..errors import EXIT_FINDINGS, EXIT_OK
 from ..recovery import BROKER_VERSIONS, MODES
 from ..store import Store
 from ..verify import CODES, VerifyReport, compare_findings, verify_store
-from .common import emit_json_document, error_boundary, fail, progress_bar, stdout_console
+from ..passport import store_passport
+from .common import (emit_json_document, error_boundary, fail, progress_bar, render_passport,
+                     stdout_console)
 from .main import app
 
 _FIRST_OFFSETS = 3
@@ -30,11 +32,12 @@ def _geometry_line(report: VerifyReport) -> str:
             f"entries; broker rules {g['broker_version']}")
 
 
-def _render(report: VerifyReport) -> None:
+def _render(report: VerifyReport, passport: dict) -> None:
     out = stdout_console()
     summary = report.summary
     out.print(f"store: {report.store}", markup=False, soft_wrap=True)
     out.print(_geometry_line(report), markup=False, soft_wrap=True)
+    render_passport(passport, out)
     out.print(f"scanned: {summary['messages_scanned']:,} records in "
               f"{summary['commitlog_bytes']:,} CommitLog bytes", markup=False)
     out.print()
@@ -163,6 +166,7 @@ def verify(
     expectation = _load_expectation(expect) if expect is not None else None
     store = Store(store_path, commitlog_file_size=commitlog_file_size, cq_units_per_file=cq_units,
                   index_slots=index_slots, index_entries=index_entries)
+    passport = store_passport(store)
     total = sum(s.length for s in store.commitlog.segments)
     with progress_bar(total, "verify") as bar:
         report = verify_store(store, quick=quick, progress=bar, broker_version=broker_version,
@@ -189,9 +193,9 @@ def verify(
                          f"{expect} ({len(missing)} missing, {len(unexpected)} unexpected)\n")
         raise typer.Exit(EXIT_OK if matched else EXIT_FINDINGS)
     if json_output:
-        emit_json_document(report.to_dict())
+        emit_json_document({**report.to_dict(), "passport": passport})
     else:
-        _render(report)
+        _render(report, passport)
     summary = report.summary
     sys.stderr.write(f"mqtool: verify: {summary['errors']} error(s), {summary['warnings']} "
                      f"warning(s)\n")
