@@ -393,7 +393,7 @@ def test_cli_exit_codes_and_json(mqtool, store_copy, tmp_path):
     bad = mqtool("verify", "--json", store_copy)
     assert bad.returncode == 1, bad.stderr
     document = json.loads(bad.stdout)
-    assert set(document) == {"store", "geometry", "findings", "summary", "recovery"}
+    assert set(document) == {"store", "geometry", "findings", "summary", "recovery", "passport"}
     assert {"errors", "warnings", "by_code"} <= set(document["summary"])
     assert document["summary"]["by_code"]["CL_BAD_MAGIC"] == 1
     assert document["recovery"]["process_offset"] == m["commitLogOffset"]
