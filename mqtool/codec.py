@@ -12,6 +12,7 @@ import numpy as np
 from .formats import commitlog as cl_fmt
 from .formats import consumequeue as cq_fmt
 from .formats import indexfile as idx_fmt
+from .formats import timer as timer_fmt
 
 
 def struct_format(decl: construct.Construct) -> str:
@@ -79,7 +80,7 @@ MESSAGE_MIDDLE = {
 TOPIC_LENGTH = {magic: struct.Struct(">" + struct_format(_message_subcon("topic_length").cases[magic]))
                 for magic in cl_fmt.MESSAGE_MAGIC_CODES}
 PROPERTIES_LENGTH = declared(_message_subcon("properties_length"))
-BLANK_RECORD = struct.Struct(">iI")
+BLANK_RECORD = struct.Struct(">" + struct_format(cl_fmt.blank_record.subcons[0]) + "I")
 CQ_UNIT = declared(cq_fmt.consumequeue_unit)
 BATCH_CQ_UNIT = declared(cq_fmt.batch_consumequeue_unit)
 INDEX_HEADER = declared(idx_fmt.index_header)
@@ -90,3 +91,7 @@ CQ_DTYPE = numpy_dtype(cq_fmt.consumequeue_unit)
 BATCH_CQ_DTYPE = numpy_dtype(cq_fmt.batch_consumequeue_unit)
 INDEX_ENTRY_DTYPE = numpy_dtype(idx_fmt.index_entry)
 INDEX_SLOT_DTYPE = numpy_dtype(idx_fmt.index_slot)
+TIMERLOG_UNIT = declared(timer_fmt.timerlog_unit)
+TIMERLOG_BLANK = struct.Struct(">" + struct_format(timer_fmt.timerlog_blank.subcons[0])
+                               + struct_format(timer_fmt.timerlog_blank.subcons[1]) + "I")
+TIMERWHEEL_SLOT = declared(timer_fmt.timerwheel_slot)

@@ -28,7 +28,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from . import codec
+from . import codec, timer
 from .errors import MqtoolError, ParseError, StoreLayoutError, StoreNotFoundError
 from .formats import checkpoint as ckpt_fmt
 from .formats import codecs
@@ -768,7 +768,7 @@ class DumpOptions:
 
 
 DUMPABLE_KINDS = ("commitlog", "consumequeue", "batchconsumequeue", "index", "checkpoint",
-                  "abort", "lock", "config")
+                  "abort", "lock", "config", "timerlog", "timerwheel", "timercheck")
 
 
 def path_kind(path: Path, kind: str | None = None) -> str:
@@ -852,6 +852,17 @@ def dump_path(path: Path, options: DumpOptions | None = None) -> Iterator[dict]:
         yield small_file_dict(path, kind)
     elif kind == "config":
         yield config_dict(path)
+    elif kind == "timerlog":
+        _require_nonempty(path, kind)
+        for record in timer.iter_timerlog(path, _file_base(path)):
+            yield {"file": path.name, **record}
+    elif kind == "timerwheel":
+        _require_nonempty(path, kind)
+        for record in timer.iter_timerwheel(path):
+            yield {"file": path.name, **record}
+    elif kind == "timercheck":
+        _require_nonempty(path, kind)
+        yield {"file": path.name, **timer.timer_checkpoint_dict(path)}
     else:
         raise StoreLayoutError(f"{path}: dumping {kind} files is not supported")
 
