@@ -139,6 +139,7 @@ class ForgeOptions:
     cq_units: int = 300
     index_slots: int = 1000
     index_entries: int = 4000
+    batch_cq_topics: tuple[str, ...] = ()
 
     def validate(self) -> None:
         if self.messages < 0:
@@ -147,6 +148,13 @@ class ForgeOptions:
             raise ValueError("--queues must be between 1 and 1024")
         if self.broker_version not in (4, 5):
             raise ValueError("--broker-version must be 4 or 5")
+        if self.batch_cq_topics and self.broker_version < 5:
+            raise StoreLayoutError("--batch-cq-topics needs --broker-version 5 "
+                                   "(BatchConsumeQueue exists from 5.0)")
+        unknown = set(self.batch_cq_topics) - set(self.topics)
+        if unknown:
+            raise StoreLayoutError(f"--batch-cq-topics names topics not in --topics: "
+                                   f"{', '.join(sorted(unknown))}")
         if self.prop_crc and self.broker_version < 5:
             raise ValueError("--prop-crc needs --broker-version 5 (the property CRC is 5.2+)")
         for name in ("delay_ratio", "transaction_ratio", "compress_ratio"):
@@ -562,7 +570,7 @@ def make_store(root: Path, options: ForgeOptions, *, progress=None) -> dict:
                           cq_units_per_file=options.cq_units, index_slots=options.index_slots,
                           index_entries=options.index_entries,
                           broker_version=options.broker_version, prop_crc=options.prop_crc,
-                          index=options.index)
+                          index=options.index, batch_topics=frozenset(options.batch_cq_topics))
     generator = MessageGenerator(options)
     rng = generator.rng
     n = options.messages

@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .codec import (BLANK_RECORD, CQ_UNIT, INDEX_ENTRY, INDEX_HEADER, INDEX_SLOT, MESSAGE_HEADER,
+from .codec import (BATCH_CQ_UNIT, BLANK_RECORD, CQ_UNIT, INDEX_ENTRY, INDEX_HEADER, INDEX_SLOT, MESSAGE_HEADER,
                     MESSAGE_MIDDLE, PROPERTIES_LENGTH, TIMERLOG_BLANK, TIMERLOG_UNIT,
                     TIMERWHEEL_SLOT, TOPIC_LENGTH)
 
@@ -310,6 +310,46 @@ class ConsumeQueueWriter:
                 state["base"] = None
 
 
+class BatchConsumeQueueWriter:
+    """5.x BatchConsumeQueue: 46-byte units appended in dispatch order (the queue is searched by
+    msgBaseOffset, not addressed by position); a record already dispatched (its start at or
+    before the last unit's) is skipped."""
+
+    def __init__(self, root: Path, units_per_file: int = cq_fmt.DEFAULT_CQ_UNITS_PER_FILE):
+        self.root = Path(root)
+        self.file_size = units_per_file * cq_fmt.BATCH_CQ_STORE_UNIT_SIZE
+        self._queues: dict[tuple[str, int], dict] = {}
+
+    def put(self, topic: str, queue_id: int, commitlog_offset: int, size: int, tags_code: int,
+            store_timestamp: int, msg_base_offset: int, batch_size: int) -> bool:
+        state = self._queues.setdefault((topic, queue_id),
+                                        {"fh": None, "base": None, "write_pos": 0,
+                                         "max_start": -1})
+        if commitlog_offset <= state["max_start"]:
+            return False
+        logical = state["write_pos"]
+        base = logical - logical % self.file_size
+        if state["base"] != base:
+            if state["fh"]:
+                state["fh"].close()
+            state["fh"] = _open_existing_or_zero(
+                self.root / topic / str(queue_id) / offset_file_name(base), self.file_size)
+            state["base"] = base
+        state["fh"].seek(logical - base)
+        state["fh"].write(BATCH_CQ_UNIT.pack(commitlog_offset, size, tags_code, store_timestamp,
+                                             msg_base_offset, batch_size, cq_fmt.INVALID_POS, 0))
+        state["write_pos"] = logical + cq_fmt.BATCH_CQ_STORE_UNIT_SIZE
+        state["max_start"] = commitlog_offset
+        return True
+
+    def close(self) -> None:
+        for state in self._queues.values():
+            if state["fh"]:
+                state["fh"].close()
+                state["fh"] = None
+                state["base"] = None
+
+
 def _java_hash_ascii(text: bytes, h: int) -> int:
     """String.hashCode continued from ``h`` over ASCII bytes (one UTF-16 unit per byte)."""
     for unit in text:
@@ -479,13 +519,18 @@ class StoreWriter:
                  cq_units_per_file: int = cq_fmt.DEFAULT_CQ_UNITS_PER_FILE,
                  index_slots: int = idx_fmt.DEFAULT_SLOT_COUNT,
                  index_entries: int = idx_fmt.DEFAULT_ENTRY_COUNT,
-                 broker_version: int = 4, prop_crc: bool = False, index: bool = True):
+                 broker_version: int = 4, prop_crc: bool = False, index: bool = True,
+                 batch_topics: frozenset[str] = frozenset()):
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.broker_version = broker_version
         self.prop_crc = prop_crc
         self.commitlog = CommitLogWriter(self.root / "commitlog", commitlog_file_size)
         self.consume_queues = ConsumeQueueWriter(self.root / "consumequeue", cq_units_per_file)
+        # topics with queue.type=BatchCQ dispatch into batchconsumequeue/ instead
+        self.batch_topics = frozenset(batch_topics)
+        self.batch_consume_queues = BatchConsumeQueueWriter(self.root / "batchconsumequeue",
+                                                            cq_units_per_file)
         self.index = IndexWriter(self.root / "index", index_slots, index_entries, enabled=index)
         self._tags_codes: dict[str, int] = {}
         self.topic_queue_table: dict[str, int] = {}
@@ -526,7 +571,13 @@ class StoreWriter:
                 if code is None:
                     code = self._tags_codes[tags] = codecs.tags_code(topic, properties,
                                                                      store_timestamp)
-            self.consume_queues.put(topic, queue_id, offset, size, code, queue_offset)
+            if topic in self.batch_topics:
+                self.batch_consume_queues.put(
+                    topic, queue_id, offset, size, code, store_timestamp,
+                    int(properties.get("INNER_BASE", queue_offset)),
+                    int(properties.get("INNER_NUM", 1)))
+            else:
+                self.consume_queues.put(topic, queue_id, offset, size, code, queue_offset)
         self.index.build_index(topic, offset, sys_flag, store_timestamp, properties)
 
     def put(self, msg: Message) -> tuple[int, int, int]:
@@ -548,6 +599,7 @@ class StoreWriter:
     def close(self) -> None:
         self.commitlog.close()
         self.consume_queues.close()
+        self.batch_consume_queues.close()
         self.index.close()
 
 

@@ -72,6 +72,9 @@ def make(
     cq_units: int = typer.Option(300, "--cq-units", help="ConsumeQueue units per file."),
     index_slots: int = typer.Option(1000, "--index-slots", help="Hash slots per IndexFile."),
     index_entries: int = typer.Option(4000, "--index-entries", help="Entries per IndexFile."),
+    batch_cq_topics: str = typer.Option("", "--batch-cq-topics",
+                                        help="Comma-separated topics whose queues are 5.x "
+                                             "BatchConsumeQueues (queue.type=BatchCQ)."),
 ):
     """Write a deterministic store laid out as a broker lays it out; print a JSON summary."""
     body_mean, body_max = forge.parse_body_size(body_size)
@@ -83,7 +86,8 @@ def make(
         compress_ratio=compress_ratio, body_mean=body_mean, body_max=body_max, ipv6=ipv6,
         broker_version=broker_version, prop_crc=prop_crc, crash=crash, index=index,
         commitlog_file_size=forge.parse_size(commitlog_file_size), cq_units=cq_units,
-        index_slots=index_slots, index_entries=index_entries)
+        index_slots=index_slots, index_entries=index_entries,
+        batch_cq_topics=tuple(t.strip() for t in batch_cq_topics.split(",") if t.strip()))
     options.validate()
     bar = progress_bar(messages, "forging")
     bar.unit = "msg"

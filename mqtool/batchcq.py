@@ -1,0 +1,77 @@
+"""Checking 5.x BatchConsumeQueues (``batchconsumequeue/<topic>/<qid>/``) against the CommitLog.
+
+Each valid 46-byte unit must point at a record of its topic and queue with the size, store
+time and tagsCode it records, msgBaseOffset equal to the record's queue offset (INNER_BASE for
+an inner batch) and batchSize 1 (INNER_NUM); consecutive units continue each other's offsets."""
+from __future__ import annotations
+
+import numpy as np
+
+from .codec import BATCH_CQ_DTYPE
+from .errors import MqtoolError
+from .formats import codecs
+from .formats import consumequeue as cq_fmt
+from .scan import message_at
+from .store import MappedFile, Store
+
+
+def read_units(path) -> np.ndarray:
+    with MappedFile(path) as mf:
+        count = mf.size // cq_fmt.BATCH_CQ_STORE_UNIT_SIZE
+        return (np.frombuffer(mf.data, dtype=BATCH_CQ_DTYPE, count=count).copy() if count
+                else np.zeros(0, dtype=BATCH_CQ_DTYPE))
+
+
+def check_batch_consume_queues(store: Store) -> list[dict]:
+    """Findings (code, severity, file, offset, message, ...) of every BatchConsumeQueue."""
+    findings = []
+
+    def add(code, rel, offset, message, **extra):
+        findings.append({"code": code, "severity": "error", "file": rel, "offset": offset,
+                         "message": message, **extra})
+
+    unit_size = cq_fmt.BATCH_CQ_STORE_UNIT_SIZE
+    for queue in store.batch_consume_queues:
+        expected_next = None
+        for seg in queue.segments:
+            rel = store.relative(seg.path)
+            if seg.length % unit_size:
+                add("BCQ_FILE_SIZE", rel, seg.length - seg.length % unit_size,
+                    f"{seg.length} bytes is not a whole number of 46-byte units")
+            for i, unit in enumerate(read_units(seg.path).tolist()):
+                offset, size, tags_code, store_ts, base, batch, _, _ = unit
+                if not cq_fmt.is_valid_batch_unit(offset, size, base, batch):
+                    break  # the end of the written units
+                at = i * unit_size
+                if expected_next is not None and base != expected_next:
+                    add("BCQ_GAP", rel, at, f"unit {i} starts at queue offset {base}, the "
+                        f"previous unit ends at {expected_next}", topic=queue.topic,
+                        queue_id=queue.queue_id)
+                expected_next = base + batch
+                try:
+                    record = message_at(store.commitlog, offset, check_crc=False)
+                except MqtoolError:
+                    add("BCQ_DANGLING", rel, at, f"unit {i} points at CommitLog offset {offset}, "
+                        "where no record starts", commitlog_offset=offset, topic=queue.topic,
+                        queue_id=queue.queue_id)
+                    continue
+                props = record.properties
+                record_says = {
+                    "topic/queue": (record.topic, record.queue_id),
+                    "size": record.total_size,
+                    "store time": record.store_timestamp,
+                    "tagsCode": codecs.tags_code(record.topic, props, record.store_timestamp),
+                    "msgBaseOffset": int(props.get("INNER_BASE", record.queue_offset)),
+                    "batchSize": int(props.get("INNER_NUM", 1)),
+                }
+                unit_says = {"topic/queue": (queue.topic, queue.queue_id), "size": size,
+                             "store time": store_ts, "tagsCode": tags_code,
+                             "msgBaseOffset": base, "batchSize": batch}
+                wrong = [k for k in unit_says if unit_says[k] != record_says[k]]
+                if wrong:
+                    add("BCQ_MISMATCH", rel, at,
+                        f"unit {i} disagrees with the record at {offset} on "
+                        + ", ".join(f"{k} (unit {unit_says[k]}, record {record_says[k]})"
+                                    for k in wrong),
+                        commitlog_offset=offset, topic=queue.topic, queue_id=queue.queue_id)
+    return findings
