@@ -822,24 +822,36 @@ def _torn_tail(store, rng, file, offset, **_):
             "records": [_describe_record(store, rec)]}
 
 
+def _flippable(rec, target: str) -> int:
+    """How many bytes of ``target`` the record has (the properties minus a __CRC32# field, so
+    that a property flip is one the property CRC sees)."""
+    if target == "body":
+        return max(rec.body_length, 0)
+    if target == "properties":
+        tail = codecs.CRC32_RESERVED_LEN if codecs.stored_prop_crc(rec.properties_raw) else 0
+        return max(len(rec.properties_raw) - tail, 0)
+    return 1
+
+
 def _bit_flip(store, rng, file, offset, target="body", **_):
-    if target not in ("body", "header"):
-        raise ValueError("--target must be body or header")
+    if target not in ("body", "header", "properties"):
+        raise ValueError("--target must be body, header or properties")
     if offset is not None:
         seg, rec = _record_at(store, offset)
-        if target == "body" and rec.body_length <= 0:
-            raise StoreLayoutError(f"the record at {rec.offset} has no body to flip a bit in")
+        if not _flippable(rec, target):
+            raise StoreLayoutError(f"the record at {rec.offset} has no {target} to flip a bit in")
     else:
         seg = _pick_segment(store, file, rng, prefer_non_last=True)
-        records = _segment_records(store, seg)
-        if target == "body":
-            records = [r for r in records if r.body_length > 0]
+        records = [r for r in _segment_records(store, seg) if _flippable(r, target)]
         if not records:
-            raise StoreLayoutError(f"{_relative(store, seg.path)}: no record with a body")
+            raise StoreLayoutError(f"{_relative(store, seg.path)}: no record with {target}")
         rec = records[rng.randrange(len(records))]
-    field_name = "body"
+    field_name = target
     if target == "body":
         pos = rec.body_position + rng.randrange(rec.body_length)
+    elif target == "properties":
+        properties_start = rec.offset + rec.total_size - len(rec.properties_raw)
+        pos = properties_start + rng.randrange(_flippable(rec, target))
     else:
         index = rng.randrange(len(HEADER_FIELDS))
         field_name, size = HEADER_FIELDS[index]

@@ -24,6 +24,7 @@ class DamageKind(str, Enum):
 class BitTarget(str, Enum):
     body = "body"
     header = "header"
+    properties = "properties"
 
 
 class Direction(str, Enum):
@@ -112,7 +113,7 @@ def damage(
                                     "(zero-range: start; truncate-file: new end)."),
     length: int = typer.Option(None, "--length", help="zero-range: number of bytes to zero."),
     target: BitTarget = typer.Option(BitTarget.body, "--target",
-                                     help="bit-flip: a body byte or a header field."),
+                                     help="bit-flip: a body byte, a header field or a properties byte."),
     direction: Direction = typer.Option(None, "--direction",
                                         help="stale-checkpoint: move the timestamps ahead or "
                                              "behind (default: chosen by seed)."),
