@@ -1,0 +1,368 @@
+"""Backups of what a repair changes, the journal that makes a repair resumable, and ``undo``.
+
+A repair (:mod:`mqtool.repair`) never changes a byte before every byte it will change or remove
+is copied into a backup folder (default ``STORE/.mqtool-backup/<UTC timestamp>/``)::
+
+    manifest.json      what each operation does, sha256 of the originals, where the saved bytes are
+    data/<n>.bin       the original bytes of operation n (runs of zeros are not stored, only noted)
+
+The broker never looks at the backup folder (it loads ``commitlog/``, ``consumequeue/<topic>/<int>/``
+and ``index/`` only) and neither does :class:`mqtool.store.Store` (names starting with a dot).
+
+While the operations run, ``STORE/.mqtool-pending.json`` names the manifest. A repair killed half
+way leaves it behind; the next mutating command finishes the listed operations first (each one is
+idempotent), and ``undo`` of that backup puts every file back whether or not its operation ran.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import errno
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import MqtoolError, StoreLayoutError
+from .writer import fsync_dir
+
+MANIFEST = "manifest.json"
+MANIFEST_FORMAT = "mqtool-backup/1"
+PENDING = ".mqtool-pending.json"
+BACKUP_DIR = ".mqtool-backup"
+STAGE_PREFIX = ".mqtool-stage-"
+CHUNK = 1 << 20
+_ZEROS = bytes(CHUNK)
+
+
+class BackupError(MqtoolError):
+    """A backup folder that cannot be used (missing, incomplete, or the store moved on)."""
+
+
+def utc_stamp(now: _dt.datetime | None = None) -> str:
+    now = now or _dt.datetime.now(_dt.timezone.utc)
+    return now.strftime("%Y%m%dT%H%M%S.%fZ")
+
+
+def sha256_file(path: Path, start: int = 0, end: int | None = None) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        fh.seek(start)
+        remaining = None if end is None else max(0, end - start)
+        while remaining is None or remaining > 0:
+            block = fh.read(CHUNK if remaining is None else min(CHUNK, remaining))
+            if not block:
+                break
+            digest.update(block)
+            if remaining is not None:
+                remaining -= len(block)
+    return digest.hexdigest()
+
+
+def in_place_digests(path: Path, start: int, end: int, new_size: int) -> tuple[str, str]:
+    """sha256 of a whole file before and after an in-place change, in one read: bytes [start,
+    end) become zeros and the file is then cut or padded to ``new_size``."""
+    before, after = hashlib.sha256(), hashlib.sha256()
+    pos = 0
+    with open(path, "rb") as fh:
+        while True:
+            block = fh.read(CHUNK)
+            if not block:
+                break
+            before.update(block)
+            if pos < new_size:
+                part = block[:new_size - pos]
+                lo, hi = max(start - pos, 0), min(end - pos, len(part))
+                if lo < hi:
+                    part = part[:lo] + bytes(hi - lo) + part[hi:]
+                after.update(part)
+            pos += len(block)
+    while pos < new_size:
+        n = min(CHUNK, new_size - pos)
+        after.update(_ZEROS if n == CHUNK else bytes(n))
+        pos += n
+    return before.hexdigest(), after.hexdigest()
+
+
+def fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_json_atomically(path: Path, document) -> None:
+    """The manifest and the journal go through temp file + fsync + rename + fsync of the dir."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(document, fh, ensure_ascii=False, indent=1)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def save_range(src: Path, start: int, end: int, blob, blob_path: str,
+               known_sha256: str | None = None) -> tuple[list[dict], str]:
+    """Copy bytes [start, end) of ``src`` into the open ``blob``; runs of zeros (1 MiB aligned
+    blocks) are only noted, since a restored file starts as zeros. Returns the saved segments and
+    the sha256 of the whole range (``known_sha256`` when the caller already has it)."""
+    digest = hashlib.sha256() if known_sha256 is None else None
+    segments: list[dict] = []
+    with open(src, "rb") as fh:
+        fh.seek(start)
+        pos = start
+        while pos < end:
+            block = fh.read(min(CHUNK, end - pos))
+            if not block:
+                break
+            if digest is not None:
+                digest.update(block)
+            # compare with the prebuilt block: slicing _ZEROS would copy a MiB every time
+            if block != (_ZEROS if len(block) == CHUNK else bytes(len(block))):
+                stripped = block.rstrip(b"\0")
+                lead = len(stripped) - len(stripped.lstrip(b"\0"))
+                data = stripped[lead:]
+                at = pos + lead
+                if segments and segments[-1]["offset"] + segments[-1]["length"] == at:
+                    segments[-1]["length"] += len(data)
+                else:
+                    segments.append({"offset": at, "length": len(data), "blob": blob_path,
+                                     "blob_offset": blob.tell()})
+                blob.write(data)
+            pos += len(block)
+    return segments, digest.hexdigest() if digest is not None else known_sha256
+
+
+def _write_segments(fh, segments: list[dict], backup_dir: Path) -> None:
+    for seg in segments:
+        with open(backup_dir / seg["blob"], "rb") as blob:
+            blob.seek(seg["blob_offset"])
+            remaining = seg["length"]
+            fh.seek(seg["offset"])
+            while remaining:
+                block = blob.read(min(CHUNK, remaining))
+                if not block:
+                    raise BackupError(f"{backup_dir / seg['blob']}: shorter than the manifest says")
+                fh.write(block)
+                remaining -= len(block)
+
+
+def restore_file(target: Path, size: int, segments: list[dict], backup_dir: Path) -> None:
+    """Recreate ``target`` byte-exact from saved segments: temp file, fsync, rename, fsync dir."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.mqtool-undo")
+    with open(tmp, "w+b") as fh:
+        fh.truncate(size)
+        _write_segments(fh, segments, backup_dir)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, target)
+    fsync_dir(target.parent)
+
+
+def restore_in_place(target: Path, size: int, segments: list[dict], backup_dir: Path,
+                     start: int, end: int) -> None:
+    """Put back a big file the repair edited in place: its old size (a cut tail comes back as
+    zeros), zeros over [start, end), then the saved non-zero runs."""
+    with open(target, "r+b") as fh:
+        fh.seek(0, os.SEEK_END)
+        current = fh.tell()
+        if current != size:
+            fh.truncate(min(current, size))
+            fh.truncate(size)
+        pos = start
+        while pos < min(end, size):
+            n = min(CHUNK, min(end, size) - pos)
+            fh.seek(pos)
+            fh.write(_ZEROS if n == CHUNK else bytes(n))
+            pos += n
+        _write_segments(fh, segments, backup_dir)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+# --- the journal ---------------------------------------------------------------------------------
+
+def pending_path(store_root: Path) -> Path:
+    return Path(store_root) / PENDING
+
+
+def read_pending(store_root: Path) -> dict | None:
+    """The journal of an interrupted repair, or None."""
+    path = pending_path(store_root)
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise BackupError(f"{path}: unreadable journal of an interrupted repair ({err}); "
+                          "inspect it, then delete it") from None
+
+
+def write_pending(store_root: Path, backup_dir: Path) -> None:
+    write_json_atomically(pending_path(store_root), {"manifest": str(Path(backup_dir) / MANIFEST)})
+
+
+def clear_pending(store_root: Path) -> None:
+    path = pending_path(store_root)
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return
+    fsync_dir(path.parent)
+
+
+def load_manifest(backup_dir: Path) -> dict:
+    backup_dir = Path(backup_dir)
+    path = backup_dir / MANIFEST if backup_dir.is_dir() else backup_dir
+    if not path.exists():
+        if backup_dir.is_dir():
+            raise BackupError(f"{backup_dir}: no {MANIFEST}: not a backup, or one whose repair was "
+                              "interrupted before it changed anything")
+        raise BackupError(f"{backup_dir}: no such backup folder")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise BackupError(f"{path}: unreadable manifest ({err})") from None
+    if manifest.get("format") != MANIFEST_FORMAT:
+        raise BackupError(f"{path}: not an mqtool backup manifest")
+    return manifest
+
+
+# --- undo ----------------------------------------------------------------------------------------
+
+@dataclass
+class UndoReport:
+    backup: str
+    store: str
+    restored: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    conflicts: list[str] = field(default_factory=list)
+    dry_run: bool = False
+
+    def to_dict(self) -> dict:
+        return {"backup": self.backup, "store": self.store, "dry_run": self.dry_run,
+                "restored": self.restored, "removed": self.removed, "unchanged": self.unchanged,
+                "conflicts": self.conflicts}
+
+
+def _current_state(store_root: Path, op: dict) -> str:
+    """'old', 'new', 'absent' or 'other' for the file an operation touched."""
+    path = store_root / op["path"]
+    if not path.exists():
+        return "absent"
+    size = path.stat().st_size
+    kind = op["op"]
+    if kind == "edit":
+        digest = sha256_file(path)
+        if size == op["old_size"] and digest == op["old_file_sha256"]:
+            return "old"
+        if size == op["new_size"] and digest == op["new_file_sha256"]:
+            return "new"
+        return "other"
+    digest = sha256_file(path)
+    if op.get("old_sha256") is not None and size == op["old_size"] and digest == op["old_sha256"]:
+        return "old"
+    if op.get("new_sha256") is not None and digest == op["new_sha256"]:
+        return "new"
+    return "other"
+
+
+def undo_backup(backup_dir: Path, *, force: bool = False, dry_run: bool = False,
+                check_lock=None) -> UndoReport:
+    """Put the store back exactly as it was before the repair that made ``backup_dir``.
+
+    Files the repair created are removed, changed and deleted files restored byte-exact. A file
+    that is neither as the repair left it nor as it was before (someone wrote to the store since)
+    is a conflict: nothing is changed unless ``force``."""
+    backup_dir = Path(backup_dir).absolute()
+    if backup_dir.is_file() and backup_dir.name == MANIFEST:
+        backup_dir = backup_dir.parent
+    manifest = load_manifest(backup_dir)
+    store_root = Path(manifest["store"])
+    if not store_root.is_dir():
+        raise StoreLayoutError(f"{store_root}: the store this backup belongs to is gone")
+    if check_lock is not None:
+        check_lock(store_root)
+    pending = read_pending(store_root)
+    if pending is not None and Path(pending["manifest"]).resolve() != (backup_dir / MANIFEST).resolve():
+        raise BackupError(f"{store_root}: another repair was interrupted ({pending['manifest']}); "
+                          "finish it (run the repair again) or undo that backup first")
+    report = UndoReport(str(backup_dir), str(store_root), dry_run=dry_run)
+    if manifest.get("status") == "undone":
+        report.unchanged = [op["path"] for op in manifest["ops"]]
+        return report
+    ops = manifest["ops"]
+    states = [_current_state(store_root, op) for op in ops]
+    # a path touched by several operations (pad, then zero a tail) is judged by its last one
+    final_state: dict[str, str] = {}
+    for op, state in zip(ops, states):
+        final_state[op["path"]] = state
+    for op, state in zip(ops, states):
+        created = op["op"] == "write" and op.get("old_size") is None
+        if state == "other" and final_state[op["path"]] == "other":
+            report.conflicts.append(op["path"])
+        elif created and state == "absent":
+            continue
+        elif not created and state == "absent" and op["op"] != "delete":
+            report.conflicts.append(op["path"])
+    report.conflicts = sorted(set(report.conflicts))
+    if report.conflicts and not force:
+        raise BackupError(f"{len(report.conflicts)} file(s) changed since the repair (first: "
+                          f"{report.conflicts[0]}); nothing restored (use --force to restore "
+                          "anyway)")
+    for op, state in reversed(list(zip(ops, states))):
+        path = store_root / op["path"]
+        kind = op["op"]
+        if kind == "write" and op.get("old_size") is None:
+            if path.exists():
+                report.removed.append(op["path"])
+                if not dry_run:
+                    path.unlink()
+                    fsync_dir(path.parent)
+            continue
+        if state == "old":
+            report.unchanged.append(op["path"])
+            continue
+        report.restored.append(op["path"])
+        if dry_run:
+            continue
+        if kind == "edit":
+            if not path.exists():
+                restore_file(path, op["old_size"], op["saved"], backup_dir)
+            else:
+                restore_in_place(path, op["old_size"], op["saved"], backup_dir, op["start"],
+                                 op["end"])
+        else:
+            restore_file(path, op["old_size"], op["saved"], backup_dir)
+        if op.get("mode") is not None:
+            os.chmod(path, op["mode"])
+    if not dry_run:
+        for directory in sorted(manifest.get("dirs_created", []), key=len, reverse=True):
+            d = store_root / directory
+            try:
+                d.rmdir()
+            except OSError as err:
+                if err.errno not in (errno.ENOENT, errno.ENOTEMPTY, errno.EEXIST):
+                    raise
+        stage = manifest.get("stage")
+        if stage and Path(stage).is_dir():
+            shutil.rmtree(stage, ignore_errors=True)
+        clear_pending(store_root)
+        manifest["status"] = "undone"
+        manifest["undone"] = utc_stamp()
+        write_json_atomically(backup_dir / MANIFEST, manifest)
+    report.restored = sorted(set(report.restored))
+    report.unchanged = sorted(set(report.unchanged) - set(report.restored))
+    return report
+
+
+__all__ = ["BackupError", "UndoReport", "undo_backup", "load_manifest", "read_pending",
+           "write_pending", "clear_pending", "save_range", "restore_file", "sha256_file",
+           "write_json_atomically", "utc_stamp", "in_place_digests", "MANIFEST", "PENDING", "BACKUP_DIR",
+           "STAGE_PREFIX"]

@@ -1,0 +1,289 @@
+"""``recover``, ``truncate``, ``rebuild-queues``, ``rebuild-index`` and ``undo``: argument parsing
+and rendering only; planning, backup and apply live in :mod:`mqtool.repair` / :mod:`mqtool.backup`."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from .. import repair
+from ..errors import EXIT_FINDINGS, EXIT_OK
+from ..recovery import BROKER_VERSIONS, MODES
+from .common import emit_json_document, error_boundary, fail, progress_bar, stdout_console
+from .main import app
+
+_LISTED_FILES = 40
+
+_SAFETY = (
+    "\n\nSafety: refuses (exit 3) a store whose lock file a live process holds; --dry-run prints "
+    "the plan (files created, changed with byte ranges, deleted; messages, ConsumeQueue units and "
+    "index entries affected; what is lost) and changes nothing. Otherwise every byte that will "
+    "change or go away is first copied into STORE/.mqtool-backup/<UTC timestamp>/ (or "
+    "--backup-dir), then files are rewritten through temp file + fsync + rename; 'mqtool undo "
+    "BACKUP' restores the store byte for byte. A repair that was interrupted is finished by the "
+    "next repair command. --out DIR repairs a copy and leaves STORE untouched."
+    "\n\nExit status: 0 nothing to do or repaired without loss, 1 repaired (or, with --dry-run, "
+    "would repair) with data loss, 2 bad usage or unreadable store, 3 refused (store in use).")
+
+_STORE_ARG = typer.Argument(..., metavar="STORE", help="Store root (commitlog/, consumequeue/, "
+                                                      "index/, checkpoint, ...).")
+
+
+def _dry_run_option():
+    return typer.Option(False, "--dry-run", help="Print the plan and change nothing.")
+
+
+def _json_option():
+    return typer.Option(False, "--json", help="One JSON document on stdout.")
+
+
+def _backup_option():
+    return typer.Option(None, "--backup-dir", metavar="DIR",
+                        help="Backup folder (default STORE/.mqtool-backup/<UTC timestamp>).")
+
+
+def _out_option():
+    return typer.Option(None, "--out", metavar="DIR",
+                        help="Write a repaired copy into DIR (new or empty) and leave STORE "
+                             "untouched (no backup is made).")
+
+
+def _version_option():
+    return typer.Option("auto", "--broker-version",
+                        help="Recovery rules: auto, " + ", ".join(BROKER_VERSIONS)
+                             + " (auto: 4.9 unless the store has 5.x-only files, then 5.3.2+).")
+
+
+def _check_version(value: str) -> str:
+    if value != "auto" and value not in BROKER_VERSIONS:
+        fail(f"--broker-version must be auto, {', '.join(BROKER_VERSIONS)}; got {value!r}")
+    return value
+
+
+def _progress(desc: str, total: int):
+    return progress_bar(total, desc)
+
+
+def _render(result: repair.RepairResult, command: str) -> None:
+    out = stdout_console()
+    plan = result.plan
+    if plan is None:
+        return
+    out.print(f"store: {plan.store}", markup=False, soft_wrap=True)
+    summary = plan.summary
+    if plan.recovery is not None and command in ("recover", "truncate"):
+        rp = plan.recovery
+        out.print(f"broker rules {rp.broker_version}, {rp.mode} recovery: start file "
+                  f"{rp.start_file}, processOffset {rp.process_offset:,} ({rp.stop_reason})",
+                  markup=False, soft_wrap=True)
+    if plan.nothing_to_do:
+        out.print("nothing to do: the store already is in the state this command produces",
+                  markup=False)
+    else:
+        verb = {"planned": "would change", "repaired": "changed"}.get(result.status, "changes")
+        out.print(f"{verb}: {summary['files_created']} file(s) created, "
+                  f"{summary['files_changed']} changed ({summary['bytes_changed']:,} bytes), "
+                  f"{summary['files_deleted']} deleted ({summary['bytes_deleted']:,} bytes)",
+                  markup=False, soft_wrap=True)
+        counts = []
+        if "messages_removed" in summary:
+            counts.append(f"messages removed {summary['messages_removed']:,}")
+        counts.append(f"ConsumeQueue units -{summary['cq_units_removed']:,} "
+                      f"+{summary['cq_units_added']:,}")
+        counts.append(f"index entries -{summary['index_entries_removed']:,} "
+                      f"+{summary['index_entries_added']:,}")
+        out.print("; ".join(counts), markup=False, soft_wrap=True)
+        ops = plan.ordered_ops()
+        for op in ops[:_LISTED_FILES]:
+            size = op.old_size if op.action == "delete" else op.new_size
+            ranges = ", ".join(f"{s:,}-{e:,}" for s, e in op.ranges[:3])
+            if len(op.ranges) > 3:
+                ranges += f", ... ({len(op.ranges)} ranges)"
+            extra = "".join(f"; {k.replace('_', ' ')} {v:,}" for k, v in op.detail.items()
+                            if isinstance(v, int) and v)
+            out.print(f"  {op.action:6} {op.path} ({size or 0:,} bytes"
+                      + (f"; bytes {ranges}" if ranges and op.action == "change" else "")
+                      + f"{extra}): {op.reason}", markup=False, soft_wrap=True)
+        if len(ops) > _LISTED_FILES:
+            out.print(f"... {len(ops) - _LISTED_FILES} more file(s) (--json lists them all)",
+                      markup=False)
+    for line in plan.lost:
+        out.print(f"lost: {line}", markup=False, soft_wrap=True)
+    for line in plan.notes:
+        out.print(f"note: {line}", markup=False, soft_wrap=True)
+
+
+def _finish(result: repair.RepairResult, command: str, json_output: bool) -> None:
+    for warning in result.warnings:
+        sys.stderr.write(f"mqtool: warning: {warning}\n")
+    if result.resumed is not None:
+        sys.stderr.write(f"mqtool: {command}: finished an interrupted "
+                         f"{result.resumed.get('command')} first (backup: "
+                         f"{result.resumed.get('backup_dir')})\n")
+    if json_output:
+        emit_json_document(result.to_dict())
+    else:
+        _render(result, command)
+    if result.status == "repaired" and result.backup is not None:
+        tail = f"; backup: {result.backup}"
+    elif result.status == "repaired" and result.out is not None:
+        tail = f"; repaired copy: {result.out}"
+    else:
+        tail = ""
+    loss = " with data loss" if result.data_loss else ""
+    status = {"planned": f"dry run, nothing changed (the repair would run{loss})",
+              "repaired": f"repaired{loss}"}.get(result.status, result.status)
+    sys.stderr.write(f"mqtool: {command}: {status}{tail}\n")
+    raise typer.Exit(EXIT_FINDINGS if result.data_loss else EXIT_OK)
+
+
+def _run(command: str, store: Path, *, dry_run: bool, json_output: bool, backup_dir, out,
+         **options) -> None:
+    if dry_run and out is not None:
+        fail("--dry-run and --out do not go together")
+    result = repair.run_repair(command, store, dry_run=dry_run, backup_dir=backup_dir, out=out,
+                               progress=_progress, argv=sys.argv[1:], **options)
+    _finish(result, command, json_output)
+
+
+@app.command("recover", help=(
+    "Run the broker's startup recovery offline: normal or abnormal (abort file), the start file, "
+    "the scan with CRC checks, CommitLog truncation at processOffset (later files deleted, the "
+    "rest of the cut file erased unless --keep-stale), ConsumeQueue recovery and truncation, "
+    "re-dispatch into ConsumeQueues and IndexFiles, IndexFiles deleted on abnormal load, the "
+    "checkpoint update and removal of the abort file. The end state is what Apache RocketMQ "
+    "leaves after starting on the store." + _SAFETY))
+@error_boundary
+def recover_cmd(
+    store: Path = _STORE_ARG,
+    mode: str = typer.Option("auto", "--mode",
+                             help="Recovery branch: " + ", ".join(MODES)
+                                  + " (auto: abnormal when the abort file exists)."),
+    broker_version: str = _version_option(),
+    reindex_all: bool = typer.Option(False, "--reindex-all",
+                                     help="Rebuild the index for every message instead of losing "
+                                          "the entries of the IndexFile an abnormal load deletes."),
+    keep_stale: bool = typer.Option(False, "--keep-stale",
+                                    help="Leave bytes and index entries past the recovered end "
+                                         "exactly as the broker does (default: erase them)."),
+    no_check_crc: bool = typer.Option(False, "--no-check-crc",
+                                      help="Recover with checkCRCOnRecover=false."),
+    message_index_safe: bool = typer.Option(False, "--message-index-safe",
+                                            help="Recover with the broker's messageIndexSafe."),
+    force_verify_prop_crc: bool = typer.Option(False, "--force-verify-prop-crc",
+                                               help="Recover with forceVerifyPropCRC (5.2+)."),
+    dry_run: bool = _dry_run_option(),
+    json_output: bool = _json_option(),
+    backup_dir: Path = _backup_option(),
+    out: Path = _out_option(),
+):
+    if mode not in MODES:
+        fail(f"--mode must be one of {', '.join(MODES)}; got {mode!r}")
+    _run("recover", store, dry_run=dry_run, json_output=json_output, backup_dir=backup_dir,
+         out=out, mode=mode, broker_version=_check_version(broker_version),
+         check_crc=not no_check_crc, message_index_safe=message_index_safe,
+         force_verify_prop_crc=force_verify_prop_crc, reindex_all=reindex_all,
+         keep_stale=keep_stale)
+
+
+@app.command("truncate", help=(
+    "Cut the store at a CommitLog offset (default: the broker's processOffset): later CommitLog "
+    "files are deleted and the rest of the cut file erased, ConsumeQueue units pointing at or "
+    "past the offset are removed, IndexFiles holding entries at or past it are rebuilt under "
+    "their own names, checkpoint timestamps later than the last kept message are lowered. "
+    "The offset must be a record boundary." + _SAFETY))
+@error_boundary
+def truncate_cmd(
+    store: Path = _STORE_ARG,
+    to: int = typer.Option(None, "--to", metavar="OFFSET", min=0,
+                           help="Global CommitLog offset to cut at (a record boundary)."),
+    broker_version: str = _version_option(),
+    dry_run: bool = _dry_run_option(),
+    json_output: bool = _json_option(),
+    backup_dir: Path = _backup_option(),
+    out: Path = _out_option(),
+):
+    _run("truncate", store, dry_run=dry_run, json_output=json_output, backup_dir=backup_dir,
+         out=out, to=to, broker_version=_check_version(broker_version))
+
+
+@app.command("rebuild-queues", help=(
+    "Regenerate ConsumeQueue files from the CommitLog records up to the recovered end, as the "
+    "broker's dispatch writes them (file names, units per file, pre-blank units when a queue does "
+    "not start at 0, only NOT/COMMIT records, tagsCode rules). Replaces the files of the selected "
+    "queues; a queue without any record keeps its files." + _SAFETY))
+@error_boundary
+def rebuild_queues_cmd(
+    store: Path = _STORE_ARG,
+    topic: str = typer.Option(None, "--topic", help="Only this topic."),
+    queue: int = typer.Option(None, "--queue", min=0, help="Only this queue id."),
+    cq_units: int = typer.Option(None, "--cq-units", min=1,
+                                 help="Units per ConsumeQueue file (default: the store's, else "
+                                      "300000)."),
+    broker_version: str = _version_option(),
+    dry_run: bool = _dry_run_option(),
+    json_output: bool = _json_option(),
+    backup_dir: Path = _backup_option(),
+    out: Path = _out_option(),
+):
+    _run("rebuild-queues", store, dry_run=dry_run, json_output=json_output,
+         backup_dir=backup_dir, out=out, topic=topic, queue_id=queue, cq_units=cq_units,
+         broker_version=_check_version(broker_version))
+
+
+@app.command("rebuild-index", help=(
+    "Regenerate every IndexFile from the CommitLog records up to the recovered end, as the "
+    "broker's buildIndex writes them (UNIQ_KEY and each KEYS item as topic#key, rollback records "
+    "skipped, roll-over to a new file when full, names from store time); replaces the existing "
+    "IndexFiles and sets the checkpoint's indexMsgTimestamp to match." + _SAFETY))
+@error_boundary
+def rebuild_index_cmd(
+    store: Path = _STORE_ARG,
+    slots: int = typer.Option(None, "--slots", min=1,
+                              help="Hash slots per IndexFile (default: the store's)."),
+    entries: int = typer.Option(None, "--entries", min=2,
+                                help="Entries per IndexFile (default: the store's)."),
+    broker_version: str = _version_option(),
+    dry_run: bool = _dry_run_option(),
+    json_output: bool = _json_option(),
+    backup_dir: Path = _backup_option(),
+    out: Path = _out_option(),
+):
+    _run("rebuild-index", store, dry_run=dry_run, json_output=json_output,
+         backup_dir=backup_dir, out=out, slots=slots, entries=entries,
+         broker_version=_check_version(broker_version))
+
+
+@app.command("undo", help=(
+    "Put a store back exactly as it was before the repair that made BACKUP: files the repair "
+    "created are removed, changed and deleted files restored byte for byte. Refuses (exit 3) a "
+    "store in use, and changes nothing when a file was modified since the repair unless --force."
+    "\n\nExit status: 0 restored (or nothing to restore), 2 unusable backup or conflict, "
+    "3 refused."))
+@error_boundary
+def undo_cmd(
+    backup: Path = typer.Argument(..., metavar="BACKUP",
+                                  help="A backup folder printed by a repair command."),
+    force: bool = typer.Option(False, "--force",
+                               help="Restore even files changed since the repair."),
+    dry_run: bool = _dry_run_option(),
+    json_output: bool = _json_option(),
+):
+    report = repair.run_undo(backup, force=force, dry_run=dry_run)
+    if json_output:
+        emit_json_document(report.to_dict())
+    else:
+        out = stdout_console()
+        out.print(f"store: {report.store}", markup=False, soft_wrap=True)
+        for path in report.restored:
+            out.print(f"restore  {path}", markup=False, soft_wrap=True)
+        for path in report.removed:
+            out.print(f"remove   {path}", markup=False, soft_wrap=True)
+        if report.conflicts:
+            out.print(f"conflicts (forced): {', '.join(report.conflicts)}", markup=False,
+                      soft_wrap=True)
+    verb = "would restore" if dry_run else "restored"
+    sys.stderr.write(f"mqtool: undo: {verb} {len(report.restored)} file(s), removed "
+                     f"{len(report.removed)} from {report.backup}\n")
+    raise typer.Exit(EXIT_OK)

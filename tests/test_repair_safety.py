@@ -1,0 +1,280 @@
+"""The safety rules of every mutating command, on real files and real processes.
+
+A live broker is a second process holding a POSIX record lock on byte 0 of ``lock`` (what the
+JVM's FileChannel.tryLock takes); a crash is SIGKILL, delivered by the apply loop's test hook
+(MQTOOL_TEST_KILL_AFTER_STEP=N kills the process right after step N) in a real subprocess."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURE_STORE, SHARED_STORES, run_mqtool
+from mqtool import forge
+from mqtool.repair import run_repair, run_undo
+from test_repair import assert_backup_holds_originals, backup_dirs, make_store, snapshot
+
+MUTATING = [("recover",), ("truncate",), ("rebuild-queues",), ("rebuild-index",)]
+# the same commands as the parametrised CLI runs below, for in-process second runs
+LIBRARY_ARGS = {"recover": {}, "truncate": {"to": 1048576}, "rebuild-queues": {},
+                "rebuild-index": {"slots": 500, "entries": 2000}}
+
+
+def _damaged_copy(tmp_path: Path) -> Path:
+    """The fixture store with a bit flipped in the last CommitLog file: every command has
+    something to do on it."""
+    store = tmp_path / "store"
+    shutil.copytree(FIXTURE_STORE / "store", store)
+    forge.damage_store(store, "bit-flip", 2, file="commitlog/00000000000002097152")
+    return store
+
+
+@pytest.fixture
+def crash_store(tmp_path) -> Path:
+    return make_store(tmp_path / "crash", "--messages", "900", "--seed", "11", "--crash",
+                      "--index-entries", "800", "--index-slots", "200")
+
+
+class LockHolder:
+    """A second process holding the broker's lock: an exclusive lockf on byte 0 of ``lock``."""
+
+    def __init__(self, lock: Path):
+        code = ("import fcntl, os, sys, time\n"
+                "fd = os.open(sys.argv[1], os.O_RDWR)\n"
+                "fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)\n"
+                "print('locked', flush=True)\n"
+                "time.sleep(120)\n")
+        self.proc = subprocess.Popen([sys.executable, "-c", code, str(lock)],
+                                     stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout.readline().strip() == "locked"
+
+    def release(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+def test_refuses_a_locked_store_exit_3_nothing_changed(tmp_path):
+    store = _damaged_copy(tmp_path)
+    before = snapshot(store)
+    holder = LockHolder(store / "lock")
+    try:
+        for (command,) in MUTATING:
+            proc = run_mqtool(command, store)
+            assert proc.returncode == 3, (command, proc.stderr)
+            assert proc.stderr.startswith("mqtool: error:")
+            assert "lock" in proc.stderr and "live process" in proc.stderr
+            assert len(proc.stderr.strip().splitlines()) == 1
+        # looking is allowed: a dry run changes nothing and says the store is in use
+        proc = run_mqtool("recover", store, "--dry-run")
+        assert proc.returncode in (0, 1) and "live process" in proc.stderr
+    finally:
+        holder.release()
+    assert snapshot(store) == before
+    assert not (store / ".mqtool-backup").exists()
+    # with the lock released the same command runs
+    assert run_mqtool("recover", store).returncode == 1
+
+
+def test_undo_refuses_a_locked_store(tmp_path):
+    store = _damaged_copy(tmp_path)
+    assert run_mqtool("recover", store).returncode == 1
+    backup = backup_dirs(store)[0]
+    after = snapshot(store)
+    holder = LockHolder(store / "lock")
+    try:
+        proc = run_mqtool("undo", backup)
+        assert proc.returncode == 3 and "lock" in proc.stderr
+    finally:
+        holder.release()
+    assert snapshot(store) == after
+
+
+@pytest.mark.parametrize("command", [c for (c,) in MUTATING])
+def test_dry_run_changes_nothing(tmp_path, command):
+    store = _damaged_copy(tmp_path)
+    before = snapshot(store)
+    listing = sorted(p.relative_to(store).as_posix() for p in store.rglob("*"))
+    proc = run_mqtool(command, store, "--dry-run", "--json")
+    assert proc.returncode in (0, 1), proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["status"] in ("planned", "nothing to do") and doc["backup"] is None
+    assert snapshot(store) == before
+    assert sorted(p.relative_to(store).as_posix() for p in store.rglob("*")) == listing
+
+
+@pytest.mark.parametrize("args", [("recover",), ("truncate", "--to", "1048576"),
+                                  ("rebuild-queues",), ("rebuild-index", "--slots", "500",
+                                                        "--entries", "2000")])
+def test_backup_then_undo_is_byte_exact_and_second_run_does_nothing(tmp_path, args):
+    store = _damaged_copy(tmp_path)
+    (store / "consumequeue" / "OrderTopic" / "1" / "00000000000000000000").unlink()
+    original = tmp_path / "original"
+    shutil.copytree(store, original)
+    proc = run_mqtool(*args[:1], store, *args[1:], "--json")
+    assert proc.returncode in (0, 1), proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["status"] == "repaired"
+    backup = Path(doc["backup"])
+    assert backup.parent == store / ".mqtool-backup" and f"backup: {backup}" in proc.stderr
+    assert_backup_holds_originals(backup, original, store)
+    # a second run changes nothing
+    repaired = snapshot(store)
+    again = run_repair(args[0], store, **LIBRARY_ARGS[args[0]])
+    assert again.status == "nothing to do" and again.exit_code == 0
+    assert snapshot(store) == repaired and backup_dirs(store) == [backup]
+    # undo puts every file back byte for byte
+    report = run_undo(backup)
+    assert report.restored or report.removed
+    assert snapshot(store) == snapshot(original)
+
+
+def test_backup_dir_option_and_manifest(tmp_path, crash_store):
+    original = tmp_path / "original"
+    shutil.copytree(crash_store, original)
+    chosen = tmp_path / "elsewhere" / "bk"
+    proc = run_mqtool("recover", crash_store, "--backup-dir", chosen, "--json")
+    assert proc.returncode in (0, 1), proc.stderr
+    assert json.loads(proc.stdout)["backup"] == str(chosen)
+    manifest = json.loads((chosen / "manifest.json").read_text())
+    assert manifest["status"] == "applied" and manifest["command"] == "recover"
+    for op in manifest["ops"]:
+        assert op["op"] in ("write", "edit", "delete") and op["reason"]
+        if op["old_size"] is not None:
+            assert len(op["old_sha256"]) == 64
+    assert not (crash_store / ".mqtool-backup").exists()
+    assert_backup_holds_originals(chosen, original, crash_store)
+    assert run_mqtool("undo", chosen).returncode == 0
+    assert snapshot(crash_store) == snapshot(original)
+
+
+def test_undo_refuses_when_the_store_moved_on(tmp_path):
+    store = _damaged_copy(tmp_path)
+    original = snapshot(store)
+    cut_before = (store / "commitlog" / "00000000000002097152").read_bytes()
+    assert run_mqtool("recover", store).returncode == 1
+    backup = backup_dirs(store)[0]
+    # a broker started afterwards and wrote into the cut file
+    cut = store / "commitlog" / "00000000000002097152"
+    with open(cut, "r+b") as fh:
+        fh.seek(1000)
+        fh.write(b"\x01\x02\x03")
+    changed = snapshot(store)
+    proc = run_mqtool("undo", backup)
+    assert proc.returncode == 2 and "changed since the repair" in proc.stderr
+    assert snapshot(store) == changed
+    proc = run_mqtool("undo", backup, "--force")
+    assert proc.returncode == 0
+    # everything the repair changed is back; the foreign write it never saw stays
+    restored = snapshot(store)
+    assert {k: v for k, v in restored.items() if k != cut.relative_to(store).as_posix()} == \
+        {k: v for k, v in original.items() if k != cut.relative_to(store).as_posix()}
+    now = cut.read_bytes()
+    assert now[:1000] == cut_before[:1000] and now[1003:] == cut_before[1003:]
+
+
+def test_out_writes_a_repaired_copy(tmp_path, crash_store):
+    before = snapshot(crash_store)
+    out = tmp_path / "repaired"
+    proc = run_mqtool("recover", crash_store, "--out", out, "--json")
+    assert proc.returncode in (0, 1), proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["out"] == str(out) and doc["backup"] is None
+    assert snapshot(crash_store) == before
+    in_place = tmp_path / "in-place"
+    shutil.copytree(crash_store, in_place)
+    assert run_mqtool("recover", in_place).returncode == doc["exit_code"]
+    assert snapshot(out) == snapshot(in_place)
+    assert not any(p.name.startswith(".mqtool") for p in out.iterdir())
+    proc = run_mqtool("recover", crash_store, "--out", out)
+    assert proc.returncode == 2 and "not an empty folder" in proc.stderr
+
+
+def _kill_run(store: Path, step: int) -> subprocess.CompletedProcess:
+    env = dict(os.environ, MQTOOL_TEST_KILL_AFTER_STEP=str(step))
+    return subprocess.run([sys.executable, "-m", "mqtool", "--no-progress", "recover", str(store)],
+                          capture_output=True, text=True, env=env)
+
+
+def test_sigkill_at_every_stage_then_rerun_and_undo(tmp_path, crash_store):
+    """Killed with SIGKILL after step N (the backup data, the journal, each operation), a re-run
+    reaches the same end state as an uninterrupted run, and undo restores the original."""
+    reference = tmp_path / "reference"
+    shutil.copytree(crash_store, reference)
+    proc = run_mqtool("recover", reference, "--json")
+    steps = len(json.loads(proc.stdout)["files"])
+    assert steps > 5
+    wanted = snapshot(reference)
+    original = snapshot(crash_store)
+    for step in sorted({-1, 0, steps // 2, steps}):
+        store = tmp_path / f"kill{step}"
+        shutil.copytree(crash_store, store)
+        killed = _kill_run(store, step)
+        assert killed.returncode == -9, (step, killed.stderr)
+        if step >= 0:
+            assert (store / ".mqtool-pending.json").exists()
+        first_backups = backup_dirs(store)
+        if step == steps // 2:
+            rerun = run_mqtool("recover", store)
+            assert rerun.returncode in (0, 1), rerun.stderr
+            assert "finished an interrupted recover" in rerun.stderr
+        else:
+            result = run_repair("recover", store)
+            assert (result.resumed is not None) == (step >= 0)
+        assert snapshot(store) == wanted, step
+        assert not (store / ".mqtool-pending.json").exists()
+        assert not list(store.glob(".mqtool-stage-*"))
+        if step >= 0:
+            run_undo(first_backups[0])
+            assert snapshot(store) == original, step
+
+
+def test_undo_of_an_interrupted_repair(tmp_path, crash_store):
+    original = snapshot(crash_store)
+    killed = _kill_run(crash_store, 3)
+    assert killed.returncode == -9
+    backup = backup_dirs(crash_store)[0]
+    proc = run_mqtool("undo", backup)
+    assert proc.returncode == 0, proc.stderr
+    assert snapshot(crash_store) == original
+    assert not (crash_store / ".mqtool-pending.json").exists()
+    # the store is as before: a repair starts from scratch
+    assert json.loads(run_mqtool("recover", crash_store, "--dry-run", "--json").stdout)[
+        "status"] == "planned"
+
+
+def test_backup_folder_is_invisible_to_readers(tmp_path):
+    store = _damaged_copy(tmp_path)
+    assert run_mqtool("recover", store).returncode == 1
+    assert (store / ".mqtool-backup").is_dir()
+    verify = run_mqtool("verify", store, "--json")
+    doc = json.loads(verify.stdout)
+    assert not any(".mqtool" in f.get("file", "") for f in doc["findings"])
+    assert verify.returncode == 0
+
+
+@pytest.mark.skipif(not (SHARED_STORES / "v5-crash").is_dir(), reason="../shared is absent")
+def test_v5_crash_undo_restores_pid_abort(tmp_path):
+    store = tmp_path / "store"
+    shutil.copytree(SHARED_STORES / "v5-crash" / "store", store)
+    original = snapshot(store)
+    proc = run_mqtool("recover", store, "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert not (store / "abort").exists()
+    assert run_mqtool("undo", json.loads(proc.stdout)["backup"]).returncode == 0
+    assert snapshot(store) == original
+
+
+def test_refuses_backup_inside_a_data_directory_and_bare_commitlog(tmp_path):
+    store = _damaged_copy(tmp_path)
+    before = snapshot(store)
+    proc = run_mqtool("recover", store, "--backup-dir", store / "commitlog" / "bk")
+    assert proc.returncode == 2 and "which the broker loads" in proc.stderr
+    proc = run_mqtool("recover", store / "commitlog")
+    assert proc.returncode == 2 and "bare CommitLog directory" in proc.stderr
+    assert snapshot(store) == before
+    assert not (store / "commitlog" / "bk").exists()
