@@ -8,6 +8,7 @@ from __future__ import annotations
 import calendar
 import datetime as _dt
 import ipaddress
+import operator
 import zlib
 
 CRC32_MASK = 0x7FFFFFFF
@@ -52,6 +53,59 @@ def index_key_hash(key: str) -> int:
 def index_key(topic: str, key: str) -> str:
     """The string the broker indexes: ``topic#key`` with the stored topic."""
     return f"{topic}#{key}"
+
+
+# --- the same hashes, fast ------------------------------------------------------------------------
+# hashCode is the polynomial sum(u_i * 31^(n-1-i)) mod 2^32 over the UTF-16 units u_i, so it can be
+# evaluated by map/sum in C against a table of powers, and continued: h(a + b) = h(a) * 31^len(b)
+# + h(b). The definitions above stay the reference; tests hold these equal to them.
+
+_POW31_SPAN = 1024
+_POW31_DESCENDING = tuple(pow(31, _POW31_SPAN - 1 - i, 1 << 32) for i in range(_POW31_SPAN))
+_POW31_SPAN_FACTOR = pow(31, _POW31_SPAN, 1 << 32)
+# UTF-16 in the machine's byte order, so a memoryview cast to "H" yields the code units
+_UTF16_NATIVE = "utf-16-le" if memoryview(b"\x01\x00").cast("H")[0] == 1 else "utf-16-be"
+
+
+def java_hash_extend(h: int, text: str) -> int:
+    """The unsigned 32-bit hashCode of ``s + text``, given ``h``, the unsigned hashCode of ``s``."""
+    units = text.encode("ascii") if text.isascii() else \
+        memoryview(text.encode(_UTF16_NATIVE)).cast("H")
+    n = len(units)
+    start = 0
+    while n - start > _POW31_SPAN:
+        stop = start + _POW31_SPAN
+        h = (h * _POW31_SPAN_FACTOR
+             + sum(map(operator.mul, units[start:stop], _POW31_DESCENDING))) & 0xFFFFFFFF
+        start = stop
+    rest = n - start
+    if rest:
+        h = (h * pow(31, rest, 1 << 32) + sum(map(operator.mul, units[start:],
+                                                    _POW31_DESCENDING[_POW31_SPAN - rest:]))) \
+            & 0xFFFFFFFF
+    return h
+
+
+def java_string_hash_fast(text: str) -> int:
+    """:func:`java_string_hash`, evaluated in C."""
+    return _to_int32(java_hash_extend(0, text))
+
+
+def index_hash_of_unsigned(h: int) -> int:
+    """indexKeyHashMethod of an unsigned 32-bit hashCode."""
+    h = _to_int32(h)
+    return 0 if h == -0x8000_0000 else abs(h)
+
+
+def index_key_hash_after(prefix_hash: int, key: str) -> int:
+    """:func:`index_key_hash` of ``prefix + key`` from the unsigned hashCode of ``prefix`` (the
+    broker hashes ``topic#key``; the ``topic#`` part is the same for all keys of a topic)."""
+    return index_hash_of_unsigned(java_hash_extend(prefix_hash, key))
+
+
+def index_key_prefix_hash(topic: str) -> int:
+    """The unsigned hashCode of ``topic#``, to continue with :func:`index_key_hash_after`."""
+    return java_hash_extend(0, index_key(topic, ""))
 
 
 def delay_level_table(levels: str = DEFAULT_DELAY_LEVELS) -> dict[int, int]:

@@ -9,6 +9,7 @@ import struct
 import construct
 import numpy as np
 
+from .formats import codecs
 from .formats import commitlog as cl_fmt
 from .formats import consumequeue as cq_fmt
 from .formats import indexfile as idx_fmt
@@ -95,3 +96,301 @@ TIMERLOG_UNIT = declared(timer_fmt.timerlog_unit)
 TIMERLOG_BLANK = struct.Struct(">" + struct_format(timer_fmt.timerlog_blank.subcons[0])
                                + struct_format(timer_fmt.timerlog_blank.subcons[1]) + "I")
 TIMERWHEEL_SLOT = declared(timer_fmt.timerwheel_slot)
+
+
+# --- numpy codecs of CommitLog records, for scanning many records at once -------------------------
+
+def _numpy_field(decl: construct.Construct) -> np.dtype:
+    """numpy_dtype, with fixed byte strings as opaque (void) fields: "S" would drop trailing NULs."""
+    if isinstance(decl, construct.Renamed):
+        return _numpy_field(decl.subcon)
+    if isinstance(decl, construct.Bytes) and isinstance(decl.length, int):
+        return np.dtype(f"V{decl.length}")
+    if isinstance(decl, construct.Struct):
+        return np.dtype([(sc.name, _numpy_field(sc)) for sc in decl.subcons])
+    return numpy_dtype(decl)
+
+
+def _message_middle_dtype(born_v6: bool, store_v6: bool) -> np.dtype:
+    """commitlog_message from born_host through body_length for one host variant, as numpy."""
+    names = [sc.name for sc in cl_fmt.commitlog_message.subcons]
+    start, stop = names.index("born_host"), names.index("body_length") + 1
+    fields = []
+    for sc in cl_fmt.commitlog_message.subcons[start:stop]:
+        inner = sc.subcon
+        if isinstance(inner, construct.IfThenElse):
+            v6 = born_v6 if sc.name == "born_host" else store_v6
+            inner = inner.thensubcon if v6 else inner.elsesubcon
+        fields.append((sc.name, _numpy_field(inner)))
+    return np.dtype(fields)
+
+
+# total_size .. born_timestamp; born_host .. body_length keyed by sys_flag & HOST_FLAGS; the
+# length fields of the variable part (topic_length keyed by magic code)
+MESSAGE_HEADER_DTYPE = _numpy_field(cl_fmt.message_header)
+MESSAGE_MIDDLE_DTYPES = {
+    flags: _message_middle_dtype(bool(flags & cl_fmt.BORNHOST_V6_FLAG),
+                                 bool(flags & cl_fmt.STOREHOSTADDRESS_V6_FLAG))
+    for flags in MESSAGE_MIDDLE
+}
+TOPIC_LENGTH_DTYPES = {magic: numpy_dtype(_message_subcon("topic_length").cases[magic])
+                       for magic in cl_fmt.MESSAGE_MAGIC_CODES}
+PROPERTIES_LENGTH_DTYPE = numpy_dtype(_message_subcon("properties_length"))
+
+
+def gather(buf, dtype, positions: np.ndarray) -> np.ndarray:
+    """The ``dtype`` values stored at each byte position of ``buf`` (any alignment); every
+    position must leave room for a whole value."""
+    dtype = np.dtype(dtype)
+    size = dtype.itemsize
+    length = len(buf) - size + 1
+    if length <= 0 or len(positions) == 0:
+        return np.zeros(0, dtype)
+    # an overlapping view with a one-byte stride: element i is the value starting at byte i
+    every = np.ndarray((length,), np.dtype(f"V{size}"), buffer=buf, strides=(1,))
+    try:
+        return every[positions].view(dtype)
+    finally:
+        del every
+
+
+# --- String.hashCode of many byte strings at once ---------------------------------------------------
+
+_HASH_WIDTHS = (8, 16, 32, 64, 128, 256)
+HASH_MAX_LENGTH = _HASH_WIDTHS[-1]
+POW31 = np.array([pow(31, n, 1 << 32) for n in range(HASH_MAX_LENGTH + 1)], dtype=np.uint32)
+# 31^(width-1) .. 31^0: right-aligned units times these, summed, are the polynomial
+_POW31_DESCENDING = POW31[HASH_MAX_LENGTH - 1::-1].copy()
+_HIGH_BITS = np.uint64(0x8080808080808080)     # a byte >= 0x80 in any of 8
+
+
+def java_hashes(data: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                prefix: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Unsigned 32-bit String.hashCode of the strings ``data[starts[i]:ends[i]]`` (uint8) read as
+    ASCII, continued from ``prefix[i]`` (the unsigned hash of a text before it) when given.
+
+    Returns (hashes, exact): ``exact[i]`` is False where the string holds a byte >= 0x80 (it is
+    UTF-8 and its UTF-16 units differ from its bytes) or is longer than HASH_MAX_LENGTH; the
+    caller hashes those with :func:`mqtool.formats.codecs.java_hash_extend`.
+
+    Strings are right-aligned in a matrix per width class (leading zero units add nothing to
+    the polynomial sum(u_i * 31^(n-1-i)) mod 2^32), multiplied by the powers of 31 and summed;
+    non-ASCII strings are decoded from UTF-8 to UTF-16 units and summed the same way."""
+    starts = np.asarray(starts, dtype=np.int64)
+    ends = np.asarray(ends, dtype=np.int64)
+    lengths = ends - starts
+    hashes = np.zeros(len(starts), dtype=np.uint32)
+    exact = lengths <= HASH_MAX_LENGTH
+    # zeros in front, so that the window of any width ending at a string's end lies inside
+    padded = np.concatenate((np.zeros(HASH_MAX_LENGTH, dtype=np.uint8), data))
+    lower = -1
+    for width in _HASH_WIDTHS:
+        sel = np.flatnonzero((lengths > lower) & (lengths <= width))
+        lower = width
+        if len(sel) == 0:
+            continue
+        windows = gather(padded, f"V{width}", ends[sel] + (HASH_MAX_LENGTH - width))
+        units = windows.view(np.uint8).reshape(len(sel), width)
+        units = units * (np.arange(width) >= (width - lengths[sel])[:, None])
+        exact[sel] &= ~(units.view(np.uint64) & _HIGH_BITS).any(axis=1)
+        # uint32 accumulation wraps as Java's int arithmetic does
+        hashes[sel] = np.einsum("ij,j->i", units, _POW31_DESCENDING[HASH_MAX_LENGTH - width:],
+                                dtype=np.uint32)
+    units = np.minimum(lengths, HASH_MAX_LENGTH)
+    others = np.flatnonzero(~exact)
+    if len(others):
+        hashes[others], units[others], exact[others] = _java_hashes_utf8(data, starts[others],
+                                                                         ends[others])
+    if prefix is not None:
+        hashes = np.asarray(prefix, dtype=np.uint32) * _pow31(units) + hashes
+    return hashes, exact
+
+
+def _pow31(exponents: np.ndarray) -> np.ndarray:
+    """31^e mod 2^32 (uint32) for each exponent."""
+    top = int(exponents.max()) if len(exponents) else 0
+    table = POW31 if top <= HASH_MAX_LENGTH else np.concatenate(
+        ([1], np.cumprod(np.full(top, 31, dtype=np.uint32), dtype=np.uint32))).astype(np.uint32)
+    return table[exponents]
+
+
+def _java_hashes_utf8(data: np.ndarray, starts: np.ndarray,
+                      ends: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(hashes, UTF-16 unit counts, exact) of UTF-8 strings of any length, decoded as Python's
+    strict decoder does for well-formed input of 1- to 3-byte sequences (one UTF-16 unit each).
+    Anything else - malformed bytes, which ``errors="replace"`` turns into U+FFFD by rules not
+    repeated here, and 4-byte sequences (surrogate pairs) - is left to the caller (exact False).
+
+    The polynomial is summed directly: unit k of n contributes u_k * 31^(n-1-k)."""
+    n = len(starts)
+    lengths = ends - starts
+    hashes = np.zeros(n, dtype=np.uint32)
+    counts = np.zeros(n, dtype=np.int64)
+    exact = np.ones(n, dtype=bool)
+    total = int(lengths.sum())
+    if total == 0:
+        return hashes, counts, exact
+    owner = np.repeat(np.arange(n, dtype=np.int64), lengths)
+    first = np.cumsum(lengths) - lengths
+    position = np.arange(total, dtype=np.int64) + np.repeat(starts - first, lengths)
+    b = data[position].astype(np.int64)
+    # the byte after, and the one after that, inside the same string (-1 past its end)
+    rest = (first + lengths)[owner] - np.arange(total)
+    b1 = np.where(rest > 1, data[np.minimum(position + 1, len(data) - 1)], -1).astype(np.int64)
+    b2 = np.where(rest > 2, data[np.minimum(position + 2, len(data) - 1)], -1).astype(np.int64)
+    continuation = (b & 0xC0) == 0x80
+    lead2 = (b >= 0xC2) & (b <= 0xDF)
+    lead3 = (b >= 0xE0) & (b <= 0xEF)
+    single = b < 0x80
+    c1 = (b1 & 0xC0) == 0x80
+    c2 = (b2 & 0xC0) == 0x80
+    # no overlong 3-byte form (E0 80..9F) and no surrogate (ED A0..BF)
+    second_ok = ~((b == 0xE0) & (b1 < 0xA0)) & ~((b == 0xED) & (b1 > 0x9F))
+    well_formed = single | (lead2 & c1) | (lead3 & c1 & c2 & second_ok)
+    starts_char = ~continuation
+    needed = np.where(lead2, 1, np.where(lead3, 2, 0))
+    bad = (starts_char & ~well_formed).astype(np.int64)
+    # every continuation byte must belong to the sequence before it
+    conts = continuation.astype(np.int64)
+    bad_strings = np.add.reduceat(bad, first[lengths > 0]) > 0
+    cont_count = np.add.reduceat(conts, first[lengths > 0])
+    need_count = np.add.reduceat(np.where(starts_char, needed, 0), first[lengths > 0])
+    nonempty = np.flatnonzero(lengths > 0)
+    exact[nonempty] = ~bad_strings & (cont_count == need_count)
+    unit = np.where(single, b, np.where(lead2, ((b & 0x1F) << 6) | (b1 & 0x3F),
+                                        ((b & 0x0F) << 12) | ((b1 & 0x3F) << 6) | (b2 & 0x3F)))
+    starts_int = starts_char.astype(np.int64)
+    index_in_string = np.cumsum(starts_int) - starts_int
+    index_in_string -= np.repeat(index_in_string[first[lengths > 0]], lengths[lengths > 0])
+    counts[nonempty] = np.add.reduceat(starts_int, first[lengths > 0])
+    exponent = np.maximum(counts[owner] - 1 - index_in_string, 0)
+    contribution = np.where(starts_char, unit.astype(np.uint32) * _pow31(exponent),
+                            0).astype(np.uint32)
+    hashes[nonempty] = np.add.reduceat(contribution, first[lengths > 0], dtype=np.uint32)
+    return hashes, counts, exact
+
+
+def signed32(values: np.ndarray) -> np.ndarray:
+    """uint32 hashCodes as Java ints (int64)."""
+    return values.astype(np.uint32).view(np.int32).astype(np.int64)
+
+
+def index_hashes_of(values: np.ndarray) -> np.ndarray:
+    """IndexFile.indexKeyHashMethod of uint32 hashCodes: abs, with Integer.MIN_VALUE -> 0."""
+    signed = signed32(values)
+    return np.where(signed == -(1 << 31), 0, np.abs(signed))
+
+
+# --- message properties of many records at once ----------------------------------------------------
+
+_PROPERTY = ord(codecs.PROPERTY_SEPARATOR)
+_ROW_WIDTHS = (48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 4096, 8192, 16384,
+               1 << 16)
+
+
+def property_blob(buf, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The properties ``buf[starts[i]:ends[i]]`` of many records copied into one uint8 array,
+    each between two property separators and followed by zeros (a row of a fixed width per
+    size class: copying fixed-size rows is one numpy gather); and where each record's
+    properties begin in it."""
+    starts = np.asarray(starts, dtype=np.int64)
+    lengths = np.asarray(ends, dtype=np.int64) - starts
+    begins = np.empty(len(starts), dtype=np.int64)
+    parts, used, lower = [], 0, -1
+    for width in _ROW_WIDTHS:
+        sel = np.flatnonzero((lengths > lower) & (lengths <= width - 2))
+        lower = width - 2
+        if len(sel) == 0:
+            continue
+        # a row starts one byte before the properties (that byte becomes the separator)
+        row_starts = starts[sel] - 1
+        fits = (row_starts >= 0) & (row_starts + width <= len(buf))
+        rows = np.zeros((len(sel), width), dtype=np.uint8)
+        if fits.all():
+            rows[:] = gather(buf, f"V{width}", row_starts).view(np.uint8).reshape(-1, width)
+        else:
+            inside = np.flatnonzero(fits)
+            rows[inside] = gather(buf, f"V{width}", row_starts[inside]).view(
+                np.uint8).reshape(-1, width)
+            for k in np.flatnonzero(~fits).tolist():
+                start = int(starts[sel[k]])
+                rows[k, 1:1 + int(lengths[sel[k]])] = np.frombuffer(
+                    bytes(buf[start:start + int(lengths[sel[k]])]), dtype=np.uint8)
+        row_lengths = lengths[sel]
+        rows *= np.arange(width) <= row_lengths[:, None]
+        rows[:, 0] = _PROPERTY
+        rows[np.arange(len(sel)), row_lengths + 1] = _PROPERTY
+        parts.append(rows.reshape(-1))
+        begins[sel] = used + np.arange(len(sel), dtype=np.int64) * width + 1
+        used += len(sel) * width
+    blob = np.concatenate(parts) if len(parts) > 1 else (
+        parts[0] if parts else np.zeros(0, dtype=np.uint8))
+    return blob, begins
+
+
+def property_values(blob: np.ndarray, begins: np.ndarray, names: tuple[str, ...]) -> dict:
+    """For the records of a :func:`property_blob`, the value of each property name as
+    :func:`mqtool.formats.codecs.decode_properties` would return it, as byte spans in the blob:
+    {name: (value_start, value_end)}, -1 where a record has no such (non-empty) property.
+
+    Separators are ASCII bytes, which UTF-8 decoding never merges into another character, so
+    splitting the bytes is splitting the decoded text: a pair counts when its segment starts with
+    the name and 0x01 and has a value after it; a later pair wins."""
+    separators = np.flatnonzero(blob == _PROPERTY)
+    seg_starts = separators + 1
+    seg_ends = np.empty_like(separators)
+    seg_ends[:-1] = separators[1:]
+    if len(separators):
+        seg_ends[-1] = len(blob)
+    seg_lengths = seg_ends - seg_starts
+    record_order = np.argsort(begins, kind="stable")
+    sorted_begins = begins[record_order]
+    # the first four bytes of every segment at once (segments shorter than that match no name)
+    heads = gather(blob, ">u4", np.minimum(seg_starts, max(len(blob) - 4, 0)))
+    out = {}
+    for name in names:
+        pattern = name.encode("utf-8") + codecs.NAME_VALUE_SEPARATOR.encode()
+        # a non-empty value: the segment is longer than name + 0x01
+        longer = seg_lengths > len(pattern)
+        if len(pattern) >= 4 and len(heads):
+            cand = np.flatnonzero((heads == int.from_bytes(pattern[:4], "big")) & longer)
+            checked = 4
+        else:
+            cand, checked = np.flatnonzero(longer), 0
+        for j in range(checked, len(pattern)):
+            cand = cand[blob[seg_starts[cand] + j] == pattern[j]]
+        starts = np.full(len(begins), -1, dtype=np.int64)
+        ends = np.full(len(begins), -1, dtype=np.int64)
+        if len(cand):
+            owner = record_order[np.searchsorted(sorted_begins, seg_starts[cand],
+                                                 side="right") - 1]
+            last = np.ones(len(cand), dtype=bool)
+            last[:-1] = owner[1:] != owner[:-1]
+            cand, owner = cand[last], owner[last]
+            starts[owner] = seg_starts[cand] + len(pattern)
+            ends[owner] = seg_ends[cand]
+        out[name] = (starts, ends)
+    return out
+
+
+def split_spans(data: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                separator: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The non-empty pieces of ``data[starts[i]:ends[i]]`` split on one byte (str.split then
+    dropping empty items): (owner i, piece start, piece end), in order."""
+    lengths = ends - starts
+    total = int(lengths.sum())
+    if total == 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty
+    owner = np.repeat(np.arange(len(starts), dtype=np.int64), lengths)
+    first = np.cumsum(lengths) - lengths
+    position = np.arange(total, dtype=np.int64) + np.repeat(starts - first, lengths)
+    inside = data[position] != separator
+    at_first = np.zeros(total, dtype=bool)
+    at_first[first[lengths > 0]] = True
+    at_last = np.zeros(total, dtype=bool)
+    at_last[(first + lengths - 1)[lengths > 0]] = True
+    begin = inside & (at_first | np.concatenate(([True], ~inside[:-1])))
+    finish = inside & (at_last | np.concatenate((~inside[1:], [True])))
+    b, f = np.flatnonzero(begin), np.flatnonzero(finish)
+    return owner[b], position[b], position[f] + 1

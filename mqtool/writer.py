@@ -350,13 +350,6 @@ class BatchConsumeQueueWriter:
                 state["base"] = None
 
 
-def _java_hash_ascii(text: bytes, h: int) -> int:
-    """String.hashCode continued from ``h`` over ASCII bytes (one UTF-16 unit per byte)."""
-    for unit in text:
-        h = (31 * h + unit) & _MASK32
-    return h
-
-
 class IndexWriter:
     """IndexService.buildIndex and IndexFile.putKey, with roll-over to a new file when full.
 
@@ -453,16 +446,11 @@ class IndexWriter:
         # the header reaches the buffer in flush(): nothing reads the buffer before that
 
     def key_hash(self, topic: str, key: str) -> int:
-        """index_key_hash(topic#key), continuing a cached hash of ``topic#`` for ASCII keys."""
-        if key.isascii():
-            prefix = self._prefix_hashes.get(topic)
-            if prefix is None:
-                prefix = codecs.java_string_hash(topic + "#") & _MASK32
-                self._prefix_hashes[topic] = prefix
-            h = _java_hash_ascii(key.encode("ascii"), prefix)
-            h = h - 0x1_0000_0000 if h & 0x8000_0000 else h
-            return 0 if h == -0x8000_0000 else abs(h)
-        return codecs.index_key_hash(codecs.index_key(topic, key))
+        """index_key_hash(topic#key), continuing a cached hash of ``topic#``."""
+        prefix = self._prefix_hashes.get(topic)
+        if prefix is None:
+            prefix = self._prefix_hashes[topic] = codecs.index_key_prefix_hash(topic)
+        return codecs.index_key_hash_after(prefix, key)
 
     def build_index(self, topic: str, commitlog_offset: int, sys_flag: int, store_timestamp: int,
                     properties: dict[str, str]) -> None:
