@@ -33,7 +33,6 @@ PRODUCER_FIRST = ("TAGS", "KEYS", "WAIT", "UNIQ_KEY")
 BROKER_LAST = ("DELAY", "TRAN_MSG", "PGROUP", "__transactionId__", "REAL_TOPIC", "REAL_QID",
                "CLUSTER")
 
-_MASK32 = 0xFFFFFFFF
 
 
 @functools.lru_cache(maxsize=4096)
