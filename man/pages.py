@@ -184,6 +184,12 @@ IndexFiles: inconsistent headers (IDX_HEADER), entries pointing nowhere or chain
 point past indexCount (IDX_DANGLING), entries whose hash matches no key of their record
 (IDX_HASH_MISMATCH), keys that cannot be found through their slot chain (IDX_MISSING_KEY).
 
+5.x BatchConsumeQueues: units pointing nowhere (BCQ_DANGLING), disagreeing with their record
+(BCQ_MISMATCH), not continuing each other's offsets (BCQ_GAP), partial units (BCQ_FILE_SIZE).
+5.x timer store: TimerLog units of the wrong size (TIMER_UNIT_SIZE), with invalid magic bits
+(TIMER_MAGIC), linking forward (TIMER_PREV_POS) or pointing at no record (TIMER_DANGLING);
+TimerWheel slots at the wrong index or pointing nowhere (TIMER_SLOT_TIME, TIMER_SLOT_POINTER).
+
 Store: checkpoint later than the newest message (CKPT_AHEAD) or missing (CKPT_MISSING), an
 abort file (ABORT_PRESENT: the last shutdown was abnormal), a lock held by a live process
 (LOCK_HELD), and RECOVERY_TRUNCATES when the broker's next start would drop written data.

@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from . import codec as _codec
+from .batchcq import check_batch_consume_queues
 from .codec import CQ_DTYPE as CQ_UNIT_DTYPE
 from .codec import CQ_UNIT as _CQ_STRUCT
 from .codec import INDEX_ENTRY as _ENTRY_STRUCT
@@ -49,6 +50,7 @@ from .recovery import (INDEX_ENTRY_DTYPE, INDEX_HEADER_DTYPE, BrokerRules, FileJ
                        resolve_broker_version)
 from .scan import (FLAG_FALSE, FLAG_TRUE, CorruptRegion, MessageRecord, RecordBatch, message_at,
                    scan_segment, scan_segment_batches)
+from .timer import check_timer_store
 from .store import CommitLog, Segment, Store
 
 # --- the codes -----------------------------------------------------------------------------------
@@ -82,6 +84,16 @@ CODES: dict[str, tuple[str, str]] = {
     "ABORT_PRESENT": (WARNING, "the abort file exists: the last shutdown was abnormal"),
     "LOCK_HELD": (WARNING, "a live process holds the store's lock file"),
     "RECOVERY_TRUNCATES": (ERROR, "the broker's next start would drop written data"),
+    "BCQ_DANGLING": (ERROR, "a BatchConsumeQueue unit points where no record starts"),
+    "BCQ_MISMATCH": (ERROR, "a BatchConsumeQueue unit disagrees with its record"),
+    "BCQ_GAP": (ERROR, "BatchConsumeQueue units do not continue each other's queue offsets"),
+    "BCQ_FILE_SIZE": (ERROR, "a BatchConsumeQueue file is not a whole number of 46-byte units"),
+    "TIMER_UNIT_SIZE": (ERROR, "a TimerLog unit does not declare 52 bytes"),
+    "TIMER_MAGIC": (ERROR, "a TimerLog unit's magic bits are not valid"),
+    "TIMER_PREV_POS": (ERROR, "a TimerLog unit links to a unit that is not before it"),
+    "TIMER_DANGLING": (ERROR, "a TimerLog unit points at no record of the size it records"),
+    "TIMER_SLOT_TIME": (ERROR, "a TimerWheel slot's time does not match its index or its units"),
+    "TIMER_SLOT_POINTER": (ERROR, "a TimerWheel slot points at no TimerLog unit"),
 }
 
 SEVERITY_ORDER = {ERROR: 0, WARNING: 1, INFO: 2}
@@ -1943,6 +1955,11 @@ def verify_store(store: Store, *, quick: bool = False, progress=None, broker_ver
                             force_verify_prop_crc=force_verify_prop_crc, file_verdicts=verdicts,
                             crc_verified=not quick)
     _merge_results(store, plan, results, sink, deferred)
+    # 5.x side stores: BatchConsumeQueues and the timer store, checked unit by unit
+    for found in check_batch_consume_queues(store) + check_timer_store(store):
+        extra = {k: found[k] for k in ("commitlog_offset", "topic", "queue_id") if k in found}
+        sink.add(_finding(found["code"], found["file"], found["offset"], found["message"],
+                          **extra))
     return _report(store, sink, plan, results)
 
 

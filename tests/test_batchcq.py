@@ -63,3 +63,17 @@ def test_checks_name_the_damaged_units(batch_store):
 def test_batch_topics_need_a_5x_store(tmp_path):
     with pytest.raises(Exception, match="broker-version 5"):
         make_store(tmp_path / "x", ForgeOptions(messages=10, batch_cq_topics=("OrderTopic",)))
+
+
+def test_verify_reports_batch_queue_damage(batch_store, mqtool):
+    proc = mqtool("verify", "--json", batch_store)
+    assert proc.returncode == 0, proc.stdout
+    path = batch_store / "batchconsumequeue" / "OrderTopic" / "1" / f"{0:020d}"
+    data = bytearray(path.read_bytes())
+    data[8:12] = struct.pack(">i", 17)
+    path.write_bytes(bytes(data))
+    proc = mqtool("verify", "--json", batch_store)
+    assert proc.returncode == 1
+    found = [(f["code"], f["file"], f["offset"]) for f in json.loads(proc.stdout)["findings"]
+             if f["code"].startswith("BCQ_")]
+    assert found == [("BCQ_MISMATCH", "batchconsumequeue/OrderTopic/1/00000000000000000000", 0)]

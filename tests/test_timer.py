@@ -120,3 +120,17 @@ def test_dump_reads_each_timer_file(timer_store, mqtool):
     check = json.loads(proc.stdout)
     assert check["last_read_time_ms"] == BASE_MS
     assert check["last_timer_log_flush_pos"] == expected[-1][0] + 52
+
+
+def test_verify_includes_the_timer_checks(timer_store, mqtool):
+    root, _ = timer_store
+    assert mqtool("verify", "--json", root).returncode == 0
+    log = sorted((root / "timerlog").iterdir())[0]
+    data = bytearray(log.read_bytes())
+    data[52 + 12:52 + 16] = struct.pack(">i", 8)
+    log.write_bytes(bytes(data))
+    proc = mqtool("verify", "--json", root)
+    assert proc.returncode == 1
+    found = [(f["code"], f["offset"]) for f in json.loads(proc.stdout)["findings"]
+             if f["code"].startswith("TIMER_")]
+    assert found == [("TIMER_MAGIC", 52)]
