@@ -52,7 +52,7 @@ def main(
 
 
 # Command modules register themselves on import.
-from . import inspect_cmds, verify_cmd, fixture_cmd, query_cmds, repair_cmds  # noqa: E402,F401
+from . import inspect_cmds, verify_cmd, fixture_cmd, query_cmds, repair_cmds, spark_cmds  # noqa: E402,F401,E501
 
 
 def run(argv: list[str] | None = None) -> None:

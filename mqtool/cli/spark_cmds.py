@@ -1,0 +1,264 @@
+"""``mqtool spark audit`` and ``mqtool spark export``: argument parsing and rendering only (the
+jobs are :mod:`mqtool.spark.job`). pyspark is imported when a command runs, never when the CLI
+loads, so ``mqtool --help`` stays fast and works without it."""
+from __future__ import annotations
+
+import sys
+from typing import List, Optional
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from ..errors import EXIT_FINDINGS, EXIT_OK, MqtoolError
+from .common import SETTINGS, emit_json_document, error_boundary, stdout_console
+from .main import app
+
+spark_app = typer.Typer(
+    help="Audit and export archived CommitLogs of many brokers on Apache Spark (local[*] by "
+         "default; any master: spark://, yarn, k8s://). Needs pyspark and Java 17+.",
+    no_args_is_help=True)
+app.add_typer(spark_app, name="spark")
+
+_PATHS_HELP = ("Store roots or CommitLog directories: local paths, file://, or any scheme the "
+               "Spark session reads (hdfs://, s3a://; executors then need fsspec or pyarrow). "
+               "One broker each, named after the path (<broker>/store -> <broker>).")
+_MASTER_HELP = "Spark master URL (default local[*]; under spark-submit: spark-submit's)."
+_SPLIT_HELP = ("Bytes of CommitLog per task: 128m (the default) reads a 1 GiB file with 8 "
+               "tasks. Records cut by a split boundary are read once, by the task they start in.")
+_BROKER_HELP = "Broker name for the PATH at the same position (give it once per PATH)."
+_CONF_HELP = "A Spark setting, KEY=VALUE (repeatable), e.g. spark.executor.memory=4g."
+
+
+def _conf(items: Optional[List[str]]) -> dict[str, str]:
+    out = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise MqtoolError(f"--conf wants KEY=VALUE, got {item!r}")
+        out[key.strip()] = value
+    return out
+
+
+def _prepare(paths: List[str], broker_names: Optional[List[str]], split_size: str):
+    """Check what can be checked before a JVM starts: the split size, and local inputs."""
+    from ..spark import require_pyspark
+    from ..spark.plan import is_local, parse_split_size, resolve_inputs
+
+    size = parse_split_size(split_size)
+    if broker_names and len(broker_names) != len(paths):
+        raise MqtoolError(f"--broker-name was given {len(broker_names)} time(s) for "
+                          f"{len(paths)} path(s); give it once per path, in the same order")
+    local = [(p, broker_names[i] if broker_names else None) for i, p in enumerate(paths)
+             if is_local(p)]
+    if len(local) == len(paths):
+        resolve_inputs([p for p, _ in local], [n for _, n in local] if broker_names else None)
+    else:
+        from ..spark.splits import check_remote_reader
+
+        check_remote_reader(paths)
+    require_pyspark()
+    return size
+
+
+def _session(master: Optional[str], conf: Optional[List[str]], app_name: str):
+    from ..spark.session import build_session
+
+    return build_session(master, app_name=app_name, conf=_conf(conf),
+                         progress=SETTINGS.progress and sys.stderr.isatty())
+
+
+def _cell(value) -> Text:
+    return Text("-" if value is None else str(value))
+
+
+def _bytes(n) -> str:
+    if n is None:
+        return "-"
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{int(size):,} B" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return str(n)
+
+
+def _time(ms) -> str:
+    from ..inspect import ms_to_iso
+
+    iso = ms_to_iso(ms) if ms is not None else None
+    return iso.replace("T", " ").rstrip("Z") if iso else "-"
+
+
+def _table(*columns: str) -> Table:
+    table = Table(box=None, pad_edge=False, show_edge=False, padding=(0, 1), header_style="bold")
+    for column in columns:
+        table.add_column(column, no_wrap=True)
+    return table
+
+
+def _console():
+    console = stdout_console()
+    if not console.is_terminal:
+        # a file or a pipe gets whole rows, never cells folded to 80 columns
+        console.width = max(console.width, 4096)
+    return console
+
+
+def _render_audit(summary: dict, findings: list[dict], show_queues: bool) -> None:
+    out = _console()
+    totals = summary["totals"]
+    out.print(Text(f"spark audit on {summary['master']}: {summary['tasks']} task(s) of "
+                   f"{_bytes(summary['split_size'])}, {summary['seconds']:.1f} s"
+                   + (f"; tables in {summary['out']}" if summary.get("out") else "")))
+    out.print()
+    brokers = _table("broker", "files", "CommitLog", "records", "bytes", "topics", "queues",
+                     "first store time", "last store time", "CRC fail", "holes",
+                     "queue gaps/dups", "errors", "warnings")
+    for b in summary["brokers"]:
+        holes = b["corrupt_regions"] + b["zero_holes"] + b["file_gaps"]
+        brokers.add_row(*map(_cell, (
+            b["broker"], b["files"], _bytes(b["commitlog_bytes"]), f"{b['records']:,}",
+            _bytes(b["bytes"]), b["topics"], b["queues"], _time(b["min_store_timestamp"]),
+            _time(b["max_store_timestamp"]), b["crc_failures"] + b["prop_crc_failures"], holes,
+            f"{b['gaps']}/{b['duplicates']}", b["errors"], b["warnings"])))
+    out.print(brokers)
+    out.print()
+    topics = _table("broker", "topic", "queues", "records", "messages", "bytes",
+                    "first store time", "last store time", "queue gaps/dups")
+    for t in summary["topics"]:
+        topics.add_row(*map(_cell, (t["broker"], t["topic"], t["queues"], f"{t['records']:,}",
+                                    f"{t['messages']:,}", _bytes(t["bytes"]),
+                                    _time(t["min_store_timestamp"]),
+                                    _time(t["max_store_timestamp"]),
+                                    f"{t['gaps']}/{t['duplicates']}")))
+    out.print(topics)
+    if show_queues:
+        out.print()
+        queues = _table("broker", "topic", "queue", "records", "queue offsets", "bytes",
+                        "gaps", "missing", "dups", "CRC fail")
+        for q in summary["queues"]:
+            span = "-" if q["min_queue_offset"] is None else \
+                f"{q['min_queue_offset']}..{q['max_queue_offset']}"
+            queues.add_row(*map(_cell, (q["broker"], q["topic"], q["queue_id"],
+                                        f"{q['records']:,}", span, _bytes(q["bytes"]), q["gaps"],
+                                        q["missing_offsets"], q["duplicates"],
+                                        q["crc_failures"] + q["prop_crc_failures"])))
+        out.print(queues)
+    uniq = summary["uniq_keys"]
+    out.print()
+    out.print(Text(f"UNIQ_KEYs stored more than once: {uniq['stored_more_than_once']:,} "
+                   f"(in more than one broker: {uniq['across_brokers']:,})"))
+    for item in uniq["across_brokers_sample"][:5]:
+        out.print(Text(f"  {item['uniq_key']}: {item['copies']} copies in "
+                       f"{', '.join(item['brokers'])}"))
+    out.print()
+    out.print(Text(f"findings: {totals['errors']} error(s), {totals['warnings']} warning(s), "
+                   f"{totals['infos']} info"))
+    if totals["by_code"]:
+        codes = _table("code", "count")
+        for code, count in totals["by_code"].items():
+            codes.add_row(_cell(code), _cell(count))
+        out.print(codes)
+        for f in findings[:20]:
+            out.print(Text(f"  {f['severity']:7} {f['code']} {f['broker']}:{f['file']}:"
+                           f"{f['offset']}: {f['message']}"))
+        shown = sum(totals["by_code"].values())
+        if shown > 20:
+            out.print(Text(f"  ... {shown - 20} more (the findings table has them all)"))
+    for note in summary["notes"]:
+        out.print(Text(f"note: {note}"))
+
+
+@spark_app.command("audit", help=(
+    "Audit the CommitLogs of many brokers on Spark: every record read exactly once by byte-range "
+    "tasks with mqtool's scanner; Parquet tables messages, findings (verify's codes), files and "
+    "uniq_key_duplicates plus summary.json under --out; a summary on stdout.\n\nExit status: 0 "
+    "no error, 1 errors found, 2 bad usage or unreadable input."))
+@error_boundary
+def audit(
+    paths: List[str] = typer.Argument(..., metavar="PATH", help=_PATHS_HELP),
+    master: Optional[str] = typer.Option(None, "--master", help=_MASTER_HELP),
+    out: Optional[str] = typer.Option(None, "--out", metavar="DIR",
+                                      help="Write the tables and summary.json here (a path every "
+                                           "executor can write: shared or hdfs:// / s3a:// on a "
+                                           "cluster). Without it nothing is written."),
+    split_size: str = typer.Option("128m", "--split-size", help=_SPLIT_HELP),
+    broker_name: Optional[List[str]] = typer.Option(None, "--broker-name", help=_BROKER_HELP),
+    overwrite: bool = typer.Option(False, "--overwrite",
+                                   help="Replace the tables of an earlier audit in --out."),
+    json_output: bool = typer.Option(False, "--json", help="Print summary.json on stdout "
+                                                           "instead of tables."),
+    queues: bool = typer.Option(False, "--queues", help="Also show one row per queue."),
+    conf: Optional[List[str]] = typer.Option(None, "--conf", metavar="KEY=VALUE",
+                                             help=_CONF_HELP),
+):
+    """Audit CommitLogs on Spark (see the help above)."""
+    size = _prepare(paths, broker_name, split_size)
+    from ..spark import job
+
+    spark = _session(master, conf, "mqtool spark audit")
+    try:
+        result = job.audit(spark, paths, broker_names=broker_name or None, out=out,
+                           split_size=size, overwrite=overwrite)
+    finally:
+        spark.stop()
+    if json_output:
+        emit_json_document(result.summary)
+    else:
+        _render_audit(result.summary, result.findings, queues)
+    totals = result.summary["totals"]
+    sys.stderr.write(f"mqtool: spark audit: {totals['records']:,} record(s) in "
+                     f"{totals['files']} file(s) of {totals['brokers']} broker(s); "
+                     f"{totals['errors']} error(s), {totals['warnings']} warning(s)\n")
+    raise typer.Exit(EXIT_FINDINGS if totals["errors"] else EXIT_OK)
+
+
+@spark_app.command("export", help=(
+    "Export every message of many brokers' CommitLogs, bodies included, as Parquet (or JSON "
+    "lines) partitioned by broker and store_date; the columns are dump's message record."))
+@error_boundary
+def export(
+    paths: List[str] = typer.Argument(..., metavar="PATH", help=_PATHS_HELP),
+    out: str = typer.Option(..., "--out", metavar="DIR", help="Where to write the dataset."),
+    fmt: str = typer.Option("parquet", "--format", help="parquet or json."),
+    master: Optional[str] = typer.Option(None, "--master", help=_MASTER_HELP),
+    split_size: str = typer.Option("128m", "--split-size", help=_SPLIT_HELP),
+    broker_name: Optional[List[str]] = typer.Option(None, "--broker-name", help=_BROKER_HELP),
+    topic: Optional[List[str]] = typer.Option(None, "--topic",
+                                              help="Only this topic (repeatable)."),
+    decompress: bool = typer.Option(True, "--decompress/--no-decompress",
+                                    help="Inflate compressed bodies, as dump does (default), or "
+                                         "keep the stored bytes."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an earlier export."),
+    json_output: bool = typer.Option(False, "--json", help="Print the export summary as JSON."),
+    conf: Optional[List[str]] = typer.Option(None, "--conf", metavar="KEY=VALUE",
+                                             help=_CONF_HELP),
+):
+    """Export messages with bodies on Spark (see the help above)."""
+    if fmt not in ("parquet", "json"):
+        raise MqtoolError(f"--format must be parquet or json, got {fmt!r}")
+    size = _prepare(paths, broker_name, split_size)
+    from ..spark import job
+
+    spark = _session(master, conf, "mqtool spark export")
+    try:
+        summary = job.export(spark, paths, out, fmt=fmt, broker_names=broker_name or None,
+                             split_size=size, topics=topic or None, decompress=decompress,
+                             overwrite=overwrite)
+    finally:
+        spark.stop()
+    if json_output:
+        emit_json_document(summary)
+    else:
+        console = _console()
+        table = _table("broker", "files", "CommitLog", "records scanned", "exported")
+        for b in summary["brokers"]:
+            table.add_row(*map(_cell, (b["broker"], b["files"], _bytes(b["commitlog_bytes"]),
+                                       b["records_scanned"], b.get("exported", 0))))
+        console.print(table)
+        for note in summary["notes"]:
+            console.print(Text(f"note: {note}"))
+    sys.stderr.write(f"mqtool: spark export: {summary['exported']:,} message(s) to "
+                     f"{summary['out']} ({summary['format']})\n")
+    raise typer.Exit(EXIT_OK)

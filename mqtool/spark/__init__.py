@@ -1,0 +1,27 @@
+"""Spark audits and exports of archived CommitLogs (``mqtool spark audit|export``).
+
+The work is split so that pyspark is imported only where it must be:
+
+* :mod:`mqtool.spark.plan` (driver, no pyspark): inputs -> brokers -> CommitLog files ->
+  byte-range splits, and the findings the file listing alone gives (sizes, gaps, stray files);
+* :mod:`mqtool.spark.splits` (executors, no pyspark): one split scanned with the shared scanner,
+  turned into rows;
+* :mod:`mqtool.spark.session` and :mod:`mqtool.spark.job` (driver, pyspark): the session, the
+  jobs, the Parquet outputs and the summary.
+
+``import mqtool.spark`` stays cheap and works without pyspark; :func:`require_pyspark` is what a
+command calls before touching the jobs.
+"""
+from __future__ import annotations
+
+import importlib.util
+
+from ..errors import OptionalDependencyError
+
+MISSING_PYSPARK = "pyspark is not installed; install 'mqtool[spark]' (and Java 17+)"
+
+
+def require_pyspark() -> None:
+    """Raise :class:`OptionalDependencyError` (one line for the CLI) when pyspark is absent."""
+    if importlib.util.find_spec("pyspark") is None:
+        raise OptionalDependencyError(MISSING_PYSPARK)

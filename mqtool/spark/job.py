@@ -1,0 +1,586 @@
+"""The Spark jobs: ``audit`` (messages, findings, files, UNIQ_KEY duplicates and a summary) and
+``export`` (every message with its body).
+
+One scan pass: tasks (:func:`mqtool.spark.splits.audit_partition`) turn their byte ranges into
+message rows, which are written as Parquet; everything else a task saw (where its records began
+and ended, blank records, corrupt regions, runs of zeros) comes back through an accumulator,
+which is small. The record-level findings, the queue-offset gaps and every figure of the
+summary are then Spark SQL over the written ``messages`` table, so they scale with the cluster.
+
+Finding codes, files, offsets and messages are ``verify``'s (:data:`mqtool.verify.CODES`); what a
+Spark audit checks is the CommitLog: record CRCs, lengths, self-recorded offsets, damaged
+regions, file sizes, gaps and stray files, and queue offsets that skip or repeat. Severities are
+the codes' defaults (``verify`` also predicts the broker's recovery and tones down what lies past
+the recovered end; that needs the store's ConsumeQueues and checkpoint, which an audit of
+archived CommitLogs does not read).
+"""
+from __future__ import annotations
+
+import functools
+import json
+import time
+from dataclasses import dataclass, field
+
+from pyspark import AccumulatorParam, StorageLevel
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+from .. import __version__
+from ..formats import commitlog as cl_fmt
+from ..verify import CODES, ERROR, INFO, WARNING
+from . import schema, session
+from .plan import (DEFAULT_SPLIT_SIZE, BrokerInput, Split, finding, layout_findings,
+                   make_splits, resolve_inputs)
+from .splits import audit_partition, check_remote_reader, export_partition, gap_finding_row
+
+#: findings returned to the caller (the tables hold all of them)
+LISTED_FINDINGS = 1000
+#: holes listed in the summary (the files table counts all of them)
+LISTED_HOLES = 1000
+UNIQ_KEY_SAMPLE = 20
+_DISPATCHED = [cl_fmt.TRANSACTION_NAMES[cl_fmt.TRANSACTION_NOT_TYPE],
+               cl_fmt.TRANSACTION_NAMES[cl_fmt.TRANSACTION_COMMIT_TYPE]]
+_PREPARED = cl_fmt.TRANSACTION_NAMES[cl_fmt.TRANSACTION_PREPARED_TYPE]
+_ROLLBACK = cl_fmt.TRANSACTION_NAMES[cl_fmt.TRANSACTION_ROLLBACK_TYPE]
+_WIDE = "decimal(38,0)"          # damaged queue offsets make differences past 64 bits
+_LAST_MILLI = 253402300799999   # 9999-12-31T23:59:59.999Z: later "timestamps" are damage
+
+
+class _ListParam(AccumulatorParam):
+    def zero(self, value):
+        return []
+
+    def addInPlace(self, a, b):
+        a.extend(b)
+        return a
+
+
+@dataclass
+class AuditResult:
+    summary: dict
+    findings: list[dict]            # the first LISTED_FINDINGS, by broker, file, offset
+    out: str | None
+    splits: int
+    sides: list[dict] = field(repr=False, default_factory=list)
+
+    @property
+    def errors(self) -> int:
+        return self.summary["totals"]["errors"]
+
+
+# --- the scan ------------------------------------------------------------------------------------
+
+def _plan(spark: SparkSession, sources: list[str], broker_names: list[str] | None,
+          split_size: int) -> tuple[list[BrokerInput], list[Split]]:
+    check_remote_reader(sources)
+    brokers = resolve_inputs(list(sources), broker_names, session.hadoop_lister(spark))
+    return brokers, make_splits(brokers, split_size)
+
+
+def _store_date(column: str = "store_timestamp"):
+    ts = F.col(column)
+    return (F.when(ts.between(0, _LAST_MILLI),
+                   F.date_format(F.timestamp_millis(ts), "yyyy-MM-dd"))
+            .otherwise(F.lit("invalid")))
+
+
+def _dedupe_sides(values: list[dict]) -> list[dict]:
+    """One report per split: a recomputed partition (an evicted cache, a retried stage) may
+    report twice."""
+    by_key = {}
+    for side in values:
+        by_key[(side["broker"], side["file"], side["index"])] = side
+    return [by_key[k] for k in sorted(by_key, key=lambda k: (k[0], int(k[1]), k[2]))]
+
+
+def chain_check(sides: list[dict]) -> tuple[dict, list[str]]:
+    """Join the splits of each file back into the sequential scan.
+
+    The sequential scan ends a file at its blank record; a split after that one still
+    resynchronises on whatever plausible records lie past the blank (stale data an old
+    truncation left), so its rows must go: returns {(broker, file): blank offset} for such files,
+    and notes for splits whose first record is not where the previous split's last one ended
+    (records overlapping a split boundary, which the scanner cannot tell apart)."""
+    cutoffs: dict = {}
+    notes = []
+    previous: dict = {}
+    for side in sides:
+        key = (side["broker"], side["file"])
+        state = previous.setdefault(key, {"exit": None, "blank": None})
+        if side["entry"] is None:
+            continue
+        if state["blank"] is not None:
+            cutoffs[key] = state["blank"]
+            continue
+        if state["exit"] is not None and side["entry"] != state["exit"]:
+            notes.append(f"{key[0]}: commitlog/{key[1]}: the record at {side['entry']} "
+                         f"(split {side['index']}) does not start where the previous one ends "
+                         f"({state['exit']}); records overlap there")
+        if side["blank"] is not None:
+            state["blank"] = side["blank"][0]
+        state["exit"] = side["exit"]
+    return cutoffs, notes
+
+
+def _cut(frame: DataFrame, cutoffs: dict) -> DataFrame:
+    if not cutoffs:
+        return frame
+    spurious = None
+    for (broker, name), offset in cutoffs.items():
+        cond = (F.col("broker") == broker) & (F.col("file") == name) & \
+            (F.col("commitlog_offset") > offset)
+        spurious = cond if spurious is None else spurious | cond
+    return frame.filter(~spurious)
+
+
+def _rewrite_without(spark: SparkSession, path: str, struct, cutoffs: dict, fmt: str,
+                     partition_by: list[str]) -> None:
+    """Drop the rows past a file's blank record from a written table (rare: see chain_check)."""
+    fixed = path.rstrip("/") + ".__mqtool_fixed"
+    frame = spark.read.schema(struct).format(fmt).load(path)
+    _cut(frame, cutoffs).write.mode("overwrite").partitionBy(*partition_by).format(fmt).save(fixed)
+    session.delete(spark, path)
+    session.rename(spark, fixed, path)
+
+
+def _scan(spark: SparkSession, splits: list[Split], partition_fn, columns, out_path: str | None,
+          fmt: str, mode: str, partition_by: list[str]):
+    """Run the one scan job. Returns the rows as a DataFrame to query (read back from
+    ``out_path``, or cached), the tasks' side reports, the rows cut as stale
+    ({(broker, file): blank offset}) and notes."""
+    sc = spark.sparkContext
+    sink = sc.accumulator([], _ListParam())
+    rdd = sc.parallelize(splits, max(1, len(splits))).mapPartitions(
+        functools.partial(partition_fn, sink=sink))
+    struct = schema.struct_type(columns)
+    frame = spark.createDataFrame(rdd, struct, verifySchema=False) \
+        .withColumn("store_date", _store_date())
+    full = frame.schema
+    if out_path is not None:
+        frame.write.mode(mode).partitionBy(*partition_by).format(fmt).save(out_path)
+        sides = _dedupe_sides(sink.value)
+        cutoffs, notes = chain_check(sides)
+        if cutoffs:
+            _rewrite_without(spark, out_path, full, cutoffs, fmt, partition_by)
+        result = spark.read.schema(full).format(fmt).load(out_path) if fmt == "parquet" else None
+    else:
+        frame = frame.persist(StorageLevel.MEMORY_AND_DISK)
+        frame.count()
+        sides = _dedupe_sides(sink.value)
+        cutoffs, notes = chain_check(sides)
+        result = _cut(frame, cutoffs)
+    return result, sides, cutoffs, notes
+
+
+# --- findings ------------------------------------------------------------------------------------
+
+def _finding_frame(spark: SparkSession, rows: list[dict]) -> DataFrame:
+    cols = schema.names(schema.FINDING_COLUMNS)
+    data = [tuple(json.dumps(r[c], sort_keys=True) if c == "details" and r[c] is not None
+                  else r[c] for c in cols) for r in rows]
+    return spark.createDataFrame(data, schema.struct_type(schema.FINDING_COLUMNS),
+                                 verifySchema=False)
+
+
+def _record_findings(messages: DataFrame) -> DataFrame:
+    """CL_CRC_MISMATCH, CL_PROP_CRC_MISMATCH and CL_OFFSET_MISMATCH, worded as verify words them."""
+    rel = F.concat(F.lit("commitlog/"), F.col("file"))
+    null_long = F.lit(None).cast("long")
+    crc = messages.filter((F.col("body_crc_ok") == F.lit(False)) & (F.col("body_length") > 0)) \
+        .select(F.lit("CL_CRC_MISMATCH").alias("code"), rel.alias("f"), "file_offset",
+                F.format_string("body CRC %d does not match the %d-byte body of the record at %d",
+                                "body_crc", "body_length", "commitlog_offset").alias("message"),
+                "commitlog_offset", "topic", "queue_id", "queue_offset", "broker")
+    prop = messages.filter(F.col("prop_crc_ok") == F.lit(False)) \
+        .select(F.lit("CL_PROP_CRC_MISMATCH").alias("code"), rel.alias("f"), "file_offset",
+                F.format_string("property CRC does not match the record at %d",
+                                "commitlog_offset").alias("message"),
+                "commitlog_offset", "topic", "queue_id", "queue_offset", "broker")
+    moved = messages.filter(F.col("physical_offset") != F.col("commitlog_offset")) \
+        .select(F.lit("CL_OFFSET_MISMATCH").alias("code"), rel.alias("f"), "file_offset",
+                F.format_string("PHYSICALOFFSET field says %d but the record is at %d; a "
+                                "re-dispatch would point its ConsumeQueue unit and index "
+                                "entries there", "physical_offset",
+                                "commitlog_offset").alias("message"),
+                "commitlog_offset", "topic", "queue_id", null_long.alias("queue_offset"),
+                "broker")
+    severity = F.create_map(*[x for code in ("CL_CRC_MISMATCH", "CL_PROP_CRC_MISMATCH",
+                                             "CL_OFFSET_MISMATCH")
+                              for x in (F.lit(code), F.lit(CODES[code][0]))])
+    return crc.unionByName(prop).unionByName(moved).select(
+        "broker", "code", severity[F.col("code")].alias("severity"), F.col("f").alias("file"),
+        F.col("file_offset").alias("offset"), "message", "commitlog_offset", "topic", "queue_id",
+        "queue_offset", F.lit(None).cast("long").alias("count"),
+        F.lit(None).cast("string").alias("details"))
+
+
+def queue_steps(messages: DataFrame) -> DataFrame:
+    """Dispatched records (NOT/COMMIT) with the queue offset the previous record of their queue
+    makes them expect (its queue offset plus its INNER_NUM step), in CommitLog order."""
+    window = Window.partitionBy("broker", "topic", "queue_id").orderBy("commitlog_offset")
+    step = F.coalesce(F.col("inner_num").cast("long"), F.lit(1).cast("long"))
+    return messages.filter(F.col("transaction").isin(_DISPATCHED)) \
+        .select("broker", "topic", "queue_id", "file", "file_offset", "commitlog_offset",
+                "queue_offset", (F.col("queue_offset") + step).alias("next_expected")) \
+        .withColumn("expected", F.lag("next_expected").over(window)) \
+        .withColumn("previous_offset", F.lag("commitlog_offset").over(window)) \
+        .filter(F.col("expected").isNotNull() & (F.col("queue_offset") != F.col("expected")))
+
+
+def _gap_findings(spark: SparkSession, gaps: DataFrame) -> DataFrame:
+    # verify writes the topic with Python's repr; Python builds these rows too
+    rows = gaps.rdd.map(functools.partial(gap_finding_row, severity=CODES["CQ_QUEUE_GAP"][0]))
+    return spark.createDataFrame(rows, schema.struct_type(schema.FINDING_COLUMNS),
+                                 verifySchema=False)
+
+
+def _region_findings(sides: list[dict], cutoffs: dict) -> list[dict]:
+    out = []
+    for side in sides:
+        cut = cutoffs.get((side["broker"], side["file"]))
+        for kind, offset, length, code, detail, declared in side["regions"]:
+            if kind != "corrupt" or (cut is not None and offset > cut):
+                continue
+            out.append(finding(side["broker"], code, f"commitlog/{side['file']}",
+                               offset - side["base_offset"],
+                               f"{detail} ({length} bytes until the next plausible record)",
+                               commitlog_offset=offset,
+                               details={"length": length, "declared_size": declared}))
+    return out
+
+
+# --- files and holes -----------------------------------------------------------------------------
+
+def _file_rows(brokers: list[BrokerInput], sides: list[dict], cutoffs: dict,
+               splits: list[Split]) -> tuple[list[tuple], list[dict]]:
+    split_count: dict = {}
+    for s in splits:
+        split_count[(s.broker, s.name)] = split_count.get((s.broker, s.name), 0) + 1
+    by_file: dict = {}
+    for side in sides:
+        by_file.setdefault((side["broker"], side["file"]), []).append(side)
+    rows, holes = [], []
+    for broker in brokers:
+        previous = None
+        for f in broker.files:
+            key = (broker.name, f.name)
+            cut = cutoffs.get(key)
+            messages = message_bytes = corrupt = corrupt_bytes = zero = zero_bytes = 0
+            data_end, end_kind = 0, "empty" if f.length == 0 else "file_end"
+            events = []
+            for side in by_file.get(key, []):
+                if cut is not None and side["entry"] is not None and side["entry"] > cut:
+                    continue
+                messages += side["messages"]
+                message_bytes += side["message_bytes"]
+                events += [(r[1], r) for r in side["regions"]]
+                if side["blank"] is not None:
+                    events.append((side["blank"][0], ("blank",) + side["blank"]))
+                if side["exit"] is not None:
+                    data_end = max(data_end, side["exit"] - f.base_offset)
+            events.sort(key=lambda e: e[0])
+            last = events[-1][1] if events else None
+            for _, event in events:
+                kind, offset = event[0], event[1]
+                if kind == "corrupt":
+                    corrupt += 1
+                    corrupt_bytes += event[2]
+                    holes.append({"broker": broker.name, "file": f"commitlog/{f.name}",
+                                  "offset": offset - f.base_offset, "commitlog_offset": offset,
+                                  "length": event[2], "kind": "corrupt", "code": event[3]})
+                elif kind == "unwritten" and event is not last:
+                    zero += 1
+                    zero_bytes += event[2]
+                    holes.append({"broker": broker.name, "file": f"commitlog/{f.name}",
+                                  "offset": offset - f.base_offset, "commitlog_offset": offset,
+                                  "length": event[2], "kind": "zeros"})
+            if last is not None:
+                end_kind = {"blank": "blank", "unwritten": "unwritten"}.get(last[0], end_kind)
+                if last[0] in ("unwritten", "blank"):
+                    data_end = last[1] - f.base_offset
+                elif last[0] == "corrupt" and last[1] + last[2] >= f.base_offset + f.length:
+                    end_kind = "corrupt"
+            if previous is not None and f.base_offset != previous.base_offset + broker.file_size:
+                missing = f.base_offset - (previous.base_offset + broker.file_size)
+                holes.append({"broker": broker.name, "file": f"commitlog/{f.name}", "offset": 0,
+                              "commitlog_offset": previous.base_offset + broker.file_size,
+                              "length": missing, "kind": "file_gap"})
+            previous = f
+            rows.append((broker.name, f.name, f.url, f.base_offset, f.length,
+                         split_count.get(key, 0), messages, message_bytes, data_end, end_kind,
+                         corrupt, corrupt_bytes, zero, zero_bytes))
+    return rows, holes
+
+
+# --- the summary ---------------------------------------------------------------------------------
+
+def _count_if(condition):
+    # a NULL flag (no CRC to check) counts as not failed, and a sum of no rows as 0
+    return F.sum(F.when(condition, 1).otherwise(0)).cast("long")
+
+
+def _queue_table(messages: DataFrame, gaps: DataFrame) -> list[dict]:
+    dispatched = F.col("transaction").isin(_DISPATCHED)
+    per_queue = messages.groupBy("broker", "topic", "queue_id").agg(
+        F.count(F.lit(1)).alias("records"),
+        _count_if(dispatched).alias("messages"),
+        _count_if(F.col("transaction") == _PREPARED).alias("prepared"),
+        _count_if(F.col("transaction") == _ROLLBACK).alias("rollback"),
+        F.sum(F.col("total_size").cast("long")).alias("bytes"),
+        F.sum(F.col("body_length").cast("long")).alias("body_bytes"),
+        F.min(F.when(dispatched, F.col("queue_offset"))).alias("min_queue_offset"),
+        F.max(F.when(dispatched, F.col("queue_offset"))).alias("max_queue_offset"),
+        F.min("store_timestamp").alias("min_store_timestamp"),
+        F.max("store_timestamp").alias("max_store_timestamp"),
+        _count_if((F.col("body_crc_ok") == F.lit(False)) & (F.col("body_length") > 0))
+        .alias("crc_failures"),
+        _count_if(F.col("prop_crc_ok") == F.lit(False)).alias("prop_crc_failures"),
+        _count_if(F.col("physical_offset") != F.col("commitlog_offset"))
+        .alias("offset_mismatches"))
+    skips = F.col("queue_offset") > F.col("expected")
+    per_gap = gaps.groupBy("broker", "topic", "queue_id").agg(
+        _count_if(skips).alias("gaps"),
+        F.sum(F.when(skips, F.col("queue_offset").cast(_WIDE) - F.col("expected").cast(_WIDE))
+              .otherwise(0)).cast("string").alias("missing_offsets"),
+        _count_if(~skips).alias("duplicates"))
+    joined = per_queue.join(per_gap, ["broker", "topic", "queue_id"], "left") \
+        .fillna(0, subset=["gaps", "duplicates"]) \
+        .orderBy("broker", "topic", "queue_id")
+    rows = [row.asDict() for row in joined.collect()]
+    for row in rows:
+        row["missing_offsets"] = int(row["missing_offsets"] or 0)
+    return rows
+
+
+def _uniq_keys(messages: DataFrame, out_path: str | None, mode: str) -> dict:
+    keyed = messages.filter(F.col("uniq_key").isNotNull()) \
+        .withColumn("key_hash", F.xxhash64("uniq_key"))
+    # most keys are stored once: find the others by a 64-bit hash (a quarter of the shuffled
+    # bytes), then group the few candidates by the key itself, which drops hash collisions
+    repeated_hashes = keyed.groupBy("key_hash").count().filter(F.col("count") > 1) \
+        .select("key_hash")
+    repeated = keyed.join(repeated_hashes, "key_hash", "left_semi").groupBy("uniq_key").agg(
+        F.count(F.lit(1)).alias("copies"),
+        F.countDistinct("broker").alias("broker_count"),
+        F.array_sort(F.collect_set("broker")).alias("brokers"),
+        F.array_sort(F.collect_set("topic")).alias("topics"),
+        F.min("store_timestamp").alias("first_store_timestamp"),
+        F.max("store_timestamp").alias("last_store_timestamp")) \
+        .filter(F.col("copies") > 1)
+    if out_path is not None:
+        repeated.write.mode(mode).parquet(out_path)
+        repeated = messages.sparkSession.read.parquet(out_path)
+    else:
+        repeated = repeated.persist(StorageLevel.MEMORY_AND_DISK)
+    counts = repeated.agg(F.count(F.lit(1)).alias("repeated"),
+                          _count_if(F.col("broker_count") > 1).alias("across")).first()
+    sample = repeated.filter(F.col("broker_count") > 1).orderBy("uniq_key") \
+        .limit(UNIQ_KEY_SAMPLE).collect()
+    return {"stored_more_than_once": int(counts["repeated"] or 0),
+            "across_brokers": int(counts["across"] or 0),
+            "across_brokers_sample": [{"uniq_key": r["uniq_key"], "copies": r["copies"],
+                                       "brokers": list(r["brokers"]),
+                                       "topics": list(r["topics"])} for r in sample]}
+
+
+def _new_totals() -> dict:
+    return {"queues": 0, "records": 0, "messages": 0, "prepared": 0, "rollback": 0, "bytes": 0,
+            "body_bytes": 0, "crc_failures": 0, "prop_crc_failures": 0, "offset_mismatches": 0,
+            "gaps": 0, "missing_offsets": 0, "duplicates": 0, "min_store_timestamp": None,
+            "max_store_timestamp": None}
+
+
+def _totals_by(rows: list[dict], keys: tuple[str, ...]) -> dict:
+    out: dict = {}
+    for q in rows:
+        k = tuple(q[x] for x in keys)
+        t = out.get(k)
+        if t is None:
+            t = out[k] = _new_totals()
+        t["queues"] += 1
+        for name in ("records", "messages", "prepared", "rollback", "bytes", "body_bytes",
+                     "crc_failures", "prop_crc_failures", "offset_mismatches", "gaps",
+                     "missing_offsets", "duplicates"):
+            t[name] += int(q[name] or 0)
+        for name, pick in (("min_store_timestamp", min), ("max_store_timestamp", max)):
+            if q[name] is not None:
+                t[name] = q[name] if t[name] is None else pick(t[name], q[name])
+    return out
+
+
+def _summary(brokers, splits, sides, queues, findings_by, uniq, file_rows, holes, notes,
+             master, split_size, out, started) -> dict:
+    by_broker = _totals_by(queues, ("broker",))
+    by_topic = _totals_by(queues, ("broker", "topic"))
+    files_of: dict = {}
+    for row in file_rows:
+        f = files_of.setdefault(row[0], {"files": 0, "commitlog_bytes": 0, "corrupt_regions": 0,
+                                         "corrupt_bytes": 0, "zero_holes": 0,
+                                         "zero_hole_bytes": 0})
+        f["files"] += 1
+        f["commitlog_bytes"] += row[4]
+        f["corrupt_regions"] += row[10]
+        f["corrupt_bytes"] += row[11]
+        f["zero_holes"] += row[12]
+        f["zero_hole_bytes"] += row[13]
+    broker_rows = []
+    totals = {"brokers": len(brokers), "files": 0, "commitlog_bytes": 0, "records": 0,
+              "messages": 0, "bytes": 0, "errors": 0, "warnings": 0, "infos": 0, "by_code": {}}
+    for b in brokers:
+        t = by_broker.get((b.name,)) or _new_totals()
+        fs = files_of.get(b.name, {"files": 0, "commitlog_bytes": 0, "corrupt_regions": 0,
+                                   "corrupt_bytes": 0, "zero_holes": 0, "zero_hole_bytes": 0})
+        codes = findings_by.get(b.name, {})
+        severities = {ERROR: 0, WARNING: 0, INFO: 0}
+        for (code, severity), count in codes.items():
+            severities[severity] = severities.get(severity, 0) + count
+        by_code: dict = {}
+        for (code, _), count in codes.items():
+            by_code[code] = by_code.get(code, 0) + count
+        gap_holes = [h for h in holes if h["broker"] == b.name and h["kind"] == "file_gap"]
+        entry = {
+            "broker": b.name, "source": b.source, "root": b.root, "commitlog": b.commitlog,
+            "file_size": b.file_size, **fs,
+            "topics": sum(1 for k in by_topic if k[0] == b.name),
+            **{k: v for k, v in t.items()},
+            "file_gaps": len(gap_holes),
+            "missing_bytes": sum(max(0, h["length"]) for h in gap_holes),
+            "errors": severities[ERROR], "warnings": severities[WARNING],
+            "infos": severities[INFO], "by_code": dict(sorted(by_code.items())),
+        }
+        broker_rows.append(entry)
+        totals["files"] += fs["files"]
+        totals["commitlog_bytes"] += fs["commitlog_bytes"]
+        for name in ("records", "messages", "bytes"):
+            totals[name] += entry[name]
+        totals["errors"] += severities[ERROR]
+        totals["warnings"] += severities[WARNING]
+        totals["infos"] += severities[INFO]
+        for code, count in by_code.items():
+            totals["by_code"][code] = totals["by_code"].get(code, 0) + count
+    totals["by_code"] = dict(sorted(totals["by_code"].items()))
+    topics = [{"broker": k[0], "topic": k[1], **v} for k, v in sorted(by_topic.items())]
+    origins = sorted({s["origin"] for s in sides if s.get("origin")})
+    return {
+        "tool": f"mqtool {__version__} spark audit",
+        "master": master,
+        "split_size": split_size,
+        "tasks": len(splits),
+        "out": out,
+        "seconds": round(time.perf_counter() - started, 3),
+        "totals": totals,
+        "brokers": broker_rows,
+        "topics": topics,
+        "queues": queues,
+        "uniq_keys": uniq,
+        "holes": holes[:LISTED_HOLES],
+        "holes_listed": min(len(holes), LISTED_HOLES),
+        "holes_total": len(holes),
+        "notes": notes,
+        "executor_code": origins,
+    }
+
+
+# --- the jobs ------------------------------------------------------------------------------------
+
+def _mode(overwrite: bool) -> str:
+    return "overwrite" if overwrite else "errorifexists"
+
+
+def _check_out(spark: SparkSession, out: str | None, overwrite: bool) -> None:
+    from ..errors import MqtoolError
+
+    if out is None or overwrite or not session.path_exists(spark, out):
+        return
+    if not session.is_empty_dir(spark, out):
+        raise MqtoolError(f"{out} exists and is not empty; give --overwrite or a new directory")
+
+
+def audit(spark: SparkSession, sources: list[str], *, broker_names: list[str] | None = None,
+          out: str | None = None, split_size: int = DEFAULT_SPLIT_SIZE,
+          overwrite: bool = False, check_crc: bool = True) -> AuditResult:
+    """Audit the CommitLogs of ``sources`` (store roots or CommitLog directories, one broker
+    each) on ``spark``. With ``out``, writes the Parquet tables messages (partitioned by broker
+    and store_date), findings (by broker), files and uniq_key_duplicates, and summary.json;
+    without it the messages are cached in the session instead."""
+    started = time.perf_counter()
+    _check_out(spark, out, overwrite)
+    brokers, splits = _plan(spark, sources, broker_names, split_size)
+    mode = _mode(overwrite)
+    messages_path = session.join(out, "messages") if out else None
+    messages, sides, cutoffs, notes = _scan(
+        spark, splits, functools.partial(audit_partition, check_crc=check_crc),
+        schema.MESSAGE_COLUMNS, messages_path, "parquet", mode, ["broker", "store_date"])
+
+    # used twice (findings, per-queue figures): sort the queues once
+    gaps = queue_steps(messages).persist(StorageLevel.MEMORY_AND_DISK)
+    driver_rows = [f for b in brokers for f in layout_findings(b)] + \
+        _region_findings(sides, cutoffs)
+    findings = _record_findings(messages).unionByName(_gap_findings(spark, gaps)) \
+        .unionByName(_finding_frame(spark, driver_rows))
+    if out is not None:
+        findings_path = session.join(out, "findings")
+        findings.coalesce(max(1, min(8, len(brokers)))).write.mode(mode).partitionBy("broker") \
+            .parquet(findings_path)
+        findings = spark.read.schema(schema.struct_type(schema.FINDING_COLUMNS)) \
+            .parquet(findings_path)
+    else:
+        findings = findings.persist(StorageLevel.MEMORY_AND_DISK)
+    findings_by: dict = {}
+    for row in findings.groupBy("broker", "code", "severity").count().collect():
+        findings_by.setdefault(row["broker"], {})[(row["code"], row["severity"])] = row["count"]
+    listed = [r.asDict() for r in findings.orderBy("broker", "file", "offset", "code")
+              .limit(LISTED_FINDINGS).collect()]
+    for r in listed:
+        if r.get("details"):
+            r["details"] = json.loads(r["details"])
+
+    queues = _queue_table(messages, gaps)
+    uniq = _uniq_keys(messages, session.join(out, "uniq_key_duplicates") if out else None, mode)
+    file_rows, holes = _file_rows(brokers, sides, cutoffs, splits)
+    if out is not None:
+        spark.createDataFrame(file_rows, schema.struct_type(schema.FILE_COLUMNS),
+                              verifySchema=False).coalesce(1).write.mode(mode) \
+            .parquet(session.join(out, "files"))
+    summary = _summary(brokers, splits, sides, queues, findings_by, uniq, file_rows, holes, notes,
+                       spark.sparkContext.master, split_size, out, started)
+    if out is not None:
+        session.write_text(spark, session.join(out, "summary.json"),
+                           json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
+    else:
+        messages.unpersist()
+        findings.unpersist()
+    gaps.unpersist()
+    return AuditResult(summary, listed, out, len(splits), sides)
+
+
+def export(spark: SparkSession, sources: list[str], out: str, *, fmt: str = "parquet",
+           broker_names: list[str] | None = None, split_size: int = DEFAULT_SPLIT_SIZE,
+           topics: list[str] | None = None, decompress: bool = True,
+           overwrite: bool = False) -> dict:
+    """Every message of ``sources`` with its body to ``out`` (Parquet or JSON lines, partitioned
+    by broker and store_date); returns a small summary."""
+    started = time.perf_counter()
+    _check_out(spark, out, overwrite)
+    brokers, splits = _plan(spark, sources, broker_names, split_size)
+    columns = schema.names(schema.EXPORT_COLUMNS)
+    fn = functools.partial(export_partition, check_crc=True, decompress=decompress,
+                           topics=frozenset(topics) if topics else None, columns=columns)
+    _, sides, cutoffs, notes = _scan(spark, splits, fn, schema.EXPORT_COLUMNS, out, fmt,
+                                     _mode(overwrite), ["broker", "store_date"])
+    per_broker: dict = {b.name: {"broker": b.name, "source": b.source, "files": len(b.files),
+                                 "commitlog_bytes": b.commitlog_bytes, "records_scanned": 0,
+                                 "exported": 0}
+                        for b in brokers}
+    for side in sides:
+        cut = cutoffs.get((side["broker"], side["file"]))
+        if cut is not None and side["entry"] is not None and side["entry"] > cut:
+            continue   # rows past a blank record, removed from the dataset
+        per_broker[side["broker"]]["records_scanned"] += side["messages"]
+        per_broker[side["broker"]]["exported"] += side.get("exported", 0)
+    return {"tool": f"mqtool {__version__} spark export", "master": spark.sparkContext.master,
+            "format": fmt, "out": out, "split_size": split_size, "tasks": len(splits),
+            "topics": sorted(topics) if topics else None, "decompress": decompress,
+            "brokers": list(per_broker.values()),
+            "exported": sum(b["exported"] for b in per_broker.values()),
+            "notes": notes, "seconds": round(time.perf_counter() - started, 3)}

@@ -1,0 +1,229 @@
+"""The Spark session of an audit or export, shipping mqtool to executors, and the driver's
+Hadoop FileSystem access (listing non-local inputs, writing the summary next to the tables).
+
+``local[*]`` is the default master: nothing to set up beyond pip and Java. Any other master
+(``spark://``, ``yarn``, ``k8s://``) gets mqtool's code as a zip through ``addPyFile``; the
+executors need Python with construct and numpy (mqtool's own dependencies) and, for non-local
+inputs, fsspec or pyarrow.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+from . import require_pyspark
+from .plan import ListedEntry, Lister, is_local, local_path
+
+#: settings every mqtool session starts from; ``--conf`` overrides them
+DEFAULTS = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "8",
+    "spark.sql.session.timeZone": "UTC",
+    # broker names such as 0001 must stay strings when tables are read back
+    "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
+    # damaged records hold any 64-bit value; an overflow must not abort the audit
+    "spark.sql.ansi.enabled": "false",
+}
+
+_QUIET_LOG4J = """\
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = spark: %p %c{1}: %m%n%ex
+"""
+
+
+def is_local_master(master: str | None) -> bool:
+    return master is None or master == "local" or master.startswith("local[")
+
+
+def launched_by_spark_submit() -> bool:
+    """True inside ``spark-submit`` (the JVM, and the master it was given, exist already)."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def _quiet_log_config() -> str:
+    path = Path(tempfile.gettempdir()) / "mqtool-spark-log4j2.properties"
+    if not path.is_file() or path.read_text() != _QUIET_LOG4J:
+        path.write_text(_QUIET_LOG4J)
+    return path.as_uri()
+
+
+def build_session(master: str | None = None, *, app_name: str = "mqtool",
+                  conf: dict[str, str] | None = None, progress: bool = False):
+    """A SparkSession on ``master`` (default ``local[*]``, or spark-submit's), with mqtool's code
+    shipped to executors when they are not this process's children."""
+    require_pyspark()
+    from pyspark.sql import SparkSession
+
+    settings = dict(DEFAULTS)
+    builder = SparkSession.builder.appName(app_name)
+    submitted = launched_by_spark_submit()
+    if master is None and not submitted:
+        master = "local[*]"
+    if master is not None:
+        builder = builder.master(master)
+    if not submitted:
+        settings["spark.driver.extraJavaOptions"] = \
+            f"-Dlog4j2.configurationFile={_quiet_log_config()}"
+        if is_local_master(master):
+            # one machine: stay on the loopback interface (no hostname lookups, no firewall)
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+            settings["spark.driver.host"] = "127.0.0.1"
+            settings["spark.driver.bindAddress"] = "127.0.0.1"
+            if "PYSPARK_PYTHON" not in os.environ:
+                settings["spark.pyspark.python"] = sys.executable
+    if progress:
+        settings["spark.ui.showConsoleProgress"] = "true"
+    settings.update(conf or {})
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    ship_code(spark)
+    return spark
+
+
+# --- shipping mqtool -----------------------------------------------------------------------------
+
+_SHIPPED: dict[int, str] = {}
+
+
+def package_zip(directory: str | None = None) -> str:
+    """A zip of the importable mqtool package (with mqtool.formats wherever it lives: an
+    editable install maps it to the top-level formats/ directory)."""
+    import mqtool
+    import mqtool.formats
+
+    origin = Path(mqtool.__file__).resolve()
+    if ".zip" in origin.as_posix():
+        # already running from a zip (spark-submit --py-files): ship that one
+        archive = origin.as_posix().split(".zip", 1)[0] + ".zip"
+        return archive
+    directory = directory or tempfile.mkdtemp(prefix="mqtool-spark-")
+    target = Path(directory) / "mqtool.zip"
+    sources = [(origin.parent, "mqtool"),
+               (Path(mqtool.formats.__file__).resolve().parent, "mqtool/formats")]
+    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as archive:
+        written = set()
+        for root, prefix in sources:
+            for path in sorted(root.rglob("*.py")):
+                if "__pycache__" in path.parts:
+                    continue
+                name = f"{prefix}/{path.relative_to(root).as_posix()}"
+                if name not in written:
+                    archive.write(path, name)
+                    written.add(name)
+    return str(target)
+
+
+def ship_code(spark) -> str | None:
+    """addPyFile a zip of mqtool unless the executors are local threads of this driver."""
+    sc = spark.sparkContext
+    if is_local_master(sc.master) or id(sc) in _SHIPPED:
+        return _SHIPPED.get(id(sc))
+    archive = package_zip()
+    sc.addPyFile(archive)
+    _SHIPPED[id(sc)] = archive
+    if Path(archive).parent.name.startswith("mqtool-spark-"):
+        atexit.register(shutil.rmtree, Path(archive).parent, True)
+    return archive
+
+
+# --- the driver's file system access -------------------------------------------------------------
+
+def _hadoop(spark, url: str):
+    sc = spark.sparkContext
+    path = sc._jvm.org.apache.hadoop.fs.Path(url)
+    return path, path.getFileSystem(sc._jsc.hadoopConfiguration())
+
+
+def hadoop_lister(spark) -> Lister:
+    """List directories of any scheme the session's Hadoop configuration can read."""
+    from ..errors import StoreLayoutError
+
+    def list_dir(url: str):
+        try:
+            path, fs = _hadoop(spark, url)
+            if not fs.exists(path):
+                return None
+            if not fs.getFileStatus(path).isDirectory():
+                raise StoreLayoutError(f"{url}: not a directory (give a store root or a "
+                                       f"CommitLog directory)")
+            return [ListedEntry(s.getPath().getName(), s.getPath().toString(), s.isDirectory(),
+                                s.getLen()) for s in fs.listStatus(path)]
+        except StoreLayoutError:
+            raise
+        except Exception as err:  # py4j hands over any Java exception (no such scheme, auth)
+            raise StoreLayoutError(f"{url}: cannot list it through Hadoop: "
+                                   f"{_java_message(err)}") from None
+
+    return list_dir
+
+
+def _java_message(err: Exception) -> str:
+    java = getattr(err, "java_exception", None)
+    text = java.toString() if java is not None else str(err)
+    return text.strip().splitlines()[0] if text.strip() else type(err).__name__
+
+
+def path_exists(spark, url: str) -> bool:
+    if is_local(url):
+        return os.path.exists(local_path(url))
+    path, fs = _hadoop(spark, url)
+    return bool(fs.exists(path))
+
+
+def is_empty_dir(spark, url: str) -> bool:
+    if is_local(url):
+        p = Path(local_path(url))
+        return p.is_dir() and not any(p.iterdir())
+    path, fs = _hadoop(spark, url)
+    return bool(fs.getFileStatus(path).isDirectory()) and len(fs.listStatus(path)) == 0
+
+
+def write_text(spark, url: str, text: str) -> None:
+    data = text.encode("utf-8")
+    if is_local(url):
+        target = Path(local_path(url))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+        return
+    path, fs = _hadoop(spark, url)
+    stream = fs.create(path, True)
+    try:
+        stream.write(bytearray(data))
+    finally:
+        stream.close()
+
+
+def delete(spark, url: str) -> None:
+    if is_local(url):
+        shutil.rmtree(local_path(url), ignore_errors=True)
+        return
+    path, fs = _hadoop(spark, url)
+    fs.delete(path, True)
+
+
+def rename(spark, source: str, target: str) -> None:
+    if is_local(source) and is_local(target):
+        os.replace(local_path(source), local_path(target))
+        return
+    src, fs = _hadoop(spark, source)
+    dst, _ = _hadoop(spark, target)
+    if not fs.rename(src, dst):
+        from ..errors import MqtoolError
+        raise MqtoolError(f"cannot rename {source} to {target}")
+
+
+def join(url: str, name: str) -> str:
+    return url.rstrip("/") + "/" + name
