@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import MqtoolError, StoreLayoutError
-from .writer import fsync_dir
+from .writer import fsync_dir, fsync_path
 
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = "mqtool-backup/1"
@@ -85,12 +85,7 @@ def in_place_digests(path: Path, start: int, end: int, new_size: int) -> tuple[s
     return before.hexdigest(), after.hexdigest()
 
 
-def fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+fsync_file = fsync_path
 
 
 def write_json_atomically(path: Path, document) -> None:

@@ -138,12 +138,16 @@ def index_file_name(millis: int) -> str:
     return t.strftime("%Y%m%d%H%M%S") + f"{millis % 1000:03d}"
 
 
-def fsync_dir(path: Path) -> None:
+def fsync_path(path: Path) -> None:
+    """fsync a file or a directory (a rename is durable only once its directory is)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+fsync_dir = fsync_path
 
 
 def atomic_write(path: Path, data: bytes) -> None:
@@ -246,6 +250,14 @@ class CommitLogWriter:
             self._file_base = None
 
 
+def _close_queue_files(queues: dict) -> None:
+    for state in queues.values():
+        if state["fh"]:
+            state["fh"].close()
+            state["fh"] = None
+            state["base"] = None
+
+
 class ConsumeQueueWriter:
     """ConsumeQueue.putMessagePositionInfo for every queue of a store."""
 
@@ -302,11 +314,7 @@ class ConsumeQueueWriter:
         return True
 
     def close(self) -> None:
-        for state in self._queues.values():
-            if state["fh"]:
-                state["fh"].close()
-                state["fh"] = None
-                state["base"] = None
+        _close_queue_files(self._queues)
 
 
 class BatchConsumeQueueWriter:
@@ -342,11 +350,7 @@ class BatchConsumeQueueWriter:
         return True
 
     def close(self) -> None:
-        for state in self._queues.values():
-            if state["fh"]:
-                state["fh"].close()
-                state["fh"] = None
-                state["base"] = None
+        _close_queue_files(self._queues)
 
 
 class IndexWriter:
