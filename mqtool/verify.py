@@ -758,8 +758,10 @@ class _SegmentChecker:
                                     result.matched_before_stop += 1
                                 else:
                                     result.matched_after_stop += 1
-                        if live:
-                            self._queue_offset(event, key, props, spans)
+                        # every record counts for queue-offset continuity: a stop of this
+                        # file's judge is not where the broker's recovery stops, and gaps at or
+                        # past processOffset are dropped when the results are merged
+                        self._queue_offset(event, key, props, spans)
                     if has_index:
                         self.queue_index(event, props)
                 elif kind is CorruptRegion:
@@ -1065,9 +1067,7 @@ class _BatchChecker(_SegmentChecker):
                 key = (batch.topics.names[batch.topic_id[i0]], int(batch.queue_id[i0]))
                 if key not in self.ctx.unchecked_queues:
                     self._merge_queue(batch, key, members, live)
-                alive = members[live[members]]
-                if len(alive):
-                    self._queue_offsets(batch, key, alive)
+                self._queue_offsets(batch, key, members)
         if self.has_index:
             self._merge_index(batch, tx)
 

@@ -676,3 +676,19 @@ def test_batch_engine_on_records_the_reference_decoder_made(store_copy, monkeypa
     expected = verify_store(Store(store_copy), engine="records").to_dict()
     monkeypatch.setattr(scan_module, "_fast_batch", lambda *args, **kwargs: None)
     assert verify_store(Store(store_copy)).to_dict() == expected
+
+
+def test_damage_in_an_early_file_gives_no_false_queue_gaps(tmp_path, mqtool):
+    """4.9 normal recovery starts at the third-to-last file, so a CRC error in file 0 stops only
+    that file's judge: the records after it still continue their queues."""
+    root = tmp_path / "store"
+    assert mqtool("fixture", "make", root, "-n", "4000", "--seed", "3").returncode == 0
+    assert len(list((root / "commitlog").iterdir())) >= 4
+    assert mqtool("fixture", "damage", root, "--kind", "bit-flip", "--seed", "1", "--file",
+                  "commitlog/00000000000000000000").returncode == 0
+    for engine_args in ((), ("--quick",)):
+        proc = mqtool("verify", "--json", *engine_args, root)
+        codes = {f["code"] for f in json.loads(proc.stdout)["findings"]}
+        assert "CQ_QUEUE_GAP" not in codes, codes
+    proc = mqtool("verify", "--json", root)
+    assert {f["code"] for f in json.loads(proc.stdout)["findings"]} == {"CL_CRC_MISMATCH"}
