@@ -2,7 +2,9 @@
 
 Each valid 46-byte unit must point at a record of its topic and queue with the size, store
 time and tagsCode it records, msgBaseOffset equal to the record's queue offset (INNER_BASE for
-an inner batch) and batchSize 1 (INNER_NUM); consecutive units continue each other's offsets."""
+an inner batch) and batchSize 1 (INNER_NUM); consecutive units continue each other's offsets.
+The other way round, every dispatchable record of a BatchConsumeQueue topic below the recovered
+end must have a unit: the caller's CommitLog scan collects those records' offsets."""
 from __future__ import annotations
 
 import numpy as np
@@ -22,9 +24,15 @@ def read_units(path) -> np.ndarray:
                 else np.zeros(0, dtype=BATCH_CQ_DTYPE))
 
 
-def check_batch_consume_queues(store: Store) -> list[dict]:
-    """Findings (code, severity, file, offset, message, ...) of every BatchConsumeQueue."""
+def check_batch_consume_queues(store: Store,
+                               records: dict[tuple[str, int], list[int]] | None = None
+                               ) -> list[dict]:
+    """Findings (code, severity, file, offset, message, ...) of every BatchConsumeQueue.
+
+    ``records`` maps (topic, queue id) of a BatchConsumeQueue topic to the CommitLog offsets of
+    its dispatchable records (None: the records were not scanned, only units are checked)."""
     findings = []
+    referenced: dict[tuple[str, int], set[int]] = {}
 
     def add(code, rel, offset, message, **extra):
         findings.append({"code": code, "severity": "error", "file": rel, "offset": offset,
@@ -33,6 +41,7 @@ def check_batch_consume_queues(store: Store) -> list[dict]:
     unit_size = cq_fmt.BATCH_CQ_STORE_UNIT_SIZE
     for queue in store.batch_consume_queues:
         expected_next = None
+        seen = referenced.setdefault((queue.topic, queue.queue_id), set())
         for seg in queue.segments:
             rel = store.relative(seg.path)
             if seg.length % unit_size:
@@ -48,6 +57,7 @@ def check_batch_consume_queues(store: Store) -> list[dict]:
                         f"previous unit ends at {expected_next}", topic=queue.topic,
                         queue_id=queue.queue_id)
                 expected_next = base + batch
+                seen.add(offset)
                 try:
                     record = message_at(store.commitlog, offset, check_crc=False)
                 except MqtoolError:
@@ -74,4 +84,28 @@ def check_batch_consume_queues(store: Store) -> list[dict]:
                         + ", ".join(f"{k} (unit {unit_says[k]}, record {record_says[k]})"
                                     for k in wrong),
                         commitlog_offset=offset, topic=queue.topic, queue_id=queue.queue_id)
+    for (topic, queue_id), offsets in sorted((records or {}).items()):
+        _missing_units(store, topic, queue_id, offsets, referenced.get((topic, queue_id), set()),
+                       add)
     return findings
+
+
+def _missing_units(store: Store, topic: str, queue_id: int, offsets: list[int],
+                   referenced: set[int], add) -> None:
+    """One BCQ_MISSING per run of consecutive records of the queue that no unit references."""
+    offsets = sorted(offsets)
+    run: list[int] = []
+    for offset in offsets + [None]:
+        if offset is not None and offset not in referenced:
+            run.append(offset)
+            continue
+        if run:
+            seg = store.commitlog.segment_for(run[0])
+            rel = store.relative(seg.path) if seg is not None else "commitlog"
+            position = run[0] - seg.base_offset if seg is not None else run[0]
+            what = (f"the record at {run[0]} has" if len(run) == 1 else
+                    f"{len(run)} records from {run[0]} to {run[-1]} have")
+            add("BCQ_MISSING", rel, position,
+                f"{what} no unit in BatchConsumeQueue {topic}/{queue_id}",
+                commitlog_offset=run[0], topic=topic, queue_id=queue_id, count=len(run))
+            run = []

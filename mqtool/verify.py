@@ -88,6 +88,7 @@ CODES: dict[str, tuple[str, str]] = {
     "BCQ_MISMATCH": (ERROR, "a BatchConsumeQueue unit disagrees with its record"),
     "BCQ_GAP": (ERROR, "BatchConsumeQueue units do not continue each other's queue offsets"),
     "BCQ_FILE_SIZE": (ERROR, "a BatchConsumeQueue file is not a whole number of 46-byte units"),
+    "BCQ_MISSING": (ERROR, "a dispatchable record of a BatchConsumeQueue topic has no unit"),
     "TIMER_UNIT_SIZE": (ERROR, "a TimerLog unit does not declare 52 bytes"),
     "TIMER_MAGIC": (ERROR, "a TimerLog unit's magic bits are not valid"),
     "TIMER_PREV_POS": (ERROR, "a TimerLog unit links to a unit that is not before it"),
@@ -309,6 +310,7 @@ class _Context:
     indexes: list           # _IndexInfo of regular index files
     index_blind: list = field(default_factory=list)  # (lo, hi) ranges of unmerged index files
     engine: str = "batches"  # or "records": the record-at-a-time reference checker
+    batch_topics: frozenset = frozenset()  # topics with batchconsumequeue/ dirs (5.x)
 
 
 @dataclass
@@ -340,6 +342,8 @@ class _SegmentResult:
     matched_after_stop: int = 0
     leftover_units: int = 0
     bytes: int = 0
+    # (topic, qid) of a BatchConsumeQueue topic -> offsets of its dispatchable records
+    batch_records: dict = field(default_factory=dict)
 
 
 _WORKER_CONTEXT: _Context | None = None
@@ -751,7 +755,9 @@ class _SegmentChecker:
                     tx = event.sys_flag & _TX_MASK
                     if tx == _NOT or tx == _COMMIT:
                         key = (event.topic, event.queue_id)
-                        if key not in ctx.unchecked_queues:
+                        if event.topic in ctx.batch_topics:
+                            result.batch_records.setdefault(key, []).append(offset)
+                        elif key not in ctx.unchecked_queues:
                             props = event.properties
                             if self.merge_cq(event, key, props, live):
                                 if live:
@@ -1065,7 +1071,10 @@ class _BatchChecker(_SegmentChecker):
                 members = dispatched[order[first[k]:last[k]]]
                 i0 = int(members[0])
                 key = (batch.topics.names[batch.topic_id[i0]], int(batch.queue_id[i0]))
-                if key not in self.ctx.unchecked_queues:
+                if key[0] in self.ctx.batch_topics:
+                    self.result.batch_records.setdefault(key, []).extend(
+                        offsets[members].tolist())
+                elif key not in self.ctx.unchecked_queues:
                     self._merge_queue(batch, key, members, live)
                 self._queue_offsets(batch, key, members)
         if self.has_index:
@@ -1946,7 +1955,8 @@ def verify_store(store: Store, *, quick: bool = False, progress=None, broker_ver
 
     rules = BrokerRules(version, True, force_verify_prop_crc, crc_scanned=not quick)
     ctx = _Context(str(commitlog.directory), commitlog.file_size, str(store.root), segments,
-                   not quick, rules, queues, unchecked, indexes, blind, engine)
+                   not quick, rules, queues, unchecked, indexes, blind, engine,
+                   frozenset(topic for topic, _ in batch_keys))
     results = _run_segments(store, ctx, progress, workers)
 
     verdicts = {r.verdict.base_offset: r.verdict for r in results}
@@ -1956,8 +1966,14 @@ def verify_store(store: Store, *, quick: bool = False, progress=None, broker_ver
                             crc_verified=not quick)
     _merge_results(store, plan, results, sink, deferred)
     # 5.x side stores: BatchConsumeQueues and the timer store, checked unit by unit
-    for found in check_batch_consume_queues(store) + check_timer_store(store):
-        extra = {k: found[k] for k in ("commitlog_offset", "topic", "queue_id") if k in found}
+    batch_records: dict = {}
+    for r in results:
+        for key, found in r.batch_records.items():
+            batch_records.setdefault(key, []).extend(o for o in found if o < plan.process_offset)
+    for found in (check_batch_consume_queues(store, batch_records)
+                  + check_timer_store(store)):
+        extra = {k: found[k] for k in ("commitlog_offset", "topic", "queue_id", "count")
+                 if k in found}
         sink.add(_finding(found["code"], found["file"], found["offset"], found["message"],
                           **extra))
     return _report(store, sink, plan, results)
