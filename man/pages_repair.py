@@ -37,8 +37,12 @@ last file the ConsumeQueues point into on 5.3.2+, the checkpoint-matched file fo
 start); the scan with CRC checks; the CommitLog truncation at processOffset (later files
 deleted); ConsumeQueue recovery and truncation; re-dispatch into ConsumeQueues and IndexFiles
 from the right offset; the IndexFiles an abnormal load deletes; the checkpoint update and the
-removal of the abort file. The rules follow --broker-version, by default the family the store
-passport detects (see mqtool-info(1)); the report says which rules were used.
+removal of the abort file. On a 5.x store it also leaves what a 5.x start and clean shutdown
+leave: abort.bak holding the crashed broker's PID (the old content of abort) and the persisted
+compaction/position-checkpoint (its previous version in .bak); a store that needs no recovery is
+left alone. The report starts with the store passport (the geometry and the writer family, each
+with its evidence); the rules follow --broker-version, by default the family the passport
+detects (see mqtool-info(1)), and the report says which rules were used and where they came from.
 
 The end state equals what the real broker leaves: the same CommitLog files, bytes identical up
 to processOffset, byte-identical ConsumeQueue files and the same answers to index queries. By

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from .codec import CQ_DTYPE, numpy_dtype
-from .passport import five_x_evidence
+from .passport import store_passport
 from .errors import ParseError
 from .formats import checkpoint as ckpt_fmt
 from .formats import commitlog as cl_fmt
@@ -70,13 +70,11 @@ def valid_prefix(units: np.ndarray) -> int:
 # --- broker version ------------------------------------------------------------------------------
 
 def detect_broker_version(store: Store) -> tuple[str, str]:
-    """(version, evidence) from the store passport's 5.x-only files and fields; without any of
-    them the store is taken as 4.9."""
-    evidence = five_x_evidence(store)
-    if evidence:
-        # 5.3.2+ is the newest release line; nothing on disk tells 5.0-5.3.1 apart from it.
-        return VERSION_532, "5.x: " + "; ".join(evidence)
-    return VERSION_49, "no 5.x-only file or field"
+    """(recovery rules, evidence) as the store passport decides them: 5.3.2+ with the 5.x-only
+    files and fields it lists, else 4.9."""
+    passport = store_passport(store)
+    return passport["recovery_rules"], "; ".join(
+        f"{c['claim']}: {c['evidence']}" for c in passport["claims"])
 
 
 def resolve_broker_version(store: Store, requested: str) -> str:

@@ -58,6 +58,7 @@ from .formats import indexfile as idx_fmt
 from .recovery import (CQ_UNIT_DTYPE, INDEX_ENTRY_DTYPE, VERSION_49, VERSION_532, BrokerRules, FileJudge,
                        FileVerdict, RecoveryPlan, predict_recovery,
                        recover_consume_queue, truncate_dirty_logic)
+from .passport import store_passport
 from .query import JAVA_LONG_MAX, MAX_MSGS_NUM_BATCH, IndexSet, broker_query_message
 from .scan import MessageRecord, Scanner, scan_buffer
 from .store import ConsumeQueue, MappedFile, Segment, Store
@@ -207,6 +208,7 @@ class RepairPlan:
     stage: Path | None = None
     options: dict = field(default_factory=dict)
     digests: DigestCache = field(default_factory=DigestCache, repr=False)
+    passport: dict | None = None   # recover: what wrote the store, before its rules are applied
 
     @property
     def nothing_to_do(self) -> bool:
@@ -222,6 +224,8 @@ class RepairPlan:
                 "files": [op.to_dict() for op in self.ordered_ops()]}
         if self.recovery is not None:
             data["recovery"] = self.recovery.to_dict()
+        if self.passport is not None:
+            data["passport"] = self.passport
         return data
 
 
@@ -1080,7 +1084,9 @@ def _stage_checkpoint(stage: Stage, store: Store, *, version: str | None, logics
 
 def _kind_of(rel: str) -> str:
     first = rel.split("/", 1)[0]
-    if first in ("commitlog", "consumequeue", "index", "checkpoint", "abort"):
+    if first == "abort.bak":
+        return "abort"
+    if first in ("commitlog", "consumequeue", "index", "checkpoint", "abort", "compaction"):
         return first
     return "other"
 
@@ -1205,17 +1211,21 @@ def build_plan(command: str, store: Store, stage: Stage, *, cl_ops: list[FileOp]
                               stage_file=str(new), detail=detail))
     ops.extend(extra_ops)
     summary = {
-        "files_created": sum(1 for op in ops if op.action == "create"),
-        "files_changed": sum(1 for op in ops if op.action == "change"),
-        "files_deleted": sum(1 for op in ops if op.action == "delete"),
-        "bytes_changed": sum(op.bytes_changed for op in ops if op.action == "change"),
-        "bytes_deleted": sum(op.old_size or 0 for op in ops if op.action == "delete"),
+        **_file_counts(ops),
         "cq_units_removed": cq_removed, "cq_units_added": cq_added,
         "index_entries_removed": idx_removed, "index_entries_added": idx_added,
     }
     summary.update(summary_extra)
     return RepairPlan(command, store.root, ops, summary, lost, notes, data_loss and bool(ops),
                       recovery, stage.root, options)
+
+
+def _file_counts(ops: list[FileOp]) -> dict:
+    return {"files_created": sum(1 for op in ops if op.action == "create"),
+            "files_changed": sum(1 for op in ops if op.action == "change"),
+            "files_deleted": sum(1 for op in ops if op.action == "delete"),
+            "bytes_changed": sum(op.bytes_changed for op in ops if op.action == "change"),
+            "bytes_deleted": sum(op.old_size or 0 for op in ops if op.action == "delete")}
 
 
 _REASONS = {
@@ -1227,6 +1237,11 @@ _REASONS = {
     ("index", "change"): "IndexFile continued / rebuilt",
     ("checkpoint", "change"): "checkpoint timestamps / confirm offset",
     ("checkpoint", "create"): "checkpoint (the broker creates a zeroed one)",
+    ("abort", "create"): "the 5.x start copies abort here (the crashed broker's PID)",
+    ("abort", "change"): "the 5.x start copies abort here (the crashed broker's PID)",
+    ("compaction", "create"): "compaction position checkpoint the 5.x shutdown persists",
+    ("compaction", "change"): "previous compaction position checkpoint, as the 5.x shutdown "
+                              "keeps it",
 }
 
 
@@ -1289,6 +1304,38 @@ def _commitlog_ops(store: Store, *, cut: int, delete_names: list[str], erase_tai
     return ops
 
 
+POSITION_CHECKPOINT = "compaction/position-checkpoint"
+# CompactionPositionMgr's JSON (fastjson, pretty) while no compaction topic has run
+EMPTY_POSITION_CHECKPOINT = b'{\n\t"empty":true,\n\t"queueOffsetMap":{}\n}'
+
+
+def _stage_bytes(stage: Stage, rel: str, data: bytes) -> None:
+    target = stage.path(rel)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(data)
+    stage.mark_written(rel)
+
+
+def _stage_5x_service_files(stage: Stage, store: Store) -> set[str]:
+    """The files a 5.x broker's start and clean shutdown leave besides the store proper.
+
+    Both go through MixAll.string2File, which first copies the file's previous content into
+    FILE.bak: the start writes its PID into ``abort`` (so ``abort.bak`` keeps the crashed broker's
+    PID, or nothing when the start created the file), and the shutdown persists
+    ``compaction/position-checkpoint`` (the loaded offsets again, the old text in ``.bak``)."""
+    abort = store.root / "abort"
+    _stage_bytes(stage, "abort.bak", abort.read_bytes() if abort.is_file() else b"")
+    staged = {"abort.bak"}
+    position = store.root / POSITION_CHECKPOINT
+    if position.is_file():
+        _stage_bytes(stage, POSITION_CHECKPOINT + ".bak", position.read_bytes())
+        staged.add(POSITION_CHECKPOINT + ".bak")
+    else:
+        _stage_bytes(stage, POSITION_CHECKPOINT, EMPTY_POSITION_CHECKPOINT)
+        staged.add(POSITION_CHECKPOINT)
+    return staged
+
+
 def _abort_op(store: Store) -> list[FileOp]:
     path = store.root / "abort"
     if not path.exists():
@@ -1324,6 +1371,9 @@ def plan_recover(store: Store, stage: Stage, *, mode: str = "auto", broker_versi
                          message_index_safe=message_index_safe,
                          force_verify_prop_crc=force_verify_prop_crc)
     segments = store.commitlog.segments
+    passport = store_passport(store)
+    if broker_version == "auto":
+        rules_options["broker_version"] = passport["recovery_rules"]
     first = predict_recovery(store, file_verdicts={s.base_offset: _unscanned(s) for s in segments},
                              **rules_options)
     version = first.broker_version
@@ -1332,10 +1382,14 @@ def plan_recover(store: Store, stage: Stage, *, mode: str = "auto", broker_versi
     notes: list[str] = []
     lost: list[str] = []
     options = {**rules_options, "broker_version": version, "reindex_all": reindex_all,
-               "keep_stale": keep_stale}
+               "keep_stale": keep_stale,
+               "broker_version_from": "passport" if broker_version == "auto"
+               else "--broker-version"}
     _fix_queue_file_sizes(stage, store, notes)
     if not segments:
-        return _recover_without_commitlog(store, stage, first, notes, options)
+        plan = _recover_without_commitlog(store, stage, first, notes, options)
+        plan.passport = passport
+        return plan
 
     # files the repair will most likely delete (an abnormal load's IndexFiles, preallocated
     # CommitLog files) are hashed for the backup by a thread while the scan runs
@@ -1507,11 +1561,22 @@ def plan_recover(store: Store, stage: Stage, *, mode: str = "auto", broker_versi
                   "queues_regenerated": regenerated,
                   "index_entries_not_rebuilt": entries_lost,
                   "index_files_rebuilt_in_place": setup.rebuilt})
+    service = _stage_5x_service_files(stage, store) if version != VERSION_49 else set()
     plan = build_plan("recover", store, stage, cl_ops=cl_ops, extra_ops=_abort_op(store),
                       lost=lost, notes=notes, data_loss=data_loss, recovery=rp, options=options,
                       summary_extra=extra)
     plan.digests = digests
+    plan.passport = passport
+    _drop_if_only(plan, service)
     return plan
+
+
+def _drop_if_only(plan: RepairPlan, service: set[str]) -> None:
+    """A store that needs no recovery is left alone: the broker's bookkeeping files are written
+    only along with a real change, so a second run finds nothing to do."""
+    if plan.ops and all(op.path in service for op in plan.ops):
+        plan.ops = []
+        plan.summary.update(_file_counts(plan.ops))
 
 
 def _recover_without_commitlog(store: Store, stage: Stage, rp: RecoveryPlan, notes: list[str],

@@ -76,3 +76,21 @@ def test_reference_stores_family(name):
     expected = "5.x" if geometry["rocketmqVersion"].startswith("5.") else "4.x"
     assert passport["family"] == expected
     assert passport["inconsistencies"] == []
+
+
+@pytest.mark.parametrize("requested,source", [(None, "passport"), ("4.9", "--broker-version")])
+def test_recover_starts_with_the_passport_and_names_its_rules(tmp_path, mqtool, requested,
+                                                               source):
+    root = forge(tmp_path, "v5", broker_version=5, crash=True)
+    args = ["recover", "--dry-run", root] + (["--broker-version", requested] if requested else [])
+    text = mqtool(*args)
+    lines = text.stdout.splitlines()
+    assert lines[1] == "Written by: RocketMQ 5.x (recovery rules 5.3.2+)"
+    assert lines[2].startswith("  5.x: ") and "abort holds" in lines[2]
+    rules = requested or "5.3.2+"
+    assert any(line.startswith(f"broker rules {rules} (from the {source}), abnormal recovery")
+               for line in lines)
+    doc = json.loads(mqtool(*args, "--json").stdout)
+    assert doc["passport"]["family"] == "5.x"
+    assert doc["options"]["broker_version"] == rules
+    assert doc["options"]["broker_version_from"] == source

@@ -269,6 +269,39 @@ def test_v5_crash_undo_restores_pid_abort(tmp_path):
     assert snapshot(store) == original
 
 
+# what 5.3.3's shutdown persisted in every v5 reference store's recovered/ (no compaction topic)
+EMPTY_POSITION_CHECKPOINT = b'{\n\t"empty":true,\n\t"queueOffsetMap":{}\n}'
+
+
+def test_v5_recover_keeps_the_crashed_pid_in_abort_bak(tmp_path):
+    """As 5.3.3's start + clean shutdown: abort's PID moves to abort.bak, the compaction
+    position checkpoint is persisted, and a second run finds nothing to do."""
+    store = tmp_path / "store"
+    forge.make_store(store, forge.ForgeOptions(messages=400, seed=3, broker_version=5,
+                                               crash=True))
+    pid = (store / "abort").read_bytes()
+    assert pid.isdigit()
+    (store / "abort.bak").write_bytes(b"")
+    original = snapshot(store)
+    proc = run_mqtool("recover", store, "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert not (store / "abort").exists()
+    assert (store / "abort.bak").read_bytes() == pid
+    assert (store / "compaction" / "position-checkpoint").read_bytes() == \
+        EMPTY_POSITION_CHECKPOINT
+    again = run_mqtool("recover", store, "--json")
+    assert json.loads(again.stdout)["status"] == "nothing to do"
+    assert run_mqtool("undo", json.loads(proc.stdout)["backup"]).returncode == 0
+    assert snapshot(store) == original
+
+
+def test_4x_recover_writes_no_5x_bookkeeping(tmp_path):
+    store = tmp_path / "store"
+    forge.make_store(store, forge.ForgeOptions(messages=400, seed=3, crash=True))
+    assert run_mqtool("recover", store).returncode == 0
+    assert not (store / "abort.bak").exists() and not (store / "compaction").exists()
+
+
 def test_refuses_backup_inside_a_data_directory_and_bare_commitlog(tmp_path):
     store = _damaged_copy(tmp_path)
     before = snapshot(store)

@@ -103,7 +103,8 @@ def render_passport(passport: dict, console: Console) -> None:
     console.print(f"Written by: RocketMQ {passport['family']} (recovery rules "
                   f"{passport['recovery_rules']})", highlight=False, markup=False)
     for claim in passport["claims"]:
-        console.print(f"  {claim['claim']}: {claim['evidence']}", highlight=False, markup=False)
+        console.print(f"  {claim['claim']}: {claim['evidence']}", highlight=False, markup=False,
+                      soft_wrap=True)
     for problem in passport["inconsistencies"]:
         console.print(f"  inconsistent: {problem}", style="yellow", highlight=False,
-                      markup=False)
+                      markup=False, soft_wrap=True)

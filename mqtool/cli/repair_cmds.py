@@ -10,7 +10,8 @@ import typer
 from .. import repair
 from ..errors import EXIT_FINDINGS, EXIT_OK
 from ..recovery import BROKER_VERSIONS, MODES
-from .common import emit_json_document, error_boundary, fail, progress_bar, stdout_console
+from .common import (emit_json_document, error_boundary, fail, progress_bar, render_passport,
+                     stdout_console)
 from .main import app
 
 _LISTED_FILES = 40
@@ -71,12 +72,16 @@ def _render(result: repair.RepairResult, command: str) -> None:
     if plan is None:
         return
     out.print(f"store: {plan.store}", markup=False, soft_wrap=True)
+    if plan.passport is not None:
+        render_passport(plan.passport, out)
     summary = plan.summary
     if plan.recovery is not None and command in ("recover", "truncate"):
         rp = plan.recovery
-        out.print(f"broker rules {rp.broker_version}, {rp.mode} recovery: start file "
-                  f"{rp.start_file}, processOffset {rp.process_offset:,} ({rp.stop_reason})",
-                  markup=False, soft_wrap=True)
+        source = plan.options.get("broker_version_from")
+        out.print(f"broker rules {rp.broker_version}"
+                  + (f" (from the {source})" if source else "")
+                  + f", {rp.mode} recovery: start file {rp.start_file}, processOffset "
+                  f"{rp.process_offset:,} ({rp.stop_reason})", markup=False, soft_wrap=True)
     if plan.nothing_to_do:
         out.print("nothing to do: the store already is in the state this command produces",
                   markup=False)
@@ -152,8 +157,11 @@ def _run(command: str, store: Path, *, dry_run: bool, json_output: bool, backup_
     "the scan with CRC checks, CommitLog truncation at processOffset (later files deleted, the "
     "rest of the cut file erased unless --keep-stale), ConsumeQueue recovery and truncation, "
     "re-dispatch into ConsumeQueues and IndexFiles, IndexFiles deleted on abnormal load, the "
-    "checkpoint update and removal of the abort file. The end state is what Apache RocketMQ "
-    "leaves after starting on the store." + _SAFETY))
+    "checkpoint update and removal of the abort file (on 5.x its PID goes to abort.bak and the "
+    "compaction position checkpoint is persisted, as the 5.x broker does). The report starts "
+    "with the store passport; the rules are the family it detects unless --broker-version says "
+    "otherwise. The end state is what Apache RocketMQ leaves after starting on the store."
+    + _SAFETY))
 @error_boundary
 def recover_cmd(
     store: Path = _STORE_ARG,
