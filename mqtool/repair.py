@@ -1206,8 +1206,8 @@ def build_plan(command: str, store: Store, stage: Stage, *, cl_ops: list[FileOp]
                               _reason(kind, "delete", command), detail=detail))
         else:
             ops.append(FileOp("write", rel, kind, old_size, new.stat().st_size, ranges,
-                              reason or _reason(kind, "create" if old is None else "change",
-                                                command),
+                              reason or _SERVICE_REASONS.get(rel)
+                              or _reason(kind, "create" if old is None else "change", command),
                               stage_file=str(new), detail=detail))
     ops.extend(extra_ops)
     summary = {
@@ -1237,11 +1237,13 @@ _REASONS = {
     ("index", "change"): "IndexFile continued / rebuilt",
     ("checkpoint", "change"): "checkpoint timestamps / confirm offset",
     ("checkpoint", "create"): "checkpoint (the broker creates a zeroed one)",
-    ("abort", "create"): "the 5.x start copies abort here (the crashed broker's PID)",
-    ("abort", "change"): "the 5.x start copies abort here (the crashed broker's PID)",
-    ("compaction", "create"): "compaction position checkpoint the 5.x shutdown persists",
-    ("compaction", "change"): "previous compaction position checkpoint, as the 5.x shutdown "
-                              "keeps it",
+}
+# the 5.x bookkeeping files recover writes (see _stage_5x_service_files)
+_SERVICE_REASONS = {
+    "abort.bak": "the 5.x start copies abort here (the crashed broker's PID)",
+    "compaction/position-checkpoint": "compaction position checkpoint the 5.x shutdown persists",
+    "compaction/position-checkpoint.bak": "the 5.x shutdown keeps the previous compaction "
+                                          "position checkpoint",
 }
 
 
@@ -1304,7 +1306,7 @@ def _commitlog_ops(store: Store, *, cut: int, delete_names: list[str], erase_tai
     return ops
 
 
-POSITION_CHECKPOINT = "compaction/position-checkpoint"
+POSITION_CHECKPOINT = "compaction/position-checkpoint"   # a key of _SERVICE_REASONS
 # CompactionPositionMgr's JSON (fastjson, pretty) while no compaction topic has run
 EMPTY_POSITION_CHECKPOINT = b'{\n\t"empty":true,\n\t"queueOffsetMap":{}\n}'
 

@@ -154,6 +154,12 @@ class VerifyReport:
         }
 
 
+def _prop_crc_message(offset: int) -> str:
+    return (f"__CRC32# property CRC does not match the record at {offset} (the broker checks it "
+            "only with forceVerifyPropCRC, and then cuts the store here: mqtool recover "
+            "--force-verify-prop-crc)")
+
+
 def _finding(code: str, file: str, offset: int, message: str, severity: str | None = None,
              **extra) -> Finding:
     return Finding(code, severity or CODES[code][0], file, int(offset), message, **extra)
@@ -739,8 +745,8 @@ class _SegmentChecker:
                                 queue_id=event.queue_id, queue_offset=event.queue_offset)
                     if event.prop_crc_ok is False:
                         self.cl("CL_PROP_CRC_MISMATCH", offset,
-                                f"property CRC does not match the record at {offset}",
-                                topic=event.topic, queue_id=event.queue_id,
+                                _prop_crc_message(offset), topic=event.topic,
+                                queue_id=event.queue_id,
                                 queue_offset=event.queue_offset)
                     if event.physical_offset != offset:
                         self.cl("CL_OFFSET_MISMATCH", offset,
@@ -1129,7 +1135,7 @@ class _BatchChecker(_SegmentChecker):
             rec = batch.record(i)
             self.ordered.append(((seq + i, 2, 0, 0, 0), self._cl_finding(
                 "CL_PROP_CRC_MISMATCH", rec.offset,
-                f"property CRC does not match the record at {rec.offset}", topic=rec.topic,
+                _prop_crc_message(rec.offset), topic=rec.topic,
                 queue_id=rec.queue_id, queue_offset=rec.queue_offset)))
         for i in np.flatnonzero(batch.physical_offset != offsets).tolist():
             rec = batch.record(i)
