@@ -54,8 +54,8 @@ def _message_subcon(name: str) -> construct.Construct:
     raise KeyError(name)
 
 
-def _message_middle(born_v6: bool, store_v6: bool) -> str:
-    """commitlog_message from born_host through body_length for one host variant."""
+def _message_middle_fields(born_v6: bool, store_v6: bool) -> list[tuple[str, construct.Construct]]:
+    """commitlog_message's fields from born_host through body_length for one host variant."""
     names = [sc.name for sc in cl_fmt.commitlog_message.subcons]
     start, stop = names.index("born_host"), names.index("body_length") + 1
     out = []
@@ -63,10 +63,13 @@ def _message_middle(born_v6: bool, store_v6: bool) -> str:
         inner = sc.subcon
         if isinstance(inner, construct.IfThenElse):
             v6 = born_v6 if sc.name == "born_host" else store_v6
-            out.append(struct_format(inner.thensubcon if v6 else inner.elsesubcon))
-        else:
-            out.append(struct_format(inner))
-    return "".join(out)
+            inner = inner.thensubcon if v6 else inner.elsesubcon
+        out.append((sc.name, inner))
+    return out
+
+
+def _message_middle(born_v6: bool, store_v6: bool) -> str:
+    return "".join(struct_format(decl) for _, decl in _message_middle_fields(born_v6, store_v6))
 
 
 HOST_FLAGS = cl_fmt.BORNHOST_V6_FLAG | cl_fmt.STOREHOSTADDRESS_V6_FLAG
@@ -112,17 +115,8 @@ def _numpy_field(decl: construct.Construct) -> np.dtype:
 
 
 def _message_middle_dtype(born_v6: bool, store_v6: bool) -> np.dtype:
-    """commitlog_message from born_host through body_length for one host variant, as numpy."""
-    names = [sc.name for sc in cl_fmt.commitlog_message.subcons]
-    start, stop = names.index("born_host"), names.index("body_length") + 1
-    fields = []
-    for sc in cl_fmt.commitlog_message.subcons[start:stop]:
-        inner = sc.subcon
-        if isinstance(inner, construct.IfThenElse):
-            v6 = born_v6 if sc.name == "born_host" else store_v6
-            inner = inner.thensubcon if v6 else inner.elsesubcon
-        fields.append((sc.name, _numpy_field(inner)))
-    return np.dtype(fields)
+    return np.dtype([(name, _numpy_field(decl))
+                     for name, decl in _message_middle_fields(born_v6, store_v6)])
 
 
 # total_size .. born_timestamp; born_host .. body_length keyed by sys_flag & HOST_FLAGS; the

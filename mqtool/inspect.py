@@ -422,16 +422,21 @@ def _unit_status(offset: int, size: int, tags_code: int) -> str:
     return "valid" if cq_fmt.is_valid_unit(offset, size) else "invalid"
 
 
+def _queue_file(path, file: str | None, topic: str | None, queue_id: int | None):
+    """(path, shown file name, topic, queue id, file base offset) of a queue file; the topic and
+    queue id come from its directories unless given."""
+    path = Path(path)
+    if topic is None or queue_id is None:
+        topic, queue_id = queue_of_file(path)
+    return path, file or path.name, topic, queue_id, _file_base(path)
+
+
 def iter_consume_queue_file(path: Path, *, file: str | None = None, topic: str | None = None,
                             queue_id: int | None = None) -> Iterator[dict]:
     """Units of one ConsumeQueue file with their queue offsets ((file base + position)/20), up
     to the first unit with size 0 (reported as ``consumequeue/end`` with what lies after it).
     A file that is not a multiple of 20 bytes gives its whole units, then a partial-unit record."""
-    path = Path(path)
-    file = file or path.name
-    if topic is None or queue_id is None:
-        topic, queue_id = queue_of_file(path)
-    base = _file_base(path)
+    path, file, topic, queue_id, base = _queue_file(path, file, topic, queue_id)
     unit_size = cq_fmt.CQ_STORE_UNIT_SIZE
     units, size, leftover = _load_units(path, CQ_DTYPE)
     rows = units.tolist()
@@ -461,11 +466,7 @@ def iter_batch_consume_queue_file(path: Path, *, file: str | None = None,
                                   queue_id: int | None = None) -> Iterator[dict]:
     """Units of one BatchConsumeQueue file (46 bytes; located by msg_base_offset, not by
     position, so ``unit_index`` = (file base + position)/46 is only the slot number)."""
-    path = Path(path)
-    file = file or path.name
-    if topic is None or queue_id is None:
-        topic, queue_id = queue_of_file(path)
-    base = _file_base(path)
+    path, file, topic, queue_id, base = _queue_file(path, file, topic, queue_id)
     unit_size = cq_fmt.BATCH_CQ_STORE_UNIT_SIZE
     units, size, leftover = _load_units(path, BCQ_DTYPE)
     names = BCQ_DTYPE.names

@@ -234,6 +234,14 @@ class IndexFile:
         return _INDEX_ENTRY.unpack_from(self.data, self._entries_start
                                         + number * idx_fmt.INDEX_ENTRY_SIZE)
 
+    def _bad_pointer(self, key_hash: int, pointer_from: int | None, number: int, kind: str,
+                     why: str) -> ChainProblem:
+        if pointer_from is None:
+            return ChainProblem(self.name, number, kind, f"slot {key_hash % self.slots} points "
+                                                         f"at entry {number}, {why}")
+        return ChainProblem(self.name, pointer_from, kind,
+                            f"entry {pointer_from} points at entry {number}, {why}")
+
     def chain(self, key_hash: int, problems: list[ChainProblem]) -> list[IndexHit]:
         """Every entry of the key's chain whose hash equals ``key_hash``, newest first, without
         the broker's time window. Stops (and records why) at a pointer that is not to an
@@ -243,14 +251,18 @@ class IndexFile:
             return hits
         count = self.index_count
         number = self._slot(key_hash)
-        if number <= 0:
-            return hits
-        if number > count:
-            problems.append(ChainProblem(self.name, number, "pointer-past-count",
-                                         f"slot {key_hash % self.slots} points at entry {number}, "
-                                         f"past indexCount {count}"))
-            return hits
-        while True:
+        pointer_from = None     # the entry whose prev pointer led to ``number`` (None: the slot)
+        while number > 0:
+            if number > count:
+                problems.append(self._bad_pointer(key_hash, pointer_from, number,
+                                                  "pointer-past-count",
+                                                  f"past indexCount {count}"))
+                return hits
+            if pointer_from is not None and number >= pointer_from:
+                kind = "loop" if number == pointer_from else "forward-pointer"
+                problems.append(self._bad_pointer(key_hash, pointer_from, number, kind,
+                                                  "not at an older one"))
+                return hits
             if number >= self.readable_entries:
                 problems.append(ChainProblem(self.name, number, "pointer-past-file",
                                              f"entry {number} lies past the end of the file"))
@@ -264,20 +276,8 @@ class IndexFile:
             if entry_hash == key_hash:
                 hits.append(IndexHit(self.name, number, phy_offset,
                                      self.begin_timestamp + time_diff * 1000))
-            if prev <= 0:
-                return hits
-            if prev > count:
-                problems.append(ChainProblem(self.name, number, "pointer-past-count",
-                                             f"entry {number} points at entry {prev}, past "
-                                             f"indexCount {count}"))
-                return hits
-            if prev >= number:
-                kind = "loop" if prev == number else "forward-pointer"
-                problems.append(ChainProblem(self.name, number, kind,
-                                             f"entry {number} points at entry {prev}, not at an "
-                                             f"older one"))
-                return hits
-            number = prev
+            pointer_from, number = number, prev
+        return hits
 
     def broker_select(self, key_hash: int, max_num: int, begin: int, end: int,
                       found: list[int], problems: list[ChainProblem]) -> None:
