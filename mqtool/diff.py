@@ -91,12 +91,6 @@ class _Mapped:
             self.mapped.close()
 
 
-def _brief(record: MessageRecord) -> dict:
-    return {"commitlog_offset": record.offset, "size": record.total_size, "topic": record.topic,
-            "queue_id": record.queue_id, "queue_offset": record.queue_offset,
-            "store_timestamp": record.store_timestamp}
-
-
 @dataclass
 class RecordSide:
     count: int = 0
@@ -107,7 +101,7 @@ class RecordSide:
         self.count += 1
         self.bytes += record.total_size
         if len(self.first) < limit:
-            self.first.append(_brief(record))
+            self.first.append(record.brief())
 
 
 def _queue_units(queue: ConsumeQueue | None) -> dict[int, tuple[int, int, int]]:

@@ -56,12 +56,6 @@ def damage_of(record: MessageRecord) -> str | None:
     return None
 
 
-def record_brief(record: MessageRecord) -> dict:
-    return {"commitlog_offset": record.offset, "size": record.total_size, "topic": record.topic,
-            "queue_id": record.queue_id, "queue_offset": record.queue_offset,
-            "store_timestamp": record.store_timestamp}
-
-
 # --- the one pass ---------------------------------------------------------------------------------
 
 @dataclass
@@ -138,7 +132,7 @@ class _FileMapper:
             self.hole = None
 
     def message(self, record: MessageRecord) -> None:
-        brief = record_brief(record)
+        brief = record.brief()
         if self.zeros is not None:
             hole = self._open_hole(*self.zeros)
             if "zeroed" not in hole.kinds:
@@ -172,7 +166,7 @@ class _FileMapper:
         if detail and detail not in hole.details:
             hole.details.append(detail)
         if record is not None:
-            hole.damaged_records.append({**record_brief(record), "damage": kind})
+            hole.damaged_records.append({**record.brief(), "damage": kind})
 
     def zeroed(self, start: int, end: int) -> None:
         self.island = None

@@ -95,6 +95,12 @@ class MessageRecord(NamedTuple):
     def properties(self) -> dict[str, str]:
         return codecs.decode_properties(self.properties_raw)
 
+    def brief(self) -> dict:
+        """Where the record is and whose it is: how reports list a record."""
+        return {"commitlog_offset": self.offset, "size": self.total_size, "topic": self.topic,
+                "queue_id": self.queue_id, "queue_offset": self.queue_offset,
+                "store_timestamp": self.store_timestamp}
+
 
 class BlankRecord(NamedTuple):
     offset: int
