@@ -202,6 +202,18 @@ class _ItemFile:
     count: int
 
 
+def _next_present(files: list[_ItemFile], firsts: list[int], index: int) -> int:
+    """``index``, or the first item of the next file that has one when ``index`` lies past the
+    end of a file shorter than its slot (a truncated ConsumeQueue: the rest of its units are
+    missing, and the next file still starts where the geometry puts it)."""
+    k = max(bisect.bisect_right(firsts, index) - 1, 0)
+    while k < len(files) and index >= files[k].first + files[k].count:
+        k += 1
+        if k < len(files):
+            index = max(index, files[k].first)
+    return index if k < len(files) else _END
+
+
 class _SortedItems:
     """Items ``[lo, hi)`` of a logical array spread over files, sorted by field ``key_field``;
     a cursor over those whose key lies in ``[key_lo, key_hi)``. ``head``/``head_key`` are the
@@ -236,6 +248,10 @@ class _SortedItems:
         return list(self.codec.iter_unpack(raw[:len(raw) - len(raw) % size]))
 
     def _key(self, index: int) -> int:
+        # a missing item takes the key of the next present one: the keys stay sorted
+        index = _next_present(self.files, self.firsts, index)
+        if index >= self.hi:
+            return _END
         return self._read(index, index + 1)[0][self.key_field]
 
     def seek(self, key_lo: int, key_hi: int) -> bool:
@@ -247,7 +263,7 @@ class _SortedItems:
                 lo = mid + 1
             else:
                 hi = mid
-        self.index = lo
+        self.index = min(_next_present(self.files, self.firsts, lo), self.hi)
         self.key_hi = key_hi
         self.chunk, self.chunk_pos = [], 0
         self._load()
@@ -255,6 +271,8 @@ class _SortedItems:
 
     def _load(self) -> None:
         if self.chunk_pos >= len(self.chunk):
+            # chunks end at file ends, so only here can the next item lie in the next file
+            self.index = min(_next_present(self.files, self.firsts, self.index), self.hi)
             if self.index >= self.hi:
                 self.head, self.head_key = None, _END
                 return
@@ -857,6 +875,8 @@ class _ItemCursor:
 
     def _load(self) -> bool:
         """Read the next chunk; False at the end (what _SortedItems would reach as well)."""
+        if not self.done:
+            self.index = min(_next_present(self.files, self.firsts, self.index), self.hi)
         if self.done or self.index >= self.hi:
             self.done = True
             return False
@@ -1451,16 +1471,21 @@ def _check_queue_structure(store: Store, queue, starts, ends, min_offset: int, s
     for k, seg in enumerate(queue.segments):
         rel = store.relative(seg.path)
         last_file = k == len(queue.segments) - 1
+        base = seg.base_offset // unit_size
         if seg.length % unit_size or seg.length != upf * unit_size:
+            lost = ""
+            if not last_file and seg.length < upf * unit_size:
+                # the next file starts where the geometry says, so these units are simply gone
+                lost = (f"; units {base + seg.length // unit_size}..{base + upf - 1} of the queue "
+                        f"are missing")
             sink.add(_finding("CQ_FILE_SIZE", rel, seg.length - seg.length % unit_size,
                               f"{seg.length} bytes, expected {upf * unit_size} ({upf} units); the "
-                              f"broker refuses to load it", topic=queue.topic,
+                              f"broker refuses to load it{lost}", topic=queue.topic,
                               queue_id=queue.queue_id))
         if seg.base_offset % unit_size:
             sink.add(_finding("CQ_FILE_SIZE", rel, 0,
                               f"file name {seg.name} is not a multiple of the {unit_size}-byte unit",
                               topic=queue.topic, queue_id=queue.queue_id))
-        base = seg.base_offset // unit_size
         if expected_base is not None and base != expected_base:
             sink.add(_finding("CQ_FILE_SIZE", rel, 0,
                               f"files are not contiguous: {base - expected_base} units missing "
@@ -1970,7 +1995,7 @@ def verify_store(store: Store, *, quick: bool = False, progress=None, broker_ver
                             message_index_safe=message_index_safe,
                             force_verify_prop_crc=force_verify_prop_crc, file_verdicts=verdicts,
                             crc_verified=not quick)
-    _merge_results(store, plan, results, sink, deferred)
+    _merge_results(store, plan, results, sink, deferred, _short_file_holes(queues))
     # 5.x side stores: BatchConsumeQueues and the timer store, checked unit by unit
     batch_records: dict = {}
     for r in results:
@@ -2000,8 +2025,19 @@ def _run_segments(store: Store, ctx: _Context, progress, workers: int | None) ->
     return results
 
 
+def _short_file_holes(queues: dict) -> dict:
+    """(topic, qid) -> [(first missing unit, next file's first unit, file)]: the units a
+    ConsumeQueue file shorter than its slot lacks (its queue's cursors step over them)."""
+    holes: dict = {}
+    for key, info in queues.items():
+        for f, g, rel in zip(info.files, info.files[1:], info.rels):
+            if f.first + f.count < g.first:
+                holes.setdefault(key, []).append((f.first + f.count, g.first, rel))
+    return holes
+
+
 def _merge_results(store: Store, plan: RecoveryPlan, results: list[_SegmentResult], sink: _Sink,
-                   deferred: list[Finding]) -> None:
+                   deferred: list[Finding], holes: dict) -> None:
     P = plan.process_offset
     beyond_total = plan.messages_lost
     stale = (beyond_total > 0 and plan.last_exit_ok and plan.cq_units_truncated == 0
@@ -2063,7 +2099,10 @@ def _merge_results(store: Store, plan: RecoveryPlan, results: list[_SegmentResul
         end = queue_ends.get((run.topic, run.queue_id), 0)
         tail = run.first_queue_offset >= end
         rebuilt = (plan.redispatch_from is not None and run.first_offset >= plan.redispatch_from)
-        severity = WARNING if tail and rebuilt else ERROR
+        # a short file stops the broker at load (refuses_to_start): no recovery fills the hole
+        short = next((rel for lo, hi, rel in holes.get((run.topic, run.queue_id), ())
+                      if run.first_queue_offset < hi and run.last_queue_offset >= lo), None)
+        severity = WARNING if tail and rebuilt and short is None else ERROR
         if run.count == 1:
             what = (f"the record of {run.topic!r} queue {run.queue_id} at queue offset "
                     f"{run.first_queue_offset} (CommitLog {run.first_offset}) has no "
@@ -2073,7 +2112,10 @@ def _merge_results(store: Store, plan: RecoveryPlan, results: list[_SegmentResul
                     f"{run.first_queue_offset}..{run.last_queue_offset}, CommitLog "
                     f"{run.first_offset}..{run.last_offset}) have no ConsumeQueue unit")
         it = "it" if run.count == 1 else "them"
-        if severity == WARNING:
+        if short is not None:
+            units = "its unit" if run.count == 1 else "their units"
+            what += f"; {short} is cut short before {units} (the broker refuses to load it)"
+        elif severity == WARNING:
             what += f"; the broker's recovery dispatches {it} again"
         elif tail:
             what += f"; recovery does not dispatch {it} again"
