@@ -185,7 +185,8 @@ point past indexCount (IDX_DANGLING), entries whose hash matches no key of their
 (IDX_HASH_MISMATCH), keys that cannot be found through their slot chain (IDX_MISSING_KEY).
 
 5.x BatchConsumeQueues: units pointing nowhere (BCQ_DANGLING), disagreeing with their record
-(BCQ_MISMATCH), not continuing each other's offsets (BCQ_GAP), partial units (BCQ_FILE_SIZE).
+(BCQ_MISMATCH), not continuing each other's offsets (BCQ_GAP), partial units (BCQ_FILE_SIZE),
+records of a batch topic that no unit references (BCQ_MISSING).
 5.x timer store: TimerLog units of the wrong size (TIMER_UNIT_SIZE), with invalid magic bits
 (TIMER_MAGIC), linking forward (TIMER_PREV_POS) or pointing at no record (TIMER_DANGLING);
 TimerWheel slots at the wrong index or pointing nowhere (TIMER_SLOT_TIME, TIMER_SLOT_POINTER).
