@@ -58,8 +58,13 @@ def page_name(path) -> str:
 
 
 def _context(cmd):
-    core = sys.modules[type(cmd).__mro__[1].__module__]
-    return core.Context(cmd) if hasattr(core, "Context") else None
+    # the click core module (typer vendors its own): the nearest class in the MRO whose module
+    # has a Context; commands may subclass typer's classes more than once
+    for cls in type(cmd).__mro__[1:]:
+        core = sys.modules[cls.__module__]
+        if hasattr(core, "Context"):
+            return core.Context(cmd)
+    return None
 
 
 def option_lines(cmd) -> list[str]:

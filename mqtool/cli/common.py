@@ -1,6 +1,7 @@
 """What every command shares: the error boundary, output helpers and progress settings.
 
 stdout carries data only (JSON or tables); messages, summaries and progress go to stderr.
+rich is imported by the helpers that print with it, not when the CLI loads.
 """
 from __future__ import annotations
 
@@ -10,11 +11,14 @@ import os
 import sys
 import traceback
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import typer
-from rich.console import Console
 
 from ..errors import EXIT_USAGE, MqtoolError
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 @dataclass
@@ -27,10 +31,14 @@ SETTINGS = Settings()
 
 
 def stdout_console() -> Console:
+    from rich.console import Console
+
     return Console(highlight=False, soft_wrap=False)
 
 
 def stderr_console() -> Console:
+    from rich.console import Console
+
     return Console(stderr=True, highlight=False)
 
 

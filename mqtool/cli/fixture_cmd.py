@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from .. import forge
+from . import options as opt
 from .common import emit_json, error_boundary, progress_bar
 from .main import fixture_app
 
@@ -32,13 +32,13 @@ class Direction(str, Enum):
     behind = "behind"
 
 
-@fixture_app.command("make")
+@fixture_app.command("make", cls=opt.LibraryTextCommand)
 @error_boundary
 def make(
     directory: Path = typer.Argument(..., help="New (or empty) directory to write the store into."),
     messages: int = typer.Option(..., "--messages", "-n", help="Number of CommitLog records."),
     seed: int = typer.Option(0, "--seed", help="Same seed and options give byte-identical stores."),
-    topics: str = typer.Option(",".join(forge.DEFAULT_TOPICS), "--topics",
+    topics: str = typer.Option("{forge_topics}", "--topics",
                                help="Comma-separated topic names."),
     queues: int = typer.Option(4, "--queues", help="Queues per topic."),
     long_topic: bool = typer.Option(False, "--long-topic",
@@ -78,6 +78,8 @@ def make(
                                              "BatchConsumeQueues (queue.type=BatchCQ)."),
 ):
     """Write a deterministic store laid out as a broker lays it out; print a JSON summary."""
+    from .. import forge
+
     body_mean, body_max = forge.parse_body_size(body_size)
     options = forge.ForgeOptions(
         messages=messages, seed=seed,
@@ -119,6 +121,8 @@ def damage(
                                              "behind (default: chosen by seed)."),
 ):
     """Inject one fault and print, as one JSON object, exactly what changed."""
+    from .. import forge
+
     report = forge.damage_store(directory, kind.value, seed, file=file, offset=offset,
                                 length=length, target=target.value,
                                 direction=direction.value if direction else None)

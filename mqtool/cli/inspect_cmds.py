@@ -1,4 +1,5 @@
-"""``mqtool info`` and ``mqtool dump``: argument parsing and rendering of mqtool.inspect."""
+"""``mqtool info`` and ``mqtool dump``: argument parsing of mqtool.inspect; the rendering is in
+inspect_view."""
 from __future__ import annotations
 
 import sys
@@ -7,296 +8,32 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
-from .. import inspect as lib
-from ..errors import MqtoolError
-from ..store import Store
-from .common import (render_passport, emit_json, emit_json_document, error_boundary, progress_bar,
-                     stdout_console)
+from . import options as opt
+from .common import emit_json, emit_json_document, error_boundary, progress_bar, stdout_console
 from .main import app
-
-# --- shared options ------------------------------------------------------------------------------
-
-_GEOMETRY_HELP = "Override the geometry inferred from the files."
-
-
-def _positive(value: Optional[int], name: str) -> Optional[int]:
-    if value is not None and value <= 0:
-        raise MqtoolError(f"{name} must be a positive number, got {value}")
-    return value
-
-
-def _human_bytes(n: int | None) -> str:
-    if n is None:
-        return "-"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:,} B" if unit == "B" else f"{n:.1f} {unit}".replace(".0 ", " ")
-        n /= 1024
-    return str(n)
-
-
-def _short_time(iso: str | None) -> str:
-    """``2026-11-22 00:51:25.774`` from the ISO form (UTC)."""
-    return iso.replace("T", " ").rstrip("Z") if iso else "-"
-
-
-def _grid(*columns: str, **kwargs) -> Table:
-    table = Table(box=None, pad_edge=False, show_edge=False, padding=(0, 1),
-                  header_style="bold", **kwargs)
-    for column in columns:
-        table.add_column(column, no_wrap=True)
-    return table
-
-
-# --- info ----------------------------------------------------------------------------------------
-
-def _range(lo, hi) -> str:
-    if lo is None and hi is None:
-        return "-"
-    return f"{lo}..{hi}"
-
-
-def _queue_check(row: dict) -> str:
-    """Does the CommitLog agree with the queue's own CQ files? (count and next offset)"""
-    cl, cq = row["commitlog"], row["consume_queue"]
-    if cq is None:
-        return "no CQ" if cl and cl["messages"] else "-"
-    if cl is None or cl["messages"] == 0:
-        return "CQ only" if cq["units"] else "empty"
-    problems = []
-    if cl["messages"] != cq["units"]:
-        problems.append(f"units {cq['units']} vs {cl['messages']}")
-    if cq["max_offset"] is not None and cl["max_queue_offset"] + 1 != cq["max_offset"]:
-        problems.append(f"next {cq['max_offset']} vs {cl['max_queue_offset'] + 1}")
-    if cq.get("units_past_commitlog_end"):
-        problems.append(f"{cq['units_past_commitlog_end']} past end")
-    return "; ".join(problems) if problems else "ok"
-
-
-def _id_ranges(ids: list[int]) -> str:
-    """``0..3,5,7..9`` for sorted ids."""
-    runs: list[list[int]] = []
-    for i in ids:
-        if runs and i == runs[-1][1] + 1:
-            runs[-1][1] = i
-        else:
-            runs.append([i, i])
-    return ",".join(f"{a}..{b}" if b > a + 1 else (f"{a},{b}" if b > a else str(a))
-                    for a, b in runs)
-
-
-def _topic_rows(info: dict) -> list[dict]:
-    """Per-topic aggregates of the per-queue rows (the compact view)."""
-    grouped: dict[str, list[dict]] = {}
-    for row in info["topics"]:
-        grouped.setdefault(row["topic"], []).append(row)
-    out = []
-    for topic, rows in grouped.items():
-        cls = [r["commitlog"] for r in rows if r["commitlog"]]
-        cqs = [r["consume_queue"] for r in rows if r["consume_queue"]]
-        checks = [c for c in (_queue_check(r) for r in rows) if c not in ("ok", "-", "empty")]
-        ids = sorted(r["queue_id"] for r in rows)
-        out.append({
-            "topic": topic,
-            "queues": _id_ranges(ids),
-            "messages": sum(c["messages"] for c in cls),
-            "prepared": sum(c["prepared"] for c in cls),
-            "rollback": sum(c["rollback"] for c in cls),
-            "cq_units": sum(c["units"] for c in cqs) if cqs else None,
-            "cq_files": sum(c["files"] for c in cqs) if cqs else 0,
-            "check": "ok" if not checks else f"{len(checks)} queue(s) differ",
-        })
-    return out
-
-
-def render_info(info: dict, console: Console, per_queue: bool) -> None:
-    geo = info["geometry"]
-    cl = info["commitlog"]
-    header = Text()
-    header.append("Store ", style="bold")
-    header.append(info["root"])
-    header.append(f"  ({info['layout']})", style="dim")
-    console.print(header)
-    console.print(
-        f"Geometry: CommitLog files {_human_bytes(geo['commitlog_file_size'])} "
-        f"({geo['commitlog_file_size_source']}), CQ {geo['cq_units_per_file']:,} units/file "
-        f"({geo['cq_units_per_file_source']}), IndexFile {geo['index_slots']:,} slots x "
-        f"{geo['index_entries']:,} entries = {geo['index_file_size']:,} B "
-        f"({geo['index_geometry_source']})", highlight=False)
-    render_passport(info["passport"], console)
-
-    tx = cl["by_transaction"]
-    tx_text = ", ".join(f"{k} {v}" for k, v in tx.items() if v)
-    extras = [f"{cl['compressed']} compressed"] if cl["compressed"] else []
-    if cl["v2_records"]:
-        extras.append(f"{cl['v2_records']} V2")
-    if cl["crc_checked"]:
-        extras.append(f"{cl['body_crc_mismatches']} body CRC mismatches")
-    if cl["physical_offset_mismatches"]:
-        extras.append(f"{cl['physical_offset_mismatches']} PHYSICALOFFSET mismatches")
-    console.print(
-        f"[bold]CommitLog[/] {len(cl['files'])} files, min offset {cl['min_offset']}, "
-        f"end of data {'-' if cl['end_of_data'] is None else cl['end_of_data']}, "
-        f"[bold]{cl['messages']}[/] messages"
-        + (f" ({tx_text}{'; ' + ', '.join(extras) if extras else ''})" if cl["messages"] else "")
-        + (f", store time {_short_time(cl['first_store_time'])} .. "
-           f"{_short_time(cl['last_store_time'])} UTC" if cl["messages"] else ""),
-        highlight=False)
-    if cl["files"]:
-        table = _grid("file", "size", "offsets", "msgs", "scan end")
-        for f in cl["files"]:
-            end = f["scan_end"]
-            end_text = f"{end['kind']}@{end['position']}"
-            if end["kind"] == "blank":
-                end_text += f" size={end['declared_size']}"
-            elif end["kind"] == "corrupt":
-                end_text += f" {end['code']}"
-            size = Text(f"{f['size']:,}", style=None if f["size_ok"] else "red")
-            notes = " gap!" if f.get("gap_before") else ""
-            table.add_row(f["name"] + notes, size, f"{f['start_offset']}..{f['end_offset']}",
-                          str(f["messages"]), end_text)
-        console.print(table)
-    for region in cl["corrupt_regions"][:5]:
-        console.print(f"  [red]corrupt[/] {region['file']}@{region['position']}: "
-                      f"{region['code']} {region['detail']}", highlight=False)
-    if cl["stray_files"]:
-        console.print(f"  stray in commitlog/: {', '.join(cl['stray_files'])}", highlight=False)
-
-    cqs = info["consume_queues"]
-    console.print(f"[bold]ConsumeQueue[/] {cqs['queues']} queues in {cqs['files']} files "
-                  f"({_human_bytes(cqs['bytes'])})"
-                  + (f"; stray: {', '.join(cqs['stray_files'])}" if cqs["stray_files"] else ""),
-                  highlight=False)
-    if per_queue:
-        table = _grid("topic", "q", "msgs", "CL q-offs", "p/r", "CQ units", "CQ offs", "check")
-        table.columns[0].max_width = 22
-        table.columns[0].overflow = "ellipsis"
-        for row in info["topics"]:
-            c, q = row["commitlog"] or {}, row["consume_queue"] or {}
-            table.add_row(row["topic"], str(row["queue_id"]), str(c.get("messages", 0)),
-                          _range(c.get("min_queue_offset"), c.get("max_queue_offset")),
-                          f"{c.get('prepared', 0)}/{c.get('rollback', 0)}",
-                          str(q.get("units", "-")),
-                          _range(q.get("min_offset"), q.get("max_offset")),
-                          _queue_check(row))
-    else:
-        table = _grid("topic", "queues", "msgs", "p/r", "CQ units", "CL vs CQ")
-        table.columns[0].max_width = 30
-        table.columns[0].overflow = "ellipsis"
-        table.columns[1].max_width = 14
-        table.columns[1].overflow = "ellipsis"
-        for row in _topic_rows(info):
-            table.add_row(row["topic"], row["queues"], str(row["messages"]),
-                          f"{row['prepared']}/{row['rollback']}",
-                          "-" if row["cq_units"] is None else str(row["cq_units"]), row["check"])
-    if info["topics"]:
-        console.print(table)
-        if not per_queue:
-            console.print("  [dim](--queues for one row per queue with offset ranges)[/]")
-    if info["batch_consume_queues"]:
-        console.print(f"[bold]BatchConsumeQueue[/] {len(info['batch_consume_queues'])} queues")
-
-    index = info["index"]
-    console.print(f"[bold]IndexFiles[/] {len(index['files'])}"
-                  + (f"; stray: {', '.join(index['stray_files'])}" if index["stray_files"] else ""),
-                  highlight=False)
-    if index["files"]:
-        times = [t for f in index["files"] for t in (f.get("begin_time"), f.get("end_time")) if t]
-        dates = {t[:10] for t in times}
-        one_date = len(dates) == 1
-        time_header = f"UTC {dates.pop()}" if one_date else "store time (UTC)"
-        table = _grid("file", time_header, "phy offsets", "slots", "entries",
-                      collapse_padding=True)
-        for f in index["files"]:
-            name = Text(f["name"])
-            if not f["size_ok"]:
-                name.append(f" {f['size']:,} B!", style="red")
-            if "error" in f:
-                table.add_row(name, Text(f["error"], style="red"), "", "", "")
-                continue
-            begin, end = _short_time(f["begin_time"]), _short_time(f["end_time"])
-            if one_date:
-                begin, end = begin[11:], end[11:]
-            table.add_row(name, f"{begin}..{end}",
-                          f"{f['begin_phy_offset']}..{f['end_phy_offset']}",
-                          str(f["hash_slot_count"]),
-                          f"{f['entries_used']}" + (" full" if f["full"] else ""))
-        console.print(table)
-
-    ckpt = info["checkpoint"]
-    if ckpt is None:
-        console.print("[bold]Checkpoint[/] absent")
-    elif "error" in ckpt:
-        console.print(f"[bold]Checkpoint[/] [red]{ckpt['error']}[/]", highlight=False)
-    else:
-        table = _grid("checkpoint", "UTC", "ms")
-        for name in lib.CHECKPOINT_TIME_FIELDS:
-            table.add_row(name, _short_time(ckpt[name.replace("_timestamp", "_time")]),
-                          str(ckpt[name]))
-        table.add_row("master_flushed_offset (5.x)", "", str(ckpt["master_flushed_offset"]))
-        table.add_row("confirm_phy_offset (5.x)", "", str(ckpt["confirm_phy_offset"]))
-        if not ckpt["size_ok"]:
-            table.add_row(Text("file size", style="red"), "", str(ckpt["file_size"]))
-        console.print(table)
-
-    abort, lock = info["abort"], info["lock"]
-    if abort["present"]:
-        pid = f", PID {abort['pid']}" if abort["pid"] is not None else ""
-        text = f"[yellow]present: last shutdown abnormal[/]{pid}"
-    else:
-        text = "absent (last shutdown clean)"
-    if abort["bak_present"]:
-        text += f"; abort.bak present ({abort['bak_content']!r})"
-    lock_text = ("absent" if not lock["present"] else
-                 "[red]held by a live process[/]" if lock["held"] else "present, not held")
-    console.print(f"[bold]abort[/] {text}", highlight=False)
-    console.print(f"[bold]lock[/] {lock_text}", highlight=False)
-
-    if info["config"]:
-        parts = []
-        for name, entry in info["config"].items():
-            details = ", ".join(f"{k} {v}" for k, v in entry.items()
-                                if k not in ("source", "fallback_to_bak"))
-            source = entry["source"] or "-"
-            parts.append(f"{name} (read {source})" + (f": {details}" if details else ""))
-        for part in parts:
-            line = Text("config ", style="bold")
-            line.append(part)
-            console.print(line, highlight=False)
-    else:
-        console.print("[bold]config[/] none")
-    if info["stray_files"]:
-        console.print(f"[bold]unknown entries[/] {', '.join(info['stray_files'])}",
-                      highlight=False)
 
 
 @app.command("info")
 @error_boundary
 def info_command(
-    store_path: Path = typer.Argument(..., metavar="STORE", help="Store root (or a bare "
-                                      "CommitLog directory)."),
-    json_output: bool = typer.Option(False, "--json", help="Print one JSON document."),
+    store_path: Path = opt.store(),
+    json_output: bool = opt.json_output(),
     queues: bool = typer.Option(False, "--queues", help="One row per topic queue "
                                 "(default: one per topic)."),
     check_crc: bool = typer.Option(False, "--check-crc", help="Also verify body/property "
                                    "CRCs while scanning (slower)."),
-    commitlog_file_size: Optional[int] = typer.Option(None, "--commitlog-file-size",
-                                                      help=_GEOMETRY_HELP),
-    cq_units: Optional[int] = typer.Option(None, "--cq-units", help=_GEOMETRY_HELP),
-    index_slots: Optional[int] = typer.Option(None, "--index-slots", help=_GEOMETRY_HELP),
-    index_entries: Optional[int] = typer.Option(None, "--index-entries", help=_GEOMETRY_HELP),
+    commitlog_file_size: Optional[int] = opt.commitlog_file_size(),
+    cq_units: Optional[int] = opt.cq_units(),
+    index_slots: Optional[int] = opt.index_slots(),
+    index_entries: Optional[int] = opt.index_entries(),
 ):
     """One screen about a store: files, CommitLog extent and message counts, topics x queues
     (CommitLog vs ConsumeQueue), IndexFiles, checkpoint, abort/lock, configs, geometry."""
-    store = Store(store_path,
-                  commitlog_file_size=_positive(commitlog_file_size, "--commitlog-file-size"),
-                  cq_units_per_file=_positive(cq_units, "--cq-units"),
-                  index_slots=_positive(index_slots, "--index-slots"),
-                  index_entries=_positive(index_entries, "--index-entries"))
+    from .. import inspect as lib
+    from .inspect_view import render_info
+
+    store = opt.open_store(store_path, commitlog_file_size, cq_units, index_slots, index_entries)
     with progress_bar(sum(seg.length for seg in store.commitlog.segments), "scanning") as bar:
         info = lib.store_info(store, check_crc=check_crc, progress=bar)
     if json_output:
@@ -306,186 +43,6 @@ def info_command(
 
 
 # --- dump ----------------------------------------------------------------------------------------
-
-def _preview(record: dict) -> str:
-    body = record.get("body")
-    if body is None:
-        return ""
-    if record["body_encoding"] == "text":
-        return "".join(ch if ch.isprintable() else "·" for ch in body)
-    return f"({record['body_encoding']}) {body}"
-
-
-def _crc_mark(value) -> Text:
-    if value is None:
-        return Text("-", style="dim")
-    return Text("ok", style="green") if value else Text("BAD", style="bold red")
-
-
-# Columns per record type: (header, width or None for the flexible one, cell function)
-_MESSAGE_COLUMNS = [
-    ("offset", 12, lambda r: str(r["commitlog_offset"])),
-    ("size", 6, lambda r: str(r["total_size"])),
-    ("topic", 22, lambda r: r["topic"]),
-    ("q", 3, lambda r: str(r["queue_id"])),
-    ("q-offset", 8, lambda r: str(r["queue_offset"]) if r["transaction"] in ("NOT", "COMMIT")
-     else r["transaction"][:4].lower()),
-    ("store time (UTC)", 23, lambda r: _short_time(lib.ms_to_iso(r["store_timestamp"]))),
-    ("tags", 12, lambda r: r["tags"] or ""),
-    ("keys", 18, lambda r: r["keys"] or ""),
-    ("crc", 3, lambda r: _crc_mark(r["body_crc_ok"] and r["offset_ok"]
-                                   and r["prop_crc_ok"] is not False)),
-    ("body", None, _preview),
-]
-_CQ_COLUMNS = [
-    ("pos", 8, lambda r: str(r["file_offset"])),
-    ("q-offset", 10, lambda r: str(r["queue_offset"])),
-    ("commitlog offset", 16, lambda r: str(r["commitlog_offset"])),
-    ("size", 10, lambda r: str(r["size"])),
-    ("tags code", 20, lambda r: str(r["tags_code"])),
-    ("status", 9, lambda r: Text(r["status"], style=None if r["status"] == "valid"
-                                 else "yellow")),
-]
-_BCQ_COLUMNS = [
-    ("pos", 8, lambda r: str(r["file_offset"])),
-    ("unit", 8, lambda r: str(r["unit_index"])),
-    ("commitlog offset", 16, lambda r: str(r["commitlog_offset"])),
-    ("size", 8, lambda r: str(r["size"])),
-    ("tags code", 20, lambda r: str(r["tags_code"])),
-    ("store time (UTC)", 23, lambda r: _short_time(lib.ms_to_iso(r["store_timestamp"]))),
-    ("base offset", 11, lambda r: str(r["msg_base_offset"])),
-    ("batch", 5, lambda r: str(r["batch_size"])),
-    ("status", 8, lambda r: r["status"]),
-]
-_SLOT_COLUMNS = [
-    ("slot", 9, lambda r: str(r["slot"])),
-    ("entry", 10, lambda r: str(r["entry"])),
-    ("valid", 5, lambda r: _crc_mark(r["valid"])),
-]
-_ENTRY_COLUMNS = [
-    ("entry", 9, lambda r: str(r["number"])),
-    ("key hash", 11, lambda r: str(r["key_hash"])),
-    ("slot", 9, lambda r: str(r["slot"])),
-    ("phy offset", 14, lambda r: str(r["phy_offset"])),
-    ("time diff", 9, lambda r: str(r["time_diff"])),
-    ("time (UTC)", 23, lambda r: _short_time(r["time"])),
-    ("prev", 9, lambda r: str(r["prev_index"])),
-]
-TABLE_COLUMNS = {
-    lib.RT_MESSAGE: _MESSAGE_COLUMNS,
-    lib.RT_CQ_UNIT: _CQ_COLUMNS,
-    lib.RT_BCQ_UNIT: _BCQ_COLUMNS,
-    lib.RT_INDEX_SLOT: _SLOT_COLUMNS,
-    lib.RT_INDEX_ENTRY: _ENTRY_COLUMNS,
-}
-_CHUNK_ROWS = 200
-
-
-def _note_line(record: dict) -> Text:
-    """One line for the records that are events rather than rows."""
-    kind = record["record_type"]
-    where = f"{record.get('file')}@{record.get('file_offset', '')}"
-    if kind == lib.RT_BLANK:
-        return Text(f"-- {where} blank record, declared size {record['total_size']}: "
-                    f"end of file", style="dim")
-    if kind == lib.RT_UNWRITTEN:
-        return Text(f"-- {where} unwritten (zeros) for {record['length']:,} bytes: "
-                    f"end of data", style="dim")
-    if kind == lib.RT_CORRUPT:
-        return Text(f"!! {where} corrupt, {record['length']:,} bytes: {record['code']} "
-                    f"{record['detail']}", style="bold red")
-    if kind in (lib.RT_CQ_END, lib.RT_BCQ_END):
-        extra = (f"; {record['nonzero_units_after_end']} non-zero units after it (stale)"
-                 if record["nonzero_units_after_end"] else "")
-        return Text(f"-- {where} end of written units ({record['units_after_end']} "
-                    f"units left){extra}", style="dim")
-    if kind in (lib.RT_CQ_PARTIAL, lib.RT_BCQ_PARTIAL):
-        return Text(f"!! {where} {record['detail']}", style="bold red")
-    if kind == lib.RT_INDEX_NOTE:
-        return Text(f"-- {record['file']}: {record['note']}", style="yellow")
-    return Text(str(record))
-
-
-def _key_value_table(record: dict) -> Table:
-    table = _grid("field", "value", title=f"{record['record_type']} {record.get('file', '')}",
-                  title_justify="left", title_style="bold")
-    for key, value in record.items():
-        if key in ("record_type", "file"):
-            continue
-        if key.endswith("_time") and key[:-5] + "_timestamp" in record:
-            continue  # shown next to the raw value
-        if key.endswith("_timestamp") and isinstance(value, int):
-            value = f"{value}  ({_short_time(lib.ms_to_iso(value))} UTC)"
-        table.add_row(key, Text(str(value)))
-    return table
-
-
-class TableRenderer:
-    """Streams records as tables of at most _CHUNK_ROWS rows; one table per run of the same
-    record type. Every cell is cut to its column's width before rich sees it: rich squeezes
-    whole columns away when a row is wider than the console, and fixed widths also keep
-    consecutive chunks aligned."""
-
-    PIPE_WIDTH = 200
-    MIN_FLEX_WIDTH = 24
-
-    def __init__(self, console: Console):
-        self.base_console = console
-        self.kind: str | None = None
-        self.rows: list[dict] = []
-        self.header_shown = False
-
-    def add(self, record: dict) -> None:
-        kind = record["record_type"]
-        if kind not in TABLE_COLUMNS:
-            self.flush()
-            self.kind = None
-            if kind in (lib.RT_INDEX_HEADER, lib.RT_CHECKPOINT, lib.RT_ABORT, lib.RT_LOCK,
-                        lib.RT_CONFIG):
-                self.base_console.print(_key_value_table(record))
-            else:
-                self.base_console.print(_note_line(record), highlight=False, soft_wrap=True)
-            return
-        if kind != self.kind:
-            self.flush()
-            self.kind, self.header_shown = kind, False
-        self.rows.append(record)
-        if len(self.rows) >= _CHUNK_ROWS:
-            self.flush()
-
-    def _widths(self, columns) -> tuple[list[int], int]:
-        fixed = sum(w + 1 for _, w, _ in columns if w is not None)
-        available = self.base_console.width if self.base_console.is_terminal else self.PIPE_WIDTH
-        flex = max(self.MIN_FLEX_WIDTH, available - fixed - 1)
-        widths = [w if w is not None else flex for _, w, _ in columns]
-        return widths, sum(w + 2 for w in widths)
-
-    def flush(self) -> None:
-        if not self.rows:
-            return
-        columns = TABLE_COLUMNS[self.kind]
-        widths, total = self._widths(columns)
-        console = self.base_console
-        if console.width < total:
-            console = Console(highlight=False, soft_wrap=False, width=total,
-                              force_terminal=console.is_terminal)
-        table = Table(box=None, pad_edge=False, show_edge=False, padding=(0, 1),
-                      header_style="bold", show_header=not self.header_shown)
-        for (header, _, _), width in zip(columns, widths):
-            # the column width includes the 1-cell right padding
-            table.add_column(header, no_wrap=True, overflow="ellipsis", width=width + 1)
-        for record in self.rows:
-            cells = []
-            for (_, _, cell), width in zip(columns, widths):
-                value = cell(record)
-                text = value if isinstance(value, Text) else Text(str(value))
-                text.truncate(width, overflow="ellipsis")
-                cells.append(text)
-            table.add_row(*cells)
-        console.print(table)
-        self.rows = []
-        self.header_shown = True
-
 
 def _scan_size(path: Path) -> int:
     """Bytes the progress bar will see: the CommitLog of a store, or the file itself."""
@@ -506,29 +63,23 @@ def dump_command(
                                 help="A store root (dumps its CommitLog) or one store file: "
                                 "CommitLog segment, ConsumeQueue/BatchConsumeQueue file, "
                                 "IndexFile, checkpoint, abort, lock, config."),
-    json_output: bool = typer.Option(False, "--json", help="JSON lines on stdout, one object "
-                                     "per record (record_type says which kind)."),
-    topic: Optional[str] = typer.Option(None, "--topic", help="Only messages of this topic."),
-    queue: Optional[int] = typer.Option(None, "--queue", help="Only messages of this queue id."),
+    json_output: bool = opt.json_output("JSON lines on stdout, one object per record "
+                                        "(record_type says which kind)."),
+    topic: Optional[str] = opt.topic(),
+    queue: Optional[int] = opt.queue(),
     from_offset: Optional[int] = typer.Option(None, "--from", help="CommitLog offset: records "
                                               "starting at or after it."),
     to_offset: Optional[int] = typer.Option(None, "--to", help="CommitLog offset: records "
                                             "starting before it."),
-    since: Optional[str] = typer.Option(None, "--since", help="Store time lower bound (epoch ms "
-                                        "or ISO-8601; no zone means UTC)."),
-    until: Optional[str] = typer.Option(None, "--until", help="Store time upper bound, "
-                                        "inclusive."),
+    since: Optional[str] = opt.since(),
+    until: Optional[str] = opt.until(),
     key: Optional[str] = typer.Option(None, "--key", help="Only messages with this item in "
                                       "KEYS."),
     uniq_key: Optional[str] = typer.Option(None, "--uniq-key", help="Only messages with this "
                                            "UNIQ_KEY."),
-    body: Optional[str] = typer.Option(None, "--body", help="text|hex|base64|none (default: "
-                                       "text in the table, base64 in JSON; text falls back to "
-                                       "base64 for bytes that are not UTF-8)."),
-    max_body_bytes: Optional[int] = typer.Option(None, "--max-body-bytes", help="Truncate "
-                                                 "bodies to N bytes (body_truncated says so)."),
-    no_decompress: bool = typer.Option(False, "--no-decompress", help="Show compressed bodies "
-                                       "as stored (the form bodyCRC covers)."),
+    body: Optional[str] = opt.body("text in the table, base64 in JSON"),
+    max_body_bytes: Optional[int] = opt.max_body_bytes(),
+    no_decompress: bool = opt.no_decompress(),
     resync: bool = typer.Option(False, "--resync", help="Continue past a corrupt region at the "
                                 "next plausible record instead of ending that file."),
     messages_only: bool = typer.Option(False, "--messages-only", help="Leave out blank, "
@@ -539,21 +90,19 @@ def dump_command(
                                        "(commitlog, consumequeue, batchconsumequeue, index, "
                                        "checkpoint, abort, lock, config)."),
     limit: Optional[int] = typer.Option(None, "--limit", help="Stop after N records."),
-    commitlog_file_size: Optional[int] = typer.Option(None, "--commitlog-file-size",
-                                                      help=_GEOMETRY_HELP),
-    cq_units: Optional[int] = typer.Option(None, "--cq-units", help=_GEOMETRY_HELP),
-    index_slots: Optional[int] = typer.Option(None, "--index-slots", help=_GEOMETRY_HELP),
-    index_entries: Optional[int] = typer.Option(None, "--index-entries", help=_GEOMETRY_HELP),
+    commitlog_file_size: Optional[int] = opt.commitlog_file_size(),
+    cq_units: Optional[int] = opt.cq_units(),
+    index_slots: Optional[int] = opt.index_slots(),
+    index_entries: Optional[int] = opt.index_entries(),
 ):
     """Print the records of a store or a store file: messages (with filters), CQ units, index
     header/slots/entries, checkpoint fields. Read-only."""
-    if body is not None and body not in lib.BODY_MODES:
-        raise MqtoolError(f"--body must be one of {', '.join(lib.BODY_MODES)}, not {body!r}")
-    if max_body_bytes is not None and max_body_bytes < 0:
-        raise MqtoolError(f"--max-body-bytes must be >= 0, got {max_body_bytes}")
-    if limit is not None and limit < 0:
-        raise MqtoolError(f"--limit must be >= 0, got {limit}")
-    body_mode = body or ("base64" if json_output else "text")
+    from .. import inspect as lib
+    from .inspect_view import TableRenderer
+
+    body_mode = opt.body_mode(body, "base64" if json_output else "text")
+    opt.check_not_negative(max_body_bytes, "--max-body-bytes")
+    opt.check_not_negative(limit, "--limit")
     if not json_output and max_body_bytes is None and body_mode != "none":
         max_body_bytes_effective = 256  # the table shows a preview only
     else:
@@ -563,14 +112,12 @@ def dump_command(
         since=lib.parse_time(since) if since is not None else None,
         until=lib.parse_time(until) if until is not None else None,
         key=key, uniq_key=uniq_key)
+    opt.check_geometry(commitlog_file_size, cq_units, index_slots, index_entries)
     options = lib.DumpOptions(
         body=body_mode, max_body_bytes=max_body_bytes_effective, decompress=not no_decompress,
         resync=resync, messages_only=messages_only, filters=filters, follow_slot=follow_slot,
-        kind=kind,
-        commitlog_file_size=_positive(commitlog_file_size, "--commitlog-file-size"),
-        cq_units=_positive(cq_units, "--cq-units"),
-        index_slots=_positive(index_slots, "--index-slots"),
-        index_entries=_positive(index_entries, "--index-entries"))
+        kind=kind, commitlog_file_size=commitlog_file_size, cq_units=cq_units,
+        index_slots=index_slots, index_entries=index_entries)
 
     counts: Counter = Counter()
     renderer = None if json_output else TableRenderer(stdout_console())

@@ -6,47 +6,27 @@ import json
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
-from .. import inspect as lib
-from .. import query as q
-from ..diff import diff_stores
 from ..errors import EXIT_FINDINGS, MqtoolError
-from ..recovery import BROKER_VERSIONS, predict_recovery
-from ..salvage import check_output_outside, export_messages, salvage
-from ..store import Store
+from . import options as opt
 from .common import (emit_json, emit_json_document, error_boundary, progress_bar,
                      stdout_console)
-from .inspect_cmds import TableRenderer
 from .main import app
 
-_GEOMETRY_HELP = "Override the geometry inferred from the files."
-_VERSION_HELP = ("Recovery rules for the truncation point: auto, " + ", ".join(BROKER_VERSIONS)
-                 + " (auto: 5.3.2+ when the store has 5.x-only files).")
-
-
-def _open_store(path: Path, commitlog_file_size, cq_units, index_slots, index_entries) -> Store:
-    for value, name in ((commitlog_file_size, "--commitlog-file-size"), (cq_units, "--cq-units"),
-                        (index_slots, "--index-slots"), (index_entries, "--index-entries")):
-        if value is not None and value <= 0:
-            raise MqtoolError(f"{name} must be a positive number, got {value}")
-    return Store(path, commitlog_file_size=commitlog_file_size, cq_units_per_file=cq_units,
-                 index_slots=index_slots, index_entries=index_entries)
+if TYPE_CHECKING:
+    from ..store import Store
 
 
 def _check_version(broker_version: str) -> str:
+    from ..recovery import BROKER_VERSIONS
+
     if broker_version != "auto" and broker_version not in BROKER_VERSIONS:
         raise MqtoolError(f"--broker-version must be auto or one of "
                           f"{', '.join(BROKER_VERSIONS)}, not {broker_version!r}")
     return broker_version
-
-
-def _body_mode(body: Optional[str], default: str) -> str:
-    if body is not None and body not in lib.BODY_MODES:
-        raise MqtoolError(f"--body must be one of {', '.join(lib.BODY_MODES)}, not {body!r}")
-    return body or default
 
 
 def _note(text: str) -> None:
@@ -85,29 +65,26 @@ def _render_explanation(explanation: dict, console) -> None:
                       soft_wrap=True)
 
 
-@app.command("query")
+@app.command("query", cls=opt.LibraryTextCommand)
 @error_boundary
 def query_command(
-    store_path: Path = typer.Argument(..., metavar="STORE", help="Store root."),
+    store_path: Path = opt.store(),
     msg_id: Optional[str] = typer.Option(None, "--msg-id", help="offsetMsgId (32 or 56 hex "
                                          "digits: store host + CommitLog offset)."),
     uniq_key: Optional[str] = typer.Option(None, "--uniq-key", help="UNIQ_KEY, the client's "
                                            "message id (32 or 56 hex digits)."),
     key: Optional[str] = typer.Option(None, "--key", help="One item of the messages' KEYS."),
-    topic: Optional[str] = typer.Option(None, "--topic", help="Topic (needed with --offset, "
-                                        "--time and --broker-compatible; without it --key and "
-                                        "--uniq-key search every topic the store knows)."),
-    queue: Optional[int] = typer.Option(None, "--queue", help="Queue id (with --offset or "
-                                        "--time)."),
+    topic: Optional[str] = opt.topic("Topic (needed with --offset, --time and "
+                                     "--broker-compatible; without it --key and --uniq-key "
+                                     "search every topic the store knows)."),
+    queue: Optional[int] = opt.queue("Queue id (with --offset or --time)."),
     offset: Optional[int] = typer.Option(None, "--offset", help="Queue offset: the message the "
                                          "ConsumeQueue unit points at."),
     time: Optional[str] = typer.Option(None, "--time", help="Store time (epoch ms or ISO-8601): "
                                        "the queue offset nearest it, as the broker's "
                                        "getOffsetInQueueByTime."),
-    since: Optional[str] = typer.Option(None, "--since", help="--key: store time lower bound "
-                                        "(epoch ms or ISO-8601; no zone means UTC)."),
-    until: Optional[str] = typer.Option(None, "--until", help="--key: store time upper bound, "
-                                        "inclusive."),
+    since: Optional[str] = opt.since(only_with="--key"),
+    until: Optional[str] = opt.until(only_with="--key"),
     max_results: Optional[int] = typer.Option(None, "--max", help="--key: at most N messages, "
                                               "the most recent (default: no limit)."),
     explain_flag: bool = typer.Option(False, "--explain", help="Also say why the broker's own "
@@ -117,31 +94,29 @@ def query_command(
                                            "most 64, no collision filter, duplicates kept)."),
     scan: bool = typer.Option(False, "--scan", help="Ignore the IndexFiles: scan the whole "
                               "CommitLog."),
-    json_output: bool = typer.Option(False, "--json", help="JSON lines: one object per message, "
-                                     "then a query/summary object (and query/explanation)."),
-    body: Optional[str] = typer.Option(None, "--body", help="text|hex|base64|none (default: "
-                                       "text in the table, base64 in JSON)."),
-    max_body_bytes: Optional[int] = typer.Option(None, "--max-body-bytes", help="Truncate "
-                                                 "bodies to N bytes."),
-    broker_version: str = typer.Option("auto", "--broker-version", help=_VERSION_HELP),
-    force_verify_prop_crc: bool = typer.Option(False, "--force-verify-prop-crc",
-                                               help="The broker recovers with "
-                                                    "forceVerifyPropCRC (5.2+)."),
-    commitlog_file_size: Optional[int] = typer.Option(None, "--commitlog-file-size",
-                                                      help=_GEOMETRY_HELP),
-    cq_units: Optional[int] = typer.Option(None, "--cq-units", help=_GEOMETRY_HELP),
-    index_slots: Optional[int] = typer.Option(None, "--index-slots", help=_GEOMETRY_HELP),
-    index_entries: Optional[int] = typer.Option(None, "--index-entries", help=_GEOMETRY_HELP),
+    json_output: bool = opt.json_output("JSON lines: one object per message, then a "
+                                        "query/summary object (and query/explanation)."),
+    body: Optional[str] = opt.body("text in the table, base64 in JSON"),
+    max_body_bytes: Optional[int] = opt.max_body_bytes(),
+    broker_version: str = opt.broker_version(),
+    force_verify_prop_crc: bool = opt.force_verify_prop_crc(),
+    commitlog_file_size: Optional[int] = opt.commitlog_file_size(),
+    cq_units: Optional[int] = opt.cq_units(),
+    index_slots: Optional[int] = opt.index_slots(),
+    index_entries: Optional[int] = opt.index_entries(),
 ):
     """Find messages without a broker: by offsetMsgId, UNIQ_KEY, key, or queue offset/time.
     Read-only."""
+    from .. import inspect as lib
+    from .. import query as q
+    from ..recovery import predict_recovery
+    from .inspect_view import TableRenderer
+
     mode = _query_mode(msg_id, uniq_key, key, offset, time)
     _check_version(broker_version)
-    body_mode = _body_mode(body, "base64" if json_output else "text")
-    if max_body_bytes is not None and max_body_bytes < 0:
-        raise MqtoolError(f"--max-body-bytes must be >= 0, got {max_body_bytes}")
-    if max_results is not None and max_results < 0:
-        raise MqtoolError(f"--max must be >= 0, got {max_results}")
+    body_mode = opt.body_mode(body, "base64" if json_output else "text")
+    opt.check_not_negative(max_body_bytes, "--max-body-bytes")
+    opt.check_not_negative(max_results, "--max")
     if mode in ("--offset", "--time") and (topic is None or queue is None):
         raise MqtoolError(f"{mode} needs --topic and --queue")
     if mode not in ("--offset", "--time") and queue is not None:
@@ -150,7 +125,7 @@ def query_command(
         raise MqtoolError("--since, --until and --max go with --key")
     if broker_compatible and (mode not in ("--key", "--uniq-key") or topic is None):
         raise MqtoolError("--broker-compatible needs --key or --uniq-key, and --topic")
-    store = _open_store(store_path, commitlog_file_size, cq_units, index_slots, index_entries)
+    store = opt.open_store(store_path, commitlog_file_size, cq_units, index_slots, index_entries)
     since_ms = lib.parse_time(since) if since is not None else None
     until_ms = lib.parse_time(until) if until is not None else None
     plan = None
@@ -251,6 +226,8 @@ def _output(path: Path | None, store: Store):
     if path is None or str(path) == "-":
         yield sys.stdout
         return
+    from ..salvage import check_output_outside
+
     check_output_outside(store, path)
     with open(path, "w", encoding="utf-8") as fh:
         yield fh
@@ -267,11 +244,10 @@ def _writer(stream):
     return write
 
 
-@app.command("salvage")
+@app.command("salvage", cls=opt.LibraryTextCommand)
 @error_boundary
 def salvage_command(
-    store_path: Path = typer.Argument(..., metavar="STORE", help="Store root (or a bare "
-                                      "CommitLog directory)."),
+    store_path: Path = opt.store(),
     out: Path = typer.Option(..., "--out", metavar="FILE.jsonl", help="Where the messages go, "
                              "one JSON object per line ('-' for stdout). Never inside the "
                              "store."),
@@ -284,22 +260,19 @@ def salvage_command(
     include_damaged: bool = typer.Option(False, "--include-damaged", help="Also write records "
                                          "that decode but fail a check (body CRC, offset), "
                                          "marked with 'damage'."),
-    body: Optional[str] = typer.Option(None, "--body", help="base64 (default), hex, text or "
-                                       "none."),
-    no_decompress: bool = typer.Option(False, "--no-decompress", help="Write compressed bodies "
-                                       "as stored."),
-    broker_version: str = typer.Option("auto", "--broker-version", help=_VERSION_HELP),
-    force_verify_prop_crc: bool = typer.Option(False, "--force-verify-prop-crc",
-                                               help="The broker recovers with "
-                                                    "forceVerifyPropCRC (5.2+)."),
-    commitlog_file_size: Optional[int] = typer.Option(None, "--commitlog-file-size",
-                                                      help=_GEOMETRY_HELP),
+    body: Optional[str] = opt.body("base64"),
+    no_decompress: bool = opt.no_decompress(),
+    broker_version: str = opt.broker_version(),
+    force_verify_prop_crc: bool = opt.force_verify_prop_crc(),
+    commitlog_file_size: Optional[int] = opt.commitlog_file_size(),
 ):
     """Get every intact message off a damaged store, past any damage, with a map of what is
     lost. Read-only."""
+    from ..salvage import check_output_outside, salvage
+
     _check_version(broker_version)
-    body_mode = _body_mode(body, "base64")
-    store = _open_store(store_path, commitlog_file_size, None, None, None)
+    body_mode = opt.body_mode(body, "base64")
+    store = opt.open_store(store_path, commitlog_file_size)
     if map_path is not None:
         check_output_outside(store, map_path)
     total = sum(s.length for s in store.commitlog.segments)
@@ -327,42 +300,38 @@ def salvage_command(
 EXPORT_FORMATS = ("jsonl",)
 
 
-@app.command("export")
+@app.command("export", cls=opt.LibraryTextCommand)
 @error_boundary
 def export_command(
-    store_path: Path = typer.Argument(..., metavar="STORE", help="Store root (or a bare "
-                                      "CommitLog directory)."),
+    store_path: Path = opt.store(),
     output_format: str = typer.Option("jsonl", "--format", help="jsonl (one JSON object per "
                                       "message)."),
-    topic: Optional[List[str]] = typer.Option(None, "--topic", help="Only this topic (stored or "
-                                              "real topic of a delayed/half message); "
-                                              "repeatable."),
-    since: Optional[str] = typer.Option(None, "--since", help="Store time lower bound (epoch "
-                                        "ms or ISO-8601; no zone means UTC)."),
-    until: Optional[str] = typer.Option(None, "--until", help="Store time upper bound, "
-                                        "inclusive."),
+    topic: Optional[List[str]] = opt.topic("Only this topic (stored or real topic of a "
+                                           "delayed/half message); repeatable."),
+    since: Optional[str] = opt.since(),
+    until: Optional[str] = opt.until(),
     live_only: bool = typer.Option(False, "--live-only", help="Leave out messages the broker's "
                                    "next start would truncate."),
     out: Optional[Path] = typer.Option(None, "--out", metavar="FILE.jsonl", help="Write here "
                                        "instead of stdout (never inside the store)."),
-    body: Optional[str] = typer.Option(None, "--body", help="base64 (default), hex, text or "
-                                       "none."),
-    no_decompress: bool = typer.Option(False, "--no-decompress", help="Export compressed "
-                                       "bodies as stored."),
-    broker_version: str = typer.Option("auto", "--broker-version", help=_VERSION_HELP),
-    commitlog_file_size: Optional[int] = typer.Option(None, "--commitlog-file-size",
-                                                      help=_GEOMETRY_HELP),
+    body: Optional[str] = opt.body("base64"),
+    no_decompress: bool = opt.no_decompress(),
+    broker_version: str = opt.broker_version(),
+    commitlog_file_size: Optional[int] = opt.commitlog_file_size(),
 ):
     """Export every intact message for replay (JSON lines), delayed, timer and transaction-half
     messages marked with their real topic. Read-only."""
+    from ..inspect import parse_time
+    from ..salvage import export_messages
+
     if output_format not in EXPORT_FORMATS:
         raise MqtoolError(f"--format must be one of {', '.join(EXPORT_FORMATS)}, not "
                           f"{output_format!r}")
     _check_version(broker_version)
-    body_mode = _body_mode(body, "base64")
-    store = _open_store(store_path, commitlog_file_size, None, None, None)
-    since_ms = lib.parse_time(since) if since is not None else None
-    until_ms = lib.parse_time(until) if until is not None else None
+    body_mode = opt.body_mode(body, "base64")
+    store = opt.open_store(store_path, commitlog_file_size)
+    since_ms = parse_time(since) if since is not None else None
+    until_ms = parse_time(until) if until is not None else None
     total = sum(s.length for s in store.commitlog.segments)
     with _output(out, store) as stream, progress_bar(total, "exporting") as bar:
         stats = export_messages(store, _writer(stream), topics=topic or None, since=since_ms,
@@ -419,14 +388,16 @@ def diff_command(
                                    "or the backup)."),
     store_b: Path = typer.Argument(..., metavar="STORE_B", help="Second store (e.g. the slave "
                                    "or the live store)."),
-    json_output: bool = typer.Option(False, "--json", help="One JSON document on stdout."),
+    json_output: bool = opt.json_output(),
     limit: int = typer.Option(20, "--limit", help="List at most N records per kind of "
                               "difference."),
 ):
     """Compare two stores: first divergent CommitLog offset, records on one side only, per-queue
     ConsumeQueue divergence. Exit 0 identical, 1 different. Read-only."""
-    if limit < 0:
-        raise MqtoolError(f"--limit must be >= 0, got {limit}")
+    from ..diff import diff_stores
+    from ..store import Store
+
+    opt.check_not_negative(limit, "--limit")
     a, b = Store(store_a), Store(store_b)
     total = sum(s.length for s in a.commitlog.segments) + sum(s.length for s in
                                                               b.commitlog.segments)

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
-from .. import repair
 from ..errors import EXIT_FINDINGS, EXIT_OK
-from ..recovery import BROKER_VERSIONS, MODES
+from . import options as opt
 from .common import (emit_json_document, error_boundary, fail, progress_bar, render_passport,
                      stdout_console)
 from .main import app
+
+if TYPE_CHECKING:
+    from ..repair import RepairResult
 
 _LISTED_FILES = 40
 
@@ -27,46 +30,15 @@ _SAFETY = (
     "\n\nExit status: 0 nothing to do or repaired without loss, 1 repaired (or, with --dry-run, "
     "would repair) with data loss, 2 bad usage or unreadable store, 3 refused (store in use).")
 
-_STORE_ARG = typer.Argument(..., metavar="STORE", help="Store root (commitlog/, consumequeue/, "
-                                                      "index/, checkpoint, ...).")
-
-
-def _dry_run_option():
-    return typer.Option(False, "--dry-run", help="Print the plan and change nothing.")
-
-
-def _json_option():
-    return typer.Option(False, "--json", help="One JSON document on stdout.")
-
-
-def _backup_option():
-    return typer.Option(None, "--backup-dir", metavar="DIR",
-                        help="Backup folder (default STORE/.mqtool-backup/<UTC timestamp>).")
-
-
-def _out_option():
-    return typer.Option(None, "--out", metavar="DIR",
-                        help="Write a repaired copy into DIR (new or empty) and leave STORE "
-                             "untouched (no backup is made).")
-
-
-def _version_option():
-    return typer.Option("auto", "--broker-version",
-                        help="Recovery rules: auto, " + ", ".join(BROKER_VERSIONS)
-                             + " (auto: 4.9 unless the store has 5.x-only files, then 5.3.2+).")
-
-
-def _check_version(value: str) -> str:
-    if value != "auto" and value not in BROKER_VERSIONS:
-        fail(f"--broker-version must be auto, {', '.join(BROKER_VERSIONS)}; got {value!r}")
-    return value
+# a repair needs the whole store: no bare CommitLog directory
+_STORE_HELP = "Store root (commitlog/, consumequeue/, index/, checkpoint, ...)."
 
 
 def _progress(desc: str, total: int):
     return progress_bar(total, desc)
 
 
-def _render(result: repair.RepairResult, command: str) -> None:
+def _render(result: RepairResult, command: str) -> None:
     out = stdout_console()
     plan = result.plan
     if plan is None:
@@ -119,7 +91,7 @@ def _render(result: repair.RepairResult, command: str) -> None:
         out.print(f"note: {line}", markup=False, soft_wrap=True)
 
 
-def _finish(result: repair.RepairResult, command: str, json_output: bool) -> None:
+def _finish(result: RepairResult, command: str, json_output: bool) -> None:
     for warning in result.warnings:
         sys.stderr.write(f"mqtool: warning: {warning}\n")
     if result.resumed is not None:
@@ -144,15 +116,19 @@ def _finish(result: repair.RepairResult, command: str, json_output: bool) -> Non
 
 
 def _run(command: str, store: Path, *, dry_run: bool, json_output: bool, backup_dir, out,
-         **options) -> None:
+         broker_version: str, **options) -> None:
+    from .. import repair
+
+    opt.check_broker_version(broker_version)
     if dry_run and out is not None:
         fail("--dry-run and --out do not go together")
     result = repair.run_repair(command, store, dry_run=dry_run, backup_dir=backup_dir, out=out,
-                               progress=_progress, argv=sys.argv[1:], **options)
+                               progress=_progress, argv=sys.argv[1:],
+                               broker_version=broker_version, **options)
     _finish(result, command, json_output)
 
 
-@app.command("recover", help=(
+@app.command("recover", cls=opt.LibraryTextCommand, help=(
     "Run the broker's startup recovery offline: normal or abnormal (abort file), the start file, "
     "the scan with CRC checks, CommitLog truncation at processOffset (later files deleted, the "
     "rest of the cut file erased unless --keep-stale), ConsumeQueue recovery and truncation, "
@@ -164,11 +140,9 @@ def _run(command: str, store: Path, *, dry_run: bool, json_output: bool, backup_
     + _SAFETY))
 @error_boundary
 def recover_cmd(
-    store: Path = _STORE_ARG,
-    mode: str = typer.Option("auto", "--mode",
-                             help="Recovery branch: " + ", ".join(MODES)
-                                  + " (auto: abnormal when the abort file exists)."),
-    broker_version: str = _version_option(),
+    store: Path = opt.store(_STORE_HELP),
+    mode: str = opt.mode(),
+    broker_version: str = opt.broker_version(),
     reindex_all: bool = typer.Option(False, "--reindex-all",
                                      help="Rebuild the index for every message instead of losing "
                                           "the entries of the IndexFile an abnormal load deletes."),
@@ -177,25 +151,22 @@ def recover_cmd(
                                          "exactly as the broker does (default: erase them)."),
     no_check_crc: bool = typer.Option(False, "--no-check-crc",
                                       help="Recover with checkCRCOnRecover=false."),
-    message_index_safe: bool = typer.Option(False, "--message-index-safe",
-                                            help="Recover with the broker's messageIndexSafe."),
-    force_verify_prop_crc: bool = typer.Option(False, "--force-verify-prop-crc",
-                                               help="Recover with forceVerifyPropCRC (5.2+)."),
-    dry_run: bool = _dry_run_option(),
-    json_output: bool = _json_option(),
-    backup_dir: Path = _backup_option(),
-    out: Path = _out_option(),
+    message_index_safe: bool = opt.message_index_safe(),
+    force_verify_prop_crc: bool = opt.force_verify_prop_crc(),
+    dry_run: bool = opt.dry_run(),
+    json_output: bool = opt.json_output(),
+    backup_dir: Path = opt.backup_dir(),
+    out: Path = opt.out_dir(),
 ):
-    if mode not in MODES:
-        fail(f"--mode must be one of {', '.join(MODES)}; got {mode!r}")
+    opt.check_mode(mode)
     _run("recover", store, dry_run=dry_run, json_output=json_output, backup_dir=backup_dir,
-         out=out, mode=mode, broker_version=_check_version(broker_version),
+         out=out, mode=mode, broker_version=broker_version,
          check_crc=not no_check_crc, message_index_safe=message_index_safe,
          force_verify_prop_crc=force_verify_prop_crc, reindex_all=reindex_all,
          keep_stale=keep_stale)
 
 
-@app.command("truncate", help=(
+@app.command("truncate", cls=opt.LibraryTextCommand, help=(
     "Cut the store at a CommitLog offset (default: the broker's processOffset): later CommitLog "
     "files are deleted and the rest of the cut file erased, ConsumeQueue units pointing at or "
     "past the offset are removed, IndexFiles holding entries at or past it are rebuilt under "
@@ -203,64 +174,64 @@ def recover_cmd(
     "The offset must be a record boundary." + _SAFETY))
 @error_boundary
 def truncate_cmd(
-    store: Path = _STORE_ARG,
+    store: Path = opt.store(_STORE_HELP),
     to: int = typer.Option(None, "--to", metavar="OFFSET", min=0,
                            help="Global CommitLog offset to cut at (a record boundary)."),
-    broker_version: str = _version_option(),
-    dry_run: bool = _dry_run_option(),
-    json_output: bool = _json_option(),
-    backup_dir: Path = _backup_option(),
-    out: Path = _out_option(),
+    broker_version: str = opt.broker_version(),
+    dry_run: bool = opt.dry_run(),
+    json_output: bool = opt.json_output(),
+    backup_dir: Path = opt.backup_dir(),
+    out: Path = opt.out_dir(),
 ):
     _run("truncate", store, dry_run=dry_run, json_output=json_output, backup_dir=backup_dir,
-         out=out, to=to, broker_version=_check_version(broker_version))
+         out=out, to=to, broker_version=broker_version)
 
 
-@app.command("rebuild-queues", help=(
+@app.command("rebuild-queues", cls=opt.LibraryTextCommand, help=(
     "Regenerate ConsumeQueue files from the CommitLog records up to the recovered end, as the "
     "broker's dispatch writes them (file names, units per file, pre-blank units when a queue does "
     "not start at 0, only NOT/COMMIT records, tagsCode rules). Replaces the files of the selected "
     "queues; a queue without any record keeps its files." + _SAFETY))
 @error_boundary
 def rebuild_queues_cmd(
-    store: Path = _STORE_ARG,
-    topic: str = typer.Option(None, "--topic", help="Only this topic."),
-    queue: int = typer.Option(None, "--queue", min=0, help="Only this queue id."),
+    store: Path = opt.store(_STORE_HELP),
+    topic: str = opt.topic(),
+    queue: int = opt.queue(min=0),
     cq_units: int = typer.Option(None, "--cq-units", min=1,
                                  help="Units per ConsumeQueue file (default: the store's, else "
                                       "300000)."),
-    broker_version: str = _version_option(),
-    dry_run: bool = _dry_run_option(),
-    json_output: bool = _json_option(),
-    backup_dir: Path = _backup_option(),
-    out: Path = _out_option(),
+    broker_version: str = opt.broker_version(),
+    dry_run: bool = opt.dry_run(),
+    json_output: bool = opt.json_output(),
+    backup_dir: Path = opt.backup_dir(),
+    out: Path = opt.out_dir(),
 ):
     _run("rebuild-queues", store, dry_run=dry_run, json_output=json_output,
          backup_dir=backup_dir, out=out, topic=topic, queue_id=queue, cq_units=cq_units,
-         broker_version=_check_version(broker_version))
+         broker_version=broker_version)
 
 
-@app.command("rebuild-index", help=(
+@app.command("rebuild-index", cls=opt.LibraryTextCommand, help=(
     "Regenerate every IndexFile from the CommitLog records up to the recovered end, as the "
     "broker's buildIndex writes them (UNIQ_KEY and each KEYS item as topic#key, rollback records "
     "skipped, roll-over to a new file when full, names from store time); replaces the existing "
     "IndexFiles and sets the checkpoint's indexMsgTimestamp to match." + _SAFETY))
 @error_boundary
 def rebuild_index_cmd(
-    store: Path = _STORE_ARG,
+    store: Path = opt.store(_STORE_HELP),
     slots: int = typer.Option(None, "--slots", min=1,
                               help="Hash slots per IndexFile (default: the store's)."),
     entries: int = typer.Option(None, "--entries", min=2,
                                 help="Entries per IndexFile (default: the store's)."),
-    broker_version: str = _version_option(),
-    dry_run: bool = _dry_run_option(),
-    json_output: bool = _json_option(),
-    backup_dir: Path = _backup_option(),
-    out: Path = _out_option(),
+    broker_version: str = opt.broker_version(),
+    dry_run: bool = opt.dry_run(),
+    json_output: bool = opt.json_output(),
+    backup_dir: Path = opt.backup_dir(),
+    out: Path = opt.out_dir(),
 ):
     _run("rebuild-index", store, dry_run=dry_run, json_output=json_output,
          backup_dir=backup_dir, out=out, slots=slots, entries=entries,
-         broker_version=_check_version(broker_version))
+         broker_version=broker_version)
 
 
 @app.command("undo", help=(
@@ -275,10 +246,12 @@ def undo_cmd(
                                   help="A backup folder printed by a repair command."),
     force: bool = typer.Option(False, "--force",
                                help="Restore even files changed since the repair."),
-    dry_run: bool = _dry_run_option(),
-    json_output: bool = _json_option(),
+    dry_run: bool = opt.dry_run(),
+    json_output: bool = opt.json_output(),
 ):
-    report = repair.run_undo(backup, force=force, dry_run=dry_run)
+    from ..repair import run_undo
+
+    report = run_undo(backup, force=force, dry_run=dry_run)
     if json_output:
         emit_json_document(report.to_dict())
     else:

@@ -1,34 +1,27 @@
 """``mqtool spark audit`` and ``mqtool spark export``: argument parsing and rendering only (the
-jobs are :mod:`mqtool.spark.job`). pyspark is imported when a command runs, never when the CLI
-loads, so ``mqtool --help`` stays fast and works without it."""
+jobs are :mod:`mqtool.spark.job`). pyspark and rich are imported when a command runs, never when
+the CLI loads, so ``mqtool --help`` stays fast and works without pyspark."""
 from __future__ import annotations
 
 import sys
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 import typer
-from rich.table import Table
-from rich.text import Text
 
 from ..errors import EXIT_FINDINGS, EXIT_OK, MqtoolError
+from . import options as opt
 from .common import SETTINGS, emit_json_document, error_boundary, stdout_console
 from .main import app
+
+if TYPE_CHECKING:
+    from rich.table import Table
+    from rich.text import Text
 
 spark_app = typer.Typer(
     help="Audit and export archived CommitLogs of many brokers on Apache Spark (local[*] by "
          "default; any master: spark://, yarn, k8s://). Needs pyspark and Java 17+.",
     no_args_is_help=True)
 app.add_typer(spark_app, name="spark")
-
-_PATHS_HELP = ("Store roots or CommitLog directories: local paths, file://, or any scheme the "
-               "Spark session reads (hdfs://, s3a://; executors then need fsspec or pyarrow). "
-               "One broker each, named after the path (<broker>/store -> <broker>).")
-_MASTER_HELP = "Spark master URL (default local[*]; under spark-submit: spark-submit's)."
-_SPLIT_HELP = ("Bytes of CommitLog per task: 128m (the default) reads a 1 GiB file with 8 "
-               "tasks. Records cut by a split boundary are read once, by the task they start in.")
-_BROKER_HELP = "Broker name for the PATH at the same position (give it once per PATH)."
-_CONF_HELP = "A Spark setting, KEY=VALUE (repeatable), e.g. spark.executor.memory=4g."
-
 
 def _conf(items: Optional[List[str]]) -> dict[str, str]:
     out = {}
@@ -69,6 +62,8 @@ def _session(master: Optional[str], conf: Optional[List[str]], app_name: str):
 
 
 def _cell(value) -> Text:
+    from rich.text import Text
+
     return Text("-" if value is None else str(value))
 
 
@@ -91,6 +86,8 @@ def _time(ms) -> str:
 
 
 def _table(*columns: str) -> Table:
+    from rich.table import Table
+
     table = Table(box=None, pad_edge=False, show_edge=False, padding=(0, 1), header_style="bold")
     for column in columns:
         table.add_column(column, no_wrap=True)
@@ -106,6 +103,8 @@ def _console():
 
 
 def _render_audit(summary: dict, findings: list[dict], show_queues: bool) -> None:
+    from rich.text import Text
+
     out = _console()
     totals = summary["totals"]
     out.print(Text(f"spark audit on {summary['master']}: {summary['tasks']} task(s) of "
@@ -177,21 +176,19 @@ def _render_audit(summary: dict, findings: list[dict], show_queues: bool) -> Non
     "no error, 1 errors found, 2 bad usage or unreadable input."))
 @error_boundary
 def audit(
-    paths: List[str] = typer.Argument(..., metavar="PATH", help=_PATHS_HELP),
-    master: Optional[str] = typer.Option(None, "--master", help=_MASTER_HELP),
+    paths: List[str] = opt.spark_paths(),
+    master: Optional[str] = opt.master(),
     out: Optional[str] = typer.Option(None, "--out", metavar="DIR",
                                       help="Write the tables and summary.json here (a path every "
                                            "executor can write: shared or hdfs:// / s3a:// on a "
                                            "cluster). Without it nothing is written."),
-    split_size: str = typer.Option("128m", "--split-size", help=_SPLIT_HELP),
-    broker_name: Optional[List[str]] = typer.Option(None, "--broker-name", help=_BROKER_HELP),
+    split_size: str = opt.split_size(),
+    broker_name: Optional[List[str]] = opt.broker_name(),
     overwrite: bool = typer.Option(False, "--overwrite",
                                    help="Replace the tables of an earlier audit in --out."),
-    json_output: bool = typer.Option(False, "--json", help="Print summary.json on stdout "
-                                                           "instead of tables."),
+    json_output: bool = opt.json_output("Print summary.json on stdout instead of tables."),
     queues: bool = typer.Option(False, "--queues", help="Also show one row per queue."),
-    conf: Optional[List[str]] = typer.Option(None, "--conf", metavar="KEY=VALUE",
-                                             help=_CONF_HELP),
+    conf: Optional[List[str]] = opt.conf(),
 ):
     """Audit CommitLogs on Spark (see the help above)."""
     size = _prepare(paths, broker_name, split_size)
@@ -219,21 +216,19 @@ def audit(
     "lines) partitioned by broker and store_date; the columns are dump's message record."))
 @error_boundary
 def export(
-    paths: List[str] = typer.Argument(..., metavar="PATH", help=_PATHS_HELP),
+    paths: List[str] = opt.spark_paths(),
     out: str = typer.Option(..., "--out", metavar="DIR", help="Where to write the dataset."),
     fmt: str = typer.Option("parquet", "--format", help="parquet or json."),
-    master: Optional[str] = typer.Option(None, "--master", help=_MASTER_HELP),
-    split_size: str = typer.Option("128m", "--split-size", help=_SPLIT_HELP),
-    broker_name: Optional[List[str]] = typer.Option(None, "--broker-name", help=_BROKER_HELP),
-    topic: Optional[List[str]] = typer.Option(None, "--topic",
-                                              help="Only this topic (repeatable)."),
+    master: Optional[str] = opt.master(),
+    split_size: str = opt.split_size(),
+    broker_name: Optional[List[str]] = opt.broker_name(),
+    topic: Optional[List[str]] = opt.topic("Only this topic (repeatable)."),
     decompress: bool = typer.Option(True, "--decompress/--no-decompress",
                                     help="Inflate compressed bodies, as dump does (default), or "
                                          "keep the stored bytes."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an earlier export."),
-    json_output: bool = typer.Option(False, "--json", help="Print the export summary as JSON."),
-    conf: Optional[List[str]] = typer.Option(None, "--conf", metavar="KEY=VALUE",
-                                             help=_CONF_HELP),
+    json_output: bool = opt.json_output(),
+    conf: Optional[List[str]] = opt.conf(),
 ):
     """Export messages with bodies on Spark (see the help above)."""
     if fmt not in ("parquet", "json"):
@@ -251,6 +246,8 @@ def export(
     if json_output:
         emit_json_document(summary)
     else:
+        from rich.text import Text
+
         console = _console()
         table = _table("broker", "files", "CommitLog", "records scanned", "exported")
         for b in summary["brokers"]:

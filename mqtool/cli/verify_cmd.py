@@ -6,18 +6,18 @@ import collections
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
-from rich.table import Table
 
 from ..errors import EXIT_FINDINGS, EXIT_OK
-from ..recovery import BROKER_VERSIONS, MODES
-from ..store import Store
-from ..verify import CODES, VerifyReport, compare_findings, verify_store
-from ..passport import store_passport
+from . import options as opt
 from .common import (emit_json_document, error_boundary, fail, progress_bar, render_passport,
                      stdout_console)
 from .main import app
+
+if TYPE_CHECKING:
+    from ..verify import VerifyReport
 
 _FIRST_OFFSETS = 3
 _DETAIL_LINES = 20
@@ -33,6 +33,8 @@ def _geometry_line(report: VerifyReport) -> str:
 
 
 def _render(report: VerifyReport, passport: dict) -> None:
+    from rich.table import Table
+
     out = stdout_console()
     summary = report.summary
     out.print(f"store: {report.store}", markup=False, soft_wrap=True)
@@ -118,54 +120,43 @@ def _load_expectation(path: Path):
         fail(f"{path}: not a JSON expectation file ({err})")
 
 
-_HELP = (
-    "Check every file of a store (CommitLog records and CRCs, ConsumeQueue units, IndexFile "
-    "headers, entries and hash chains, checkpoint) and predict what the broker's next start does "
-    "to it.\n\nExit status: 0 no error, 1 errors found (or an --expect mismatch), 2 bad usage or "
-    "unreadable input.\n\nFinding codes: " + ", ".join(CODES) + ".")
+_SUMMARY = ("Check every file of a store (CommitLog records and CRCs, ConsumeQueue units, "
+            "IndexFile headers, entries and hash chains, checkpoint) and predict what the "
+            "broker's next start does to it.")
+_HELP = (_SUMMARY + "\n\nExit status: 0 no error, 1 errors found (or an --expect mismatch), 2 "
+         "bad usage or unreadable input.\n\nFinding codes: {finding_codes}.")
 
 
-@app.command("verify", help=_HELP)
+@app.command("verify", cls=opt.LibraryTextCommand, short_help=_SUMMARY, help=_HELP)
 @error_boundary
 def verify(
-    store_path: Path = typer.Argument(..., metavar="STORE",
-                                      help="Store root (commitlog/, consumequeue/, index/, ...) or a "
-                                           "bare CommitLog directory."),
-    json_output: bool = typer.Option(False, "--json", help="One JSON document on stdout."),
+    store_path: Path = opt.store(),
+    json_output: bool = opt.json_output(),
     quick: bool = typer.Option(False, "--quick", help="Skip CRC checks (the prediction then "
                                                      "assumes every CRC is good)."),
-    broker_version: str = typer.Option("auto", "--broker-version",
-                                       help="Recovery rules: auto, " + ", ".join(BROKER_VERSIONS)
-                                            + " (auto: 5.3.2+ when the store has 5.x-only files)."),
-    mode: str = typer.Option("auto", "--mode", help="Recovery branch: " + ", ".join(MODES)
-                                                    + " (auto: abnormal when abort exists)."),
-    force_verify_prop_crc: bool = typer.Option(False, "--force-verify-prop-crc",
-                                               help="Predict with the broker's forceVerifyPropCRC."),
-    message_index_safe: bool = typer.Option(False, "--message-index-safe",
-                                            help="Predict with the broker's messageIndexSafe."),
+    broker_version: str = opt.broker_version(),
+    mode: str = opt.mode(),
+    force_verify_prop_crc: bool = opt.force_verify_prop_crc(),
+    message_index_safe: bool = opt.message_index_safe(),
     expect: Path = typer.Option(None, "--expect", metavar="EXPECTED.json",
                                 help="Exit 0 exactly when the findings (code, file, offset) match "
                                      "this file (a --json document or a list of findings)."),
-    commitlog_file_size: int = typer.Option(None, "--commitlog-file-size", min=1,
-                                            help="Override the inferred CommitLog file size."),
-    cq_units: int = typer.Option(None, "--cq-units", min=1,
-                                 help="Override the inferred ConsumeQueue units per file."),
-    index_slots: int = typer.Option(None, "--index-slots", min=1,
-                                    help="Override the inferred IndexFile slot count."),
-    index_entries: int = typer.Option(None, "--index-entries", min=1,
-                                      help="Override the inferred IndexFile entry count."),
+    commitlog_file_size: int = opt.commitlog_file_size(min=1),
+    cq_units: int = opt.cq_units(min=1),
+    index_slots: int = opt.index_slots(min=1),
+    index_entries: int = opt.index_entries(min=1),
     workers: int = typer.Option(None, "--workers", min=1,
                                 help="Processes sharing the CommitLog files (default 1; helps "
                                      "only on machines with real spare cores)."),
 ):
     """Check a store and predict the broker's next start (see ``_HELP``)."""
-    if broker_version != "auto" and broker_version not in BROKER_VERSIONS:
-        fail(f"--broker-version must be auto, {', '.join(BROKER_VERSIONS)}; got {broker_version!r}")
-    if mode not in MODES:
-        fail(f"--mode must be one of {', '.join(MODES)}; got {mode!r}")
+    from ..passport import store_passport
+    from ..verify import compare_findings, verify_store
+
+    opt.check_broker_version(broker_version)
+    opt.check_mode(mode)
     expectation = _load_expectation(expect) if expect is not None else None
-    store = Store(store_path, commitlog_file_size=commitlog_file_size, cq_units_per_file=cq_units,
-                  index_slots=index_slots, index_entries=index_entries)
+    store = opt.open_store(store_path, commitlog_file_size, cq_units, index_slots, index_entries)
     passport = store_passport(store)
     total = sum(s.length for s in store.commitlog.segments)
     with progress_bar(total, "verify") as bar:

@@ -1,0 +1,264 @@
+"""The arguments and options that more than one command takes, declared once, and their checks.
+
+Each factory returns a fresh typer parameter for a function default
+(``topic: Optional[str] = opt.topic()``). A command passes its own help text only where the
+option means something else there.
+
+Some help texts (and one default) name values that library modules hold: the broker versions,
+the recovery modes, verify's finding codes, forge's topics. They carry a token such as
+``{broker_versions}`` that :class:`LibraryTextCommand` replaces when the command's help or
+parameters are first used. typer builds every command on every run, so importing those modules
+for the texts alone would cost each run, ``mqtool --help`` included, the import of numpy and the
+store model.
+"""
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Optional
+
+import typer
+from typer.core import TyperCommand
+
+from ..errors import MqtoolError
+from .common import fail
+
+# token -> (module, the text made from it)
+_LIBRARY_TEXTS = {
+    "{broker_versions}": ("mqtool.recovery", lambda m: ", ".join(m.BROKER_VERSIONS)),
+    "{recovery_modes}": ("mqtool.recovery", lambda m: ", ".join(m.MODES)),
+    "{finding_codes}": ("mqtool.verify", lambda m: ", ".join(m.CODES)),
+    "{forge_topics}": ("mqtool.forge", lambda m: ",".join(m.DEFAULT_TOPICS)),
+}
+
+
+def _fill(value):
+    if not isinstance(value, str) or "{" not in value:
+        return value
+    for token, (module, text) in _LIBRARY_TEXTS.items():
+        if token in value:
+            value = value.replace(token, text(importlib.import_module(module)))
+    return value
+
+
+class LibraryTextCommand(TyperCommand):
+    """A command whose help, or whose parameters' help texts and defaults, carry library tokens;
+    they are filled on first use. The group's command list reads ``short_help or help``, so a
+    command whose own help carries a token also gives a short_help without one, or
+    ``mqtool --help`` would import the library."""
+
+    @property
+    def help(self):
+        self._help = _fill(self._help)
+        return self._help
+
+    @help.setter
+    def help(self, value):
+        self._help = value
+
+    @property
+    def params(self):
+        if not self._filled:
+            for param in self._params:
+                param.help, param.default = _fill(param.help), _fill(param.default)
+            self._filled = True
+        return self._params
+
+    @params.setter
+    def params(self, value):
+        self._params, self._filled = value, False
+
+
+# --- the store -----------------------------------------------------------------------------------
+
+STORE_HELP = "Store root (commitlog/, consumequeue/, index/, ...) or a bare CommitLog directory."
+
+
+def store(help: str = STORE_HELP):
+    return typer.Argument(..., metavar="STORE", help=help)
+
+
+def commitlog_file_size(**limits):
+    return typer.Option(None, "--commitlog-file-size",
+                        help="Override the inferred CommitLog file size.", **limits)
+
+
+def cq_units(**limits):
+    return typer.Option(None, "--cq-units",
+                        help="Override the inferred ConsumeQueue units per file.", **limits)
+
+
+def index_slots(**limits):
+    return typer.Option(None, "--index-slots",
+                        help="Override the inferred IndexFile slot count.", **limits)
+
+
+def index_entries(**limits):
+    return typer.Option(None, "--index-entries",
+                        help="Override the inferred IndexFile entry count.", **limits)
+
+
+def check_geometry(commitlog_file_size=None, cq_units=None, index_slots=None,
+                   index_entries=None) -> None:
+    for value, name in ((commitlog_file_size, "--commitlog-file-size"), (cq_units, "--cq-units"),
+                        (index_slots, "--index-slots"), (index_entries, "--index-entries")):
+        if value is not None and value <= 0:
+            raise MqtoolError(f"{name} must be a positive number, got {value}")
+
+
+def open_store(path: Path, commitlog_file_size=None, cq_units=None, index_slots=None,
+               index_entries=None):
+    """The store with the geometry overrides, each checked to be positive."""
+    from ..store import Store
+
+    check_geometry(commitlog_file_size, cq_units, index_slots, index_entries)
+    return Store(path, commitlog_file_size=commitlog_file_size, cq_units_per_file=cq_units,
+                 index_slots=index_slots, index_entries=index_entries)
+
+
+# --- output --------------------------------------------------------------------------------------
+
+def json_output(help: str = "One JSON document on stdout."):
+    return typer.Option(False, "--json", help=help)
+
+
+def body(default: str):
+    return typer.Option(None, "--body", help=f"text|hex|base64|none (default: {default}; text "
+                                             f"falls back to base64 for bytes that are not UTF-8).")
+
+
+def body_mode(value: Optional[str], default: str) -> str:
+    from ..inspect import BODY_MODES
+
+    if value is not None and value not in BODY_MODES:
+        raise MqtoolError(f"--body must be one of {', '.join(BODY_MODES)}, not {value!r}")
+    return value or default
+
+
+def max_body_bytes():
+    return typer.Option(None, "--max-body-bytes",
+                        help="Truncate bodies to N bytes (body_truncated says so).")
+
+
+def no_decompress():
+    return typer.Option(False, "--no-decompress",
+                        help="Keep compressed bodies as stored (the form bodyCRC covers).")
+
+
+def check_not_negative(value: Optional[int], name: str) -> None:
+    if value is not None and value < 0:
+        raise MqtoolError(f"{name} must be >= 0, got {value}")
+
+
+# --- which messages ------------------------------------------------------------------------------
+
+def topic(help: str = "Only this topic."):
+    return typer.Option(None, "--topic", help=help)
+
+
+def queue(help: str = "Only this queue id.", **limits):
+    return typer.Option(None, "--queue", help=help, **limits)
+
+
+def _only_with(text: str, option: Optional[str]) -> str:
+    return f"{option}: {text[0].lower()}{text[1:]}" if option else text
+
+
+def since(only_with: Optional[str] = None):
+    return typer.Option(None, "--since", help=_only_with(
+        "Store time lower bound (epoch ms or ISO-8601; no zone means UTC).", only_with))
+
+
+def until(only_with: Optional[str] = None):
+    return typer.Option(None, "--until", help=_only_with(
+        "Store time upper bound, inclusive.", only_with))
+
+
+# --- the broker's recovery -----------------------------------------------------------------------
+
+def broker_version():
+    return typer.Option("auto", "--broker-version",
+                        help="Recovery rules: auto, {broker_versions} (auto: 5.3.2+ when the "
+                             "store has 5.x-only files, else 4.9).")
+
+
+def check_broker_version(value: str) -> str:
+    from ..recovery import BROKER_VERSIONS
+
+    if value != "auto" and value not in BROKER_VERSIONS:
+        fail(f"--broker-version must be auto, {', '.join(BROKER_VERSIONS)}; got {value!r}")
+    return value
+
+
+def mode():
+    return typer.Option("auto", "--mode", help="Recovery branch: {recovery_modes} (auto: abnormal "
+                                               "when the abort file exists).")
+
+
+def check_mode(value: str) -> str:
+    from ..recovery import MODES
+
+    if value not in MODES:
+        fail(f"--mode must be one of {', '.join(MODES)}; got {value!r}")
+    return value
+
+
+def force_verify_prop_crc():
+    return typer.Option(False, "--force-verify-prop-crc",
+                        help="The broker recovers with forceVerifyPropCRC (5.2+).")
+
+
+def message_index_safe():
+    return typer.Option(False, "--message-index-safe",
+                        help="The broker recovers with messageIndexSafe.")
+
+
+# --- repairs -------------------------------------------------------------------------------------
+
+def dry_run():
+    return typer.Option(False, "--dry-run", help="Print the plan and change nothing.")
+
+
+def backup_dir():
+    return typer.Option(None, "--backup-dir", metavar="DIR",
+                        help="Backup folder (default STORE/.mqtool-backup/<UTC timestamp>).")
+
+
+def out_dir():
+    return typer.Option(None, "--out", metavar="DIR",
+                        help="Write a repaired copy into DIR (new or empty) and leave STORE "
+                             "untouched (no backup is made).")
+
+
+# --- Spark ---------------------------------------------------------------------------------------
+
+def spark_paths():
+    return typer.Argument(..., metavar="PATH", help=(
+        "Store roots or CommitLog directories: local paths, file://, or any scheme the Spark "
+        "session reads (hdfs://, s3a://; executors then need fsspec or pyarrow). One broker each, "
+        "named after the path (<broker>/store -> <broker>)."))
+
+
+def master():
+    return typer.Option(None, "--master",
+                        help="Spark master URL (default local[*]; under spark-submit: "
+                             "spark-submit's).")
+
+
+def split_size():
+    return typer.Option("128m", "--split-size", help=(
+        "Bytes of CommitLog per task: 128m (the default) reads a 1 GiB file with 8 tasks. Records "
+        "cut by a split boundary are read once, by the task they start in."))
+
+
+def broker_name():
+    return typer.Option(None, "--broker-name",
+                        help="Broker name for the PATH at the same position (give it once per "
+                             "PATH).")
+
+
+def conf():
+    return typer.Option(None, "--conf", metavar="KEY=VALUE",
+                        help="A Spark setting, KEY=VALUE (repeatable), e.g. "
+                             "spark.executor.memory=4g.")
+
