@@ -340,8 +340,10 @@ class RepairIndexWriter(IndexWriter):
 
     def __init__(self, directory: Path, slot_count: int, entry_count: int, *,
                  kept: list[str] = (), seed: tuple[str, Path] | None = None,
-                 index_msg_timestamp: int = 0, reuse_names: list[str] = ()):
-        super().__init__(directory, slot_count, entry_count)
+                 index_msg_timestamp: int = 0, reuse_names: list[str] = (),
+                 batch: int = 1 << 12):
+        # keys of 4096 records at a time: as fast as larger batches, and little memory
+        super().__init__(directory, slot_count, entry_count, batch=batch)
         self.files = list(kept)
         self.index_msg_timestamp = index_msg_timestamp
         self.rolled = False
@@ -429,6 +431,21 @@ class RepairIndexWriter(IndexWriter):
             return
         IndexWriter.put_hashed(self, key_hash, phy_offset, store_timestamp)
 
+    def put_many(self, key_hashes, phy_offsets, store_timestamps) -> None:
+        if self._skip_count:
+            phy_offsets = np.asarray(phy_offsets, dtype=np.int64)
+            skipped = np.flatnonzero(phy_offsets == self._skip_offset)[:self._skip_count]
+            if len(skipped):
+                self._skip_count -= len(skipped)
+                if not self._skip_count:
+                    self.__dict__.pop("put_hashed", None)
+                keep = np.ones(len(phy_offsets), dtype=bool)
+                keep[skipped] = False
+                key_hashes = np.asarray(key_hashes)[keep]
+                phy_offsets = phy_offsets[keep]
+                store_timestamps = np.asarray(store_timestamps)[keep]
+        super().put_many(key_hashes, phy_offsets, store_timestamps)
+
     def _new_file(self, now_ms: int, end_phy: int, end_ts: int) -> None:
         if self._h is not None:
             self.rolled = True
@@ -454,6 +471,7 @@ class RepairIndexWriter(IndexWriter):
         self.created.append(self._name)
 
     def flush(self) -> None:
+        self.put_held()
         if self._mapped_path is not None and self._name is not None:
             self._put_header()
             self._write_back()
