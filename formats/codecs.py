@@ -142,6 +142,17 @@ def tags_code(topic: str, properties: dict[str, str], store_timestamp: int,
     return code
 
 
+def batch_position(properties: dict[str, str], queue_offset: int) -> tuple[int, int]:
+    """(msgBaseOffset, batchSize) of a record's BatchConsumeQueue unit: INNER_BASE/INNER_NUM of
+    a 5.x inner batch, else the record's queue offset and 1. (-1, -1) when they do not parse:
+    putMessagePositionInfoWrapper then writes no unit."""
+    try:
+        return (int(properties.get("INNER_BASE", queue_offset)),
+                int(properties.get("INNER_NUM", 1)))
+    except ValueError:
+        return -1, -1
+
+
 def decode_properties(raw: bytes | None) -> dict[str, str]:
     """MessageDecoder.string2messageProperties over the UTF-8 decoded bytes.
 

@@ -25,12 +25,14 @@ def read_units(path) -> np.ndarray:
 
 
 def check_batch_consume_queues(store: Store,
-                               records: dict[tuple[str, int], list[int]] | None = None
-                               ) -> list[dict]:
+                               records: dict[tuple[str, int], list[int]] | None = None,
+                               redispatch_from: int | None = None) -> list[dict]:
     """Findings (code, severity, file, offset, message, ...) of every BatchConsumeQueue.
 
     ``records`` maps (topic, queue id) of a BatchConsumeQueue topic to the CommitLog offsets of
-    its dispatchable records (None: the records were not scanned, only units are checked)."""
+    its dispatchable records (None: the records were not scanned, only units are checked).
+    Records without a unit at the tail of a queue from ``redispatch_from`` on are what the
+    broker's next start dispatches again: warnings, not errors."""
     findings = []
     referenced: dict[tuple[str, int], set[int]] = {}
 
@@ -71,9 +73,9 @@ def check_batch_consume_queues(store: Store,
                     "size": record.total_size,
                     "store time": record.store_timestamp,
                     "tagsCode": codecs.tags_code(record.topic, props, record.store_timestamp),
-                    "msgBaseOffset": int(props.get("INNER_BASE", record.queue_offset)),
-                    "batchSize": int(props.get("INNER_NUM", 1)),
                 }
+                record_says["msgBaseOffset"], record_says["batchSize"] = codecs.batch_position(
+                    props, record.queue_offset)
                 unit_says = {"topic/queue": (queue.topic, queue.queue_id), "size": size,
                              "store time": store_ts, "tagsCode": tags_code,
                              "msgBaseOffset": base, "batchSize": batch}
@@ -86,12 +88,12 @@ def check_batch_consume_queues(store: Store,
                         commitlog_offset=offset, topic=queue.topic, queue_id=queue.queue_id)
     for (topic, queue_id), offsets in sorted((records or {}).items()):
         _missing_units(store, topic, queue_id, offsets, referenced.get((topic, queue_id), set()),
-                       add)
+                       redispatch_from, findings)
     return findings
 
 
 def _missing_units(store: Store, topic: str, queue_id: int, offsets: list[int],
-                   referenced: set[int], add) -> None:
+                   referenced: set[int], redispatch_from: int | None, findings: list) -> None:
     """One BCQ_MISSING per run of consecutive records of the queue that no unit references."""
     offsets = sorted(offsets)
     run: list[int] = []
@@ -105,7 +107,13 @@ def _missing_units(store: Store, topic: str, queue_id: int, offsets: list[int],
             position = run[0] - seg.base_offset if seg is not None else run[0]
             what = (f"the record at {run[0]} has" if len(run) == 1 else
                     f"{len(run)} records from {run[0]} to {run[-1]} have")
-            add("BCQ_MISSING", rel, position,
-                f"{what} no unit in BatchConsumeQueue {topic}/{queue_id}",
-                commitlog_offset=run[0], topic=topic, queue_id=queue_id, count=len(run))
+            message = f"{what} no unit in BatchConsumeQueue {topic}/{queue_id}"
+            redispatched = (offset is None and redispatch_from is not None
+                            and run[0] >= redispatch_from)
+            if redispatched:
+                message += "; the broker's recovery dispatches them again"
+            findings.append({"code": "BCQ_MISSING",
+                             "severity": "warning" if redispatched else "error", "file": rel,
+                             "offset": position, "message": message, "commitlog_offset": run[0],
+                             "topic": topic, "queue_id": queue_id, "count": len(run)})
             run = []

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from .codec import CQ_DTYPE, numpy_dtype
+from .codec import BATCH_CQ_DTYPE, CQ_DTYPE, numpy_dtype
 from .passport import store_passport
 from .errors import ParseError
 from .formats import checkpoint as ckpt_fmt
@@ -45,23 +45,55 @@ _FIRST_RECORD_PREFIX = cl_fmt.message_prefix_through_store_timestamp
 _FIRST_RECORD_MAX = 4 * 9 + 8 * 3 + 20 + 8  # header + IPv6 born host + store timestamp
 
 
-def read_cq_units(path, units_per_file: int | None = None) -> np.ndarray:
-    """The units of one ConsumeQueue file (a trailing partial unit is ignored); with
+@dataclass(frozen=True)
+class QueueKind:
+    """What recovery treats differently in a ConsumeQueue and a 5.x BatchConsumeQueue (whose
+    recover/truncateDirtyLogicFiles are otherwise the same walk over bigger units)."""
+
+    directory: str
+    unit_size: int
+    dtype: np.dtype
+    batch: bool
+
+    def valid(self, units: np.ndarray) -> np.ndarray:
+        """recover's test: offset >= 0 and size > 0 (BatchCQ: msgBaseOffset >= 0 and
+        batchSize > 0 too; pre-blank ConsumeQueue units pass it)."""
+        ok = (units["commitlog_offset"] >= 0) & (units["size"] > 0)
+        if self.batch:
+            ok &= (units["msg_base_offset"] >= 0) & (units["batch_size"] > 0)
+        return ok
+
+    def max_physic(self, unit) -> int:
+        """A queue's maxPhysicOffset after this unit: the end of its record, except that a
+        BatchConsumeQueue keeps the record's start (maxMsgPhyOffsetInCommitLog)."""
+        if self.batch:
+            return int(unit["commitlog_offset"])
+        return int(unit["commitlog_offset"]) + int(unit["size"])
+
+
+CONSUME_QUEUE = QueueKind("consumequeue", cq_fmt.CQ_STORE_UNIT_SIZE, CQ_DTYPE, False)
+BATCH_CONSUME_QUEUE = QueueKind("batchconsumequeue", cq_fmt.BATCH_CQ_STORE_UNIT_SIZE,
+                                BATCH_CQ_DTYPE, True)
+
+
+def read_cq_units(path, units_per_file: int | None = None,
+                  kind: QueueKind = CONSUME_QUEUE) -> np.ndarray:
+    """The units of one queue file (a trailing partial unit is ignored); with
     ``units_per_file``, only the part of the file the broker maps."""
     with MappedFile(path) as mf:
-        usable = mf.size - mf.size % cq_fmt.CQ_STORE_UNIT_SIZE
+        usable = mf.size - mf.size % kind.unit_size
         if units_per_file is not None:
-            usable = min(usable, units_per_file * cq_fmt.CQ_STORE_UNIT_SIZE)
+            usable = min(usable, units_per_file * kind.unit_size)
         if usable <= 0:
-            return np.zeros(0, CQ_UNIT_DTYPE)
-        return np.frombuffer(mf.data, CQ_UNIT_DTYPE, usable // cq_fmt.CQ_STORE_UNIT_SIZE).copy()
+            return np.zeros(0, kind.dtype)
+        return np.frombuffer(mf.data, kind.dtype, usable // kind.unit_size).copy()
 
 
-def valid_prefix(units: np.ndarray) -> int:
-    """Number of leading units that pass ConsumeQueue.recover's test (offset >= 0, size > 0)."""
+def valid_prefix(units: np.ndarray, kind: QueueKind = CONSUME_QUEUE) -> int:
+    """Number of leading units that pass the queue's recover test."""
     if len(units) == 0:
         return 0
-    valid = (units["commitlog_offset"] >= 0) & (units["size"] > 0)
+    valid = kind.valid(units)
     if valid.all():
         return len(units)
     return int(np.argmin(valid))
@@ -227,31 +259,31 @@ class QueueRecovery:
     max_physic_offset: int      # -1: no valid unit in the files recover looks at
     valid_end: int              # logical unit index one past the last valid unit
     dropped_units: int = 0      # valid-looking units after the first invalid one (recover drops them)
+    kind: str = CONSUME_QUEUE.directory
 
 
-def recover_consume_queue(queue: ConsumeQueue, units_per_file: int) -> QueueRecovery:
+def recover_consume_queue(queue: ConsumeQueue, units_per_file: int,
+                          kind: QueueKind = CONSUME_QUEUE) -> QueueRecovery:
     segments = queue.segments
-    result = QueueRecovery(queue.topic, queue.queue_id, -1, 0)
+    result = QueueRecovery(queue.topic, queue.queue_id, -1, 0, kind=kind.directory)
     if not segments:
         return result
     index = max(0, len(segments) - 3)
-    result.valid_end = segments[index].base_offset // cq_fmt.CQ_STORE_UNIT_SIZE
+    result.valid_end = segments[index].base_offset // kind.unit_size
     while index < len(segments):
         seg = segments[index]
-        units = read_cq_units(seg.path, units_per_file)
-        n = valid_prefix(units)
+        units = read_cq_units(seg.path, units_per_file, kind)
+        n = valid_prefix(units, kind)
         if n:
-            last = units[n - 1]
-            result.max_physic_offset = int(last["commitlog_offset"]) + int(last["size"])
-            result.valid_end = seg.base_offset // cq_fmt.CQ_STORE_UNIT_SIZE + n
+            result.max_physic_offset = kind.max_physic(units[n - 1])
+            result.valid_end = seg.base_offset // kind.unit_size + n
         if n == units_per_file and len(units) == units_per_file:
             index += 1
             continue
-        rest = units[n:]
-        result.dropped_units += int(((rest["commitlog_offset"] >= 0) & (rest["size"] > 0)).sum())
+        result.dropped_units += int(kind.valid(units[n:]).sum())
         for later in segments[index + 1:]:
-            more = read_cq_units(later.path, units_per_file)
-            result.dropped_units += int(((more["commitlog_offset"] >= 0) & (more["size"] > 0)).sum())
+            result.dropped_units += int(kind.valid(read_cq_units(later.path, units_per_file,
+                                                                 kind)).sum())
         break
     return result
 
@@ -267,39 +299,41 @@ class QueueTruncation:
     files_deleted: list[str] = field(default_factory=list)
     new_end: int = 0            # logical unit index the queue ends at afterwards
     max_physic_offset: int = 0  # the queue's maxPhysicOffset afterwards
+    kind: str = CONSUME_QUEUE.directory
 
 
-def truncate_dirty_logic(queue: ConsumeQueue, process_offset: int,
-                         units_per_file: int) -> QueueTruncation:
+def truncate_dirty_logic(queue: ConsumeQueue, process_offset: int, units_per_file: int,
+                         kind: QueueKind = CONSUME_QUEUE) -> QueueTruncation:
     segments = list(queue.segments)
-    result = QueueTruncation(queue.topic, queue.queue_id, 0, 0, max_physic_offset=process_offset)
+    # the BatchConsumeQueue starts from the last offset it may keep, the ConsumeQueue from the end
+    start_max = process_offset - 1 if kind.batch else process_offset
+    result = QueueTruncation(queue.topic, queue.queue_id, 0, 0, max_physic_offset=start_max,
+                             kind=kind.directory)
     first_removed = None
     while segments:
         seg = segments[-1]
-        base_unit = seg.base_offset // cq_fmt.CQ_STORE_UNIT_SIZE
-        units = read_cq_units(seg.path, units_per_file)
+        base_unit = seg.base_offset // kind.unit_size
+        units = read_cq_units(seg.path, units_per_file, kind)
         if len(units) == 0:
             # the broker maps a full-size file: an empty one reads as unit 0 = (0, 0, 0)
             result.new_end = base_unit + 1
             result.max_physic_offset = 0
             break
-        offsets, sizes = units["commitlog_offset"], units["size"]
+        offsets = units["commitlog_offset"]
         if offsets[0] >= process_offset:
-            n = valid_prefix(units)
+            n = valid_prefix(units, kind)
             result.units += n
             first_removed = base_unit
             result.files_deleted.append(seg.name)
             segments.pop()
             continue
         # unit 0 is kept without the validity test, the rest while valid and below the offset
-        cut = 1
-        while (cut < len(units) and offsets[cut] >= 0 and sizes[cut] > 0
-               and offsets[cut] < process_offset):
-            cut += 1
-        result.max_physic_offset = int(offsets[cut - 1]) + int(sizes[cut - 1])
-        end = cut
-        while end < len(units) and offsets[end] >= 0 and sizes[end] > 0:
-            end += 1
+        valid = kind.valid(units)
+        kept = valid[1:] & (offsets[1:] < process_offset)
+        cut = len(units) if kept.all() else 1 + int(np.argmin(kept))
+        result.max_physic_offset = kind.max_physic(units[cut - 1])
+        after = valid[cut:]
+        end = len(units) if after.all() else cut + int(np.argmin(after))
         if end > cut:
             result.units += end - cut
             first_removed = base_unit + cut
@@ -307,6 +341,12 @@ def truncate_dirty_logic(queue: ConsumeQueue, process_offset: int,
         break
     result.first_queue_offset = first_removed if first_removed is not None else result.new_end
     return result
+
+
+def queue_kinds(store: Store) -> list[tuple[QueueKind, list[ConsumeQueue], int]]:
+    """(kind, queues, units per file) of the ConsumeQueues and the BatchConsumeQueues."""
+    return [(CONSUME_QUEUE, store.consume_queues, store.cq_units_per_file),
+            (BATCH_CONSUME_QUEUE, store.batch_consume_queues, store.bcq_units_per_file)]
 
 
 # --- the plan --------------------------------------------------------------------------------------
@@ -477,15 +517,16 @@ def predict_recovery(store: Store, *, mode: str = "auto", broker_version: str = 
     refuses = [f"commitlog/{s.name} is {s.length} bytes, not {file_size}" for s in segments
                if s.length != file_size
                and not (s is segments[-1] and s.length == 0 and version != VERSION_49)]
-    cq_bytes = store.cq_units_per_file * cq_fmt.CQ_STORE_UNIT_SIZE
-    refuses += [f"{store.relative(s.path)} is {s.length} bytes, not {cq_bytes}"
-                for q in store.consume_queues for s in q.segments if s.length != cq_bytes]
+    for kind, queues, upf in queue_kinds(store):
+        wanted = upf * kind.unit_size
+        refuses += [f"{store.relative(s.path)} is {s.length} bytes, not {wanted}"
+                    for q in queues for s in q.segments if s.length != wanted]
     if version != VERSION_49 and segments and segments[-1].length == 0:
         notes.append(f"5.1.3+ deletes the empty last file commitlog/{segments[-1].name} on load")
         segments = segments[:-1]
 
-    units_per_file = store.cq_units_per_file
-    queue_recoveries = [recover_consume_queue(q, units_per_file) for q in store.consume_queues]
+    queue_recoveries = [recover_consume_queue(q, upf, kind)
+                        for kind, queues, upf in queue_kinds(store) for q in queues]
     max_phy_cq = max((q.max_physic_offset for q in queue_recoveries), default=-1)
     dropped_by_recover = sum(q.dropped_units for q in queue_recoveries)
 
@@ -514,8 +555,9 @@ def predict_recovery(store: Store, *, mode: str = "auto", broker_version: str = 
         # recoverNormally/Abnormally with no mapped file: flushedWhere = 0, every queue destroyed
         plan.start_reason = "no CommitLog file"
         plan.stop_reason = "no CommitLog file"
-        plan.cq_units_truncated = sum(valid_prefix(read_cq_units(seg.path, units_per_file))
-                                      for q in store.consume_queues for seg in q.segments)
+        plan.cq_units_truncated = sum(valid_prefix(read_cq_units(seg.path, upf, kind), kind)
+                                      for kind, queues, upf in queue_kinds(store)
+                                      for q in queues for seg in q.segments)
         plan.notes.append("no CommitLog files: the broker destroys every ConsumeQueue")
         return plan
 
@@ -614,8 +656,8 @@ def predict_recovery(store: Store, *, mode: str = "auto", broker_version: str = 
     # -- ConsumeQueues: truncateDirtyLogicFiles only when they reach processOffset (4.9 - 5.3.3)
     if max_phy_cq >= process_offset:
         plan.cq_truncate_called = True
-        plan.cq_truncations = [truncate_dirty_logic(q, process_offset, units_per_file)
-                               for q in store.consume_queues]
+        plan.cq_truncations = [truncate_dirty_logic(q, process_offset, upf, kind)
+                               for kind, queues, upf in queue_kinds(store) for q in queues]
         plan.cq_units_truncated = sum(t.units for t in plan.cq_truncations)
 
     # -- what gets dispatched again

@@ -55,15 +55,15 @@ from .formats import codecs
 from .formats import commitlog as cl_fmt
 from .formats import consumequeue as cq_fmt
 from .formats import indexfile as idx_fmt
-from .recovery import (CQ_UNIT_DTYPE, INDEX_ENTRY_DTYPE, VERSION_49, VERSION_532, BrokerRules, FileJudge,
-                       FileVerdict, RecoveryPlan, predict_recovery,
+from .recovery import (BATCH_CONSUME_QUEUE, CONSUME_QUEUE, INDEX_ENTRY_DTYPE, VERSION_49, VERSION_532, BrokerRules, FileJudge, QueueKind,
+                       FileVerdict, RecoveryPlan, predict_recovery, queue_kinds,
                        recover_consume_queue, truncate_dirty_logic)
 from .passport import store_passport
 from .query import JAVA_LONG_MAX, MAX_MSGS_NUM_BATCH, IndexSet, broker_query_message
 from .scan import MessageRecord, Scanner, scan_buffer
 from .store import ConsumeQueue, MappedFile, Segment, Store
-from .writer import (ConsumeQueueWriter, IndexWriter, checkpoint_bytes, fsync_dir,
-                     offset_file_name)
+from .writer import (BatchConsumeQueueWriter, ConsumeQueueWriter, IndexWriter, checkpoint_bytes,
+                     fsync_dir, offset_file_name)
 
 KILL_ENV = "MQTOOL_TEST_KILL_AFTER_STEP"
 MAX_LISTED_RANGES = 64
@@ -80,7 +80,8 @@ CHECKPOINT_LONGS = struct.Struct(
 
 # apply order: CommitLog first (the broker deletes the same files), the abort file last
 _ORDER = {("commitlog", "edit"): 1, ("commitlog", "delete"): 2,
-          ("consumequeue", "delete"): 3, ("consumequeue", "write"): 4, ("index", "delete"): 5,
+          ("consumequeue", "delete"): 3, ("consumequeue", "write"): 4,
+          ("batchconsumequeue", "delete"): 3, ("batchconsumequeue", "write"): 4, ("index", "delete"): 5,
           ("index", "write"): 6, ("checkpoint", "write"): 7, ("abort", "delete"): 9}
 
 
@@ -304,30 +305,47 @@ def sparse_copy(source: Path, target: Path) -> None:
 
 # --- writers continuing the store's own files -------------------------------------------------------
 
-class StagedConsumeQueueWriter(ConsumeQueueWriter):
-    """ConsumeQueueWriter over staged copies of the store's ConsumeQueue files, seeded with each
-    queue's recovered state (write position, maxPhysicOffset) so it continues them exactly as
-    the broker's putMessagePositionInfo would."""
+class _StagedQueueFiles:
+    """A queue writer over staged copies of the store's queue files, seeded with each queue's
+    recovered state (write position, maxPhysicOffset) so it continues them exactly as the
+    broker's putMessagePositionInfo would."""
+
+    kind: QueueKind
+    _max_physic_key: str
 
     def __init__(self, stage: Stage, units_per_file: int):
-        super().__init__(stage.path("consumequeue"), units_per_file)
+        super().__init__(stage.path(self.kind.directory), units_per_file)
         self.stage = stage
         self.touched: set[tuple[str, int]] = set()
 
     def seed(self, topic: str, queue_id: int, write_units: int | None, max_physic: int) -> None:
-        state = self._state(topic, queue_id)
-        state["write_pos"] = None if write_units is None else write_units * self.unit_size
-        state["max_physic"] = max_physic
-
-    def state(self, topic: str, queue_id: int) -> dict:
-        return self._state(topic, queue_id)
+        state = self.state(topic, queue_id)
+        if write_units is not None or self.kind.batch:
+            state["write_pos"] = (write_units or 0) * self.unit_size
+        state[self._max_physic_key] = max_physic
 
     def _file(self, state, topic, queue_id, logical):
         base = logical - logical % self.file_size
         if state["base"] != base:
-            self.stage.copy_in(f"consumequeue/{topic}/{queue_id}/{offset_file_name(base)}")
+            self.stage.copy_in(_queue_rel(topic, queue_id, offset_file_name(base), self.kind))
             self.touched.add((topic, queue_id))
         return super()._file(state, topic, queue_id, logical)
+
+
+class StagedConsumeQueueWriter(_StagedQueueFiles, ConsumeQueueWriter):
+    kind = CONSUME_QUEUE
+    _max_physic_key = "max_physic"
+
+
+class StagedBatchConsumeQueueWriter(_StagedQueueFiles, BatchConsumeQueueWriter):
+    """Also knows the store's batch topics: their records go here, not to a ConsumeQueue."""
+
+    kind = BATCH_CONSUME_QUEUE
+    _max_physic_key = "max_start"
+
+    def __init__(self, stage: Stage, units_per_file: int, topics: set[str]):
+        super().__init__(stage, units_per_file)
+        self.topics = topics
 
 
 class RepairIndexWriter(IndexWriter):
@@ -673,14 +691,18 @@ class DispatchStats:
 def dispatch(store: Store, start: int, stop: int, *, cq: StagedConsumeQueueWriter | None,
              cq_from: int, index: RepairIndexWriter | None, index_from: int,
              schedule_loaded: bool = True, queues: set | None = None,
-             progress=None, records=None) -> DispatchStats:
+             progress=None, records=None,
+             bcq: StagedBatchConsumeQueueWriter | None = None) -> DispatchStats:
     """The broker's doDispatch for every record in [start, stop) (or of ``records``):
     CommitLogDispatcherBuildConsumeQueue for records at or after ``cq_from`` (optionally only for
-    ``queues``), BuildIndex for records at or after ``index_from``. The writers deduplicate as
-    the broker's do."""
+    ``queues``; records of ``bcq``'s batch topics go to their BatchConsumeQueues, or nowhere
+    without ``bcq``), BuildIndex for records at or after ``index_from``. The writers deduplicate
+    as the broker's do."""
     stats = DispatchStats()
     tags_cache: dict[str, int] = {}
     schedule = codecs.SCHEDULE_TOPIC
+    batch_topics = bcq.topics if bcq is not None else {
+        q.topic for q in store.batch_consume_queues}
     if records is None:
         records = iter_records(store, start, stop, progress)
     for rec in records:
@@ -689,7 +711,16 @@ def dispatch(store: Store, start: int, stop: int, *, cq: StagedConsumeQueueWrite
         stats.last_offset, stats.last_timestamp = offset, rec.store_timestamp
         tran = rec.sys_flag & _TYPE_MASK
         props = None
-        if cq is not None and offset >= cq_from and (tran == _NOT or tran == _COMMIT) and (
+        if batch_topics and rec.topic in batch_topics:
+            if bcq is not None and offset >= cq_from and (tran == _NOT or tran == _COMMIT) and (
+                    queues is None or (rec.topic, rec.queue_id) in queues):
+                stats.last_cq_timestamp = rec.store_timestamp
+                props = rec.properties
+                if bcq.put(rec.topic, rec.queue_id, offset, rec.total_size,
+                           codecs.tags_code(rec.topic, props, rec.store_timestamp),
+                           rec.store_timestamp, *codecs.batch_position(props, rec.queue_offset)):
+                    stats.cq_written += 1
+        elif cq is not None and offset >= cq_from and (tran == _NOT or tran == _COMMIT) and (
                 queues is None or (rec.topic, rec.queue_id) in queues):
             stats.cq_offered += 1
             # putMessagePositionInfoWrapper sets logicsMsgTimestamp even for a repeated unit
@@ -797,46 +828,53 @@ def _rel(store: Store, path: Path) -> str:
     return store.relative(path)
 
 
-def _queue_rel(topic: str, queue_id: int, name: str) -> str:
-    return f"consumequeue/{topic}/{queue_id}/{name}"
+def _queue_rel(topic: str, queue_id: int, name: str, kind: QueueKind = CONSUME_QUEUE) -> str:
+    return f"{kind.directory}/{topic}/{queue_id}/{name}"
+
+
+def _store_queues(store: Store, kind: QueueKind) -> list[ConsumeQueue]:
+    return store.batch_consume_queues if kind.batch else store.consume_queues
 
 
 def _queue_view(stage: Stage, store: Store, topic: str, queue_id: int,
-                units_per_file: int) -> ConsumeQueue:
+                kind: QueueKind = CONSUME_QUEUE) -> ConsumeQueue:
     """The queue's files as they stand in the stage (originals not deleted, plus staged ones)."""
     names = set()
-    original = store.queue(topic, queue_id)
+    original = next((q for q in _store_queues(store, kind)
+                     if q.topic == topic and q.queue_id == queue_id), None)
     if original is not None:
         names.update(s.name for s in original.segments)
-    staged_dir = stage.path(f"consumequeue/{topic}/{queue_id}")
+    staged_dir = stage.path(f"{kind.directory}/{topic}/{queue_id}")
     if staged_dir.is_dir():
         names.update(p.name for p in staged_dir.iterdir() if p.is_file())
     segments = []
     for name in sorted(names, key=int):
-        current = stage.current(_queue_rel(topic, queue_id, name))
+        current = stage.current(_queue_rel(topic, queue_id, name, kind))
         if current is not None:
             segments.append(Segment(current, int(name), current.stat().st_size))
-    directory = original.directory if original is not None else store.root / "consumequeue" / topic / str(queue_id)
+    directory = (original.directory if original is not None
+                 else store.root / kind.directory / topic / str(queue_id))
     return ConsumeQueue(topic, queue_id, directory, segments)
 
 
 def _delete_queue_files_after(stage: Stage, view: ConsumeQueue, end_units: int,
-                              keep_equal: bool) -> None:
-    """ConsumeQueue files past a queue's end. The broker's truncateDirtyFiles keeps a file that
+                              keep_equal: bool, kind: QueueKind = CONSUME_QUEUE) -> None:
+    """Queue files past a queue's end. The broker's truncateDirtyFiles keeps a file that
     starts exactly at the end (write position 0); ``keep_equal=False`` deletes it too."""
-    end = end_units * _UNIT
+    end = end_units * kind.unit_size
     for seg in view.segments:
         if seg.base_offset > end or (seg.base_offset == end and not keep_equal):
-            stage.delete(_queue_rel(view.topic, view.queue_id, seg.name))
+            stage.delete(_queue_rel(view.topic, view.queue_id, seg.name, kind))
 
 
-def _zero_queue_tail(stage: Stage, view: ConsumeQueue, end_units: int, file_size: int) -> None:
+def _zero_queue_tail(stage: Stage, view: ConsumeQueue, end_units: int, file_size: int,
+                     kind: QueueKind = CONSUME_QUEUE) -> None:
     """Erase units at or past the queue's end in the file holding it."""
-    end = end_units * _UNIT
+    end = end_units * kind.unit_size
     for seg in view.segments:
         if seg.base_offset < end < seg.base_offset + file_size or (
                 seg.base_offset == end and end_units == 0):
-            rel = _queue_rel(view.topic, view.queue_id, seg.name)
+            rel = _queue_rel(view.topic, view.queue_id, seg.name, kind)
             source = stage.current(rel)
             if source is None:
                 continue
@@ -855,17 +893,22 @@ def _zero_queue_tail(stage: Stage, view: ConsumeQueue, end_units: int, file_size
 
 
 def _fix_queue_file_sizes(stage: Stage, store: Store, notes: list[str]) -> None:
-    """A ConsumeQueue file of the wrong size makes the broker refuse to load; pad or cut it."""
-    size = store.cq_units_per_file * _UNIT
-    for queue in store.consume_queues:
+    """A queue file of the wrong size makes the broker refuse to load; pad or cut it."""
+    for kind, queues, upf in queue_kinds(store):
+        _fix_file_sizes(stage, kind, queues, upf * kind.unit_size, notes)
+
+
+def _fix_file_sizes(stage: Stage, kind: QueueKind, queues: list[ConsumeQueue], size: int,
+                    notes: list[str]) -> None:
+    for queue in queues:
         for seg in queue.segments:
             if seg.length != size:
-                rel = _queue_rel(queue.topic, queue.queue_id, seg.name)
+                rel = _queue_rel(queue.topic, queue.queue_id, seg.name, kind)
                 path = stage.copy_in(rel)
                 with open(path, "r+b") as fh:
                     fh.truncate(size)
                 notes.append(f"{rel}: {seg.length} bytes resized to {size} (the broker refuses to "
-                             "load a ConsumeQueue file of another size)")
+                             "load a queue file of another size)")
 
 
 def commitlog_gaps(store: Store) -> list[tuple[int, int]]:
@@ -921,18 +964,19 @@ class QueueState:
     has_files: bool
 
 
-def _recover_queues(stage: Stage, store: Store, upf: int) -> tuple[dict, int]:
-    """ConsumeQueue.recover for every queue (files past the valid end are deleted, as the
-    broker's truncateDirtyFiles does); returns the states and maxPhyOffsetOfConsumeQueue."""
+def _recover_queues(stage: Stage, store: Store, upf: int,
+                    kind: QueueKind = CONSUME_QUEUE) -> tuple[dict, int]:
+    """recover() for every queue of the kind (files past the valid end are deleted, as the
+    broker's truncateDirtyFiles does); returns the states and their maxPhysicOffset."""
     states: dict[tuple[str, int], QueueState] = {}
     max_phy = -1
-    for queue in store.consume_queues:
-        view = _queue_view(stage, store, queue.topic, queue.queue_id, upf)
+    for queue in _store_queues(store, kind):
+        view = _queue_view(stage, store, queue.topic, queue.queue_id, kind)
         if not view.segments:
             continue
-        qr = recover_consume_queue(view, upf)
-        _delete_queue_files_after(stage, view, qr.valid_end, keep_equal=True)
-        remaining = [s for s in view.segments if s.base_offset <= qr.valid_end * _UNIT]
+        qr = recover_consume_queue(view, upf, kind)
+        _delete_queue_files_after(stage, view, qr.valid_end, keep_equal=True, kind=kind)
+        remaining = [s for s in view.segments if s.base_offset <= qr.valid_end * kind.unit_size]
         states[(queue.topic, queue.queue_id)] = QueueState(qr.valid_end, qr.max_physic_offset,
                                                            bool(remaining))
         max_phy = max(max_phy, qr.max_physic_offset)
@@ -940,42 +984,71 @@ def _recover_queues(stage: Stage, store: Store, upf: int) -> tuple[dict, int]:
 
 
 def _truncate_queues(stage: Stage, store: Store, upf: int, offset: int,
-                     states: dict) -> int:
+                     states: dict, kind: QueueKind = CONSUME_QUEUE) -> int:
     """truncateDirtyLogicFiles(offset) on every queue; returns the units removed."""
     removed = 0
     for key in list(states):
         topic, queue_id = key
-        view = _queue_view(stage, store, topic, queue_id, upf)
+        view = _queue_view(stage, store, topic, queue_id, kind)
         if not view.segments:
             states[key] = QueueState(0, offset, False)
             continue
-        t = truncate_dirty_logic(view, offset, upf)
+        t = truncate_dirty_logic(view, offset, upf, kind)
         removed += t.units
         for name in t.files_deleted:
-            stage.delete(_queue_rel(topic, queue_id, name))
+            stage.delete(_queue_rel(topic, queue_id, name, kind))
         left = len(view.segments) > len(t.files_deleted)
         states[key] = QueueState(t.new_end if left else 0, t.max_physic_offset, left)
     return removed
 
 
-def _queue_keys(stage: Stage, store: Store, extra) -> set:
-    keys = {(q.topic, q.queue_id) for q in store.consume_queues}
+def _queue_keys(stage: Stage, store: Store, extra, kind: QueueKind = CONSUME_QUEUE) -> set:
+    keys = {(q.topic, q.queue_id) for q in _store_queues(store, kind)}
     keys.update(extra)
     return keys
 
 
 def _finish_queues(stage: Stage, store: Store, upf: int, ends: dict[tuple[str, int], int],
-                   keep_stale: bool) -> None:
+                   keep_stale: bool, kind: QueueKind = CONSUME_QUEUE) -> None:
     """Default mode: nothing valid-looking stays past a queue's end (zeroed units, no files)."""
     if keep_stale:
         return
     for (topic, queue_id), end in ends.items():
-        view = _queue_view(stage, store, topic, queue_id, upf)
+        view = _queue_view(stage, store, topic, queue_id, kind)
         if not view.segments:
             continue
-        _delete_queue_files_after(stage, view, end, keep_equal=False)
-        view = _queue_view(stage, store, topic, queue_id, upf)
-        _zero_queue_tail(stage, view, end, upf * _UNIT)
+        _delete_queue_files_after(stage, view, end, keep_equal=False, kind=kind)
+        view = _queue_view(stage, store, topic, queue_id, kind)
+        _zero_queue_tail(stage, view, end, upf * kind.unit_size, kind)
+
+
+def _seed_writers(cq_writer: StagedConsumeQueueWriter, states: dict,
+                  bcq_writer: StagedBatchConsumeQueueWriter, batch_states: dict) -> None:
+    for writer, kind_states in ((cq_writer, states), (bcq_writer, batch_states)):
+        for (topic, queue_id), st in kind_states.items():
+            writer.seed(topic, queue_id, st.end if st.has_files else None, st.max_physic)
+
+
+def _settle_queues(stage: Stage, store: Store, writer: _StagedQueueFiles, states: dict,
+                   upf: int, truncate_at: int | None, keep_stale: bool) -> None:
+    """After the dispatch: the writer's files join the stage, truncateDirtyLogicFiles runs at
+    ``truncate_at`` (None: not now), and by default nothing valid-looking stays past an end."""
+    kind = writer.kind
+    writer.close()
+    ends = {key: st.end for key, st in states.items()}
+    for key in writer.queue_keys():
+        state = writer.state(*key)
+        if state["write_pos"] is not None:
+            ends[key] = state["write_pos"] // kind.unit_size
+    for topic, queue_id in writer.touched:
+        for path in stage.path(f"{kind.directory}/{topic}/{queue_id}").glob("*"):
+            stage.mark_written(_queue_rel(topic, queue_id, path.name, kind))
+    if truncate_at is not None:
+        truncated = {key: QueueState(ends.get(key, 0), 0, True)
+                     for key in _queue_keys(stage, store, writer.touched, kind)}
+        _truncate_queues(stage, store, upf, truncate_at, truncated, kind)
+        ends = {key: st.end for key, st in truncated.items()}
+    _finish_queues(stage, store, upf, ends, keep_stale, kind)
 
 
 # --- IndexFiles -------------------------------------------------------------------------------------
@@ -1100,42 +1173,47 @@ def _stage_checkpoint(stage: Stage, store: Store, *, version: str | None, logics
 
 # --- turning the stage into a plan -------------------------------------------------------------------
 
+_QUEUE_KINDS = {k.directory: k for k in (CONSUME_QUEUE, BATCH_CONSUME_QUEUE)}
+
+
 def _kind_of(rel: str) -> str:
     first = rel.split("/", 1)[0]
     if first == "abort.bak":
         return "abort"
-    if first in ("commitlog", "consumequeue", "index", "checkpoint", "abort", "compaction"):
+    if first in ("commitlog", "consumequeue", "batchconsumequeue", "index", "checkpoint", "abort",
+                 "compaction"):
         return first
     return "other"
 
 
-def _cq_unit_delta(old: Path | None, new: Path | None, upf: int,
-                   ranges: list[list[int]]) -> tuple[int, int]:
-    """(units removed, units added) between two versions of a ConsumeQueue file, looking only at
+def _cq_unit_delta(old: Path | None, new: Path | None, upf: int, ranges: list[list[int]],
+                   kind: QueueKind = CONSUME_QUEUE) -> tuple[int, int]:
+    """(units removed, units added) between two versions of a queue file, looking only at
     the units the changed byte ranges touch."""
     removed = added = 0
-    limit = upf * _UNIT
+    unit = kind.unit_size
+    limit = upf * unit
     for lo, hi in ranges:
-        first, last = lo // _UNIT, min(hi, limit) // _UNIT + (1 if min(hi, limit) % _UNIT else 0)
+        first, last = lo // unit, min(hi, limit) // unit + (1 if min(hi, limit) % unit else 0)
         if first >= last:
             continue
-        a = _units_between(old, first, last)
-        b = _units_between(new, first, last)
+        a = _units_between(old, first, last, kind)
+        b = _units_between(new, first, last, kind)
         changed = a != b
-        removed += int((changed & (a["commitlog_offset"] >= 0) & (a["size"] > 0)).sum())
-        added += int((changed & (b["commitlog_offset"] >= 0) & (b["size"] > 0)).sum())
+        removed += int((changed & kind.valid(a)).sum())
+        added += int((changed & kind.valid(b)).sum())
     return removed, added
 
 
-def _units_between(path: Path | None, first: int, last: int) -> np.ndarray:
-    """Units [first, last) of a ConsumeQueue file, zeros where the file has none."""
-    raw = bytearray((last - first) * _UNIT)
+def _units_between(path: Path | None, first: int, last: int, kind: QueueKind) -> np.ndarray:
+    """Units [first, last) of a queue file, zeros where the file has none."""
+    raw = bytearray((last - first) * kind.unit_size)
     if path is not None:
         with open(path, "rb") as fh:
-            fh.seek(first * _UNIT)
+            fh.seek(first * kind.unit_size)
             data = fh.read(len(raw))
         raw[:len(data)] = data
-    return np.frombuffer(bytes(raw), CQ_UNIT_DTYPE)
+    return np.frombuffer(bytes(raw), kind.dtype)
 
 
 def _index_entry_delta(old: Path | None, new: Path | None, slots: int,
@@ -1203,8 +1281,11 @@ def build_plan(command: str, store: Store, stage: Stage, *, cl_ops: list[FileOp]
             ranges = diff_ranges(old, new)
         detail = {}
         reason = None
-        if kind == "consumequeue":
-            removed, added = _cq_unit_delta(old, new, upf, ranges)
+        if kind in _QUEUE_KINDS:
+            queue_kind = _QUEUE_KINDS[kind]
+            removed, added = _cq_unit_delta(
+                old, new, store.bcq_units_per_file if queue_kind.batch else upf, ranges,
+                queue_kind)
             cq_removed += removed
             cq_added += added
             detail = {"units_removed": removed, "units_added": added}
@@ -1250,6 +1331,9 @@ _REASONS = {
     ("consumequeue", "delete"): "ConsumeQueue file past the recovered end",
     ("consumequeue", "create"): "new ConsumeQueue file for dispatched records",
     ("consumequeue", "change"): "ConsumeQueue units truncated / dispatched",
+    ("batchconsumequeue", "delete"): "BatchConsumeQueue file past the recovered end",
+    ("batchconsumequeue", "create"): "new BatchConsumeQueue file for dispatched records",
+    ("batchconsumequeue", "change"): "BatchConsumeQueue units truncated / dispatched",
     ("index", "delete"): "IndexFile dropped (abnormal load, or rebuilt)",
     ("index", "create"): "IndexFile built by re-dispatch",
     ("index", "change"): "IndexFile continued / rebuilt",
@@ -1422,6 +1506,12 @@ def plan_recover(store: Store, stage: Stage, *, mode: str = "auto", broker_versi
     min_offset = store.commitlog.min_offset
     states, max_phy_cq = _recover_queues(stage, store, upf)
     cq_writer = StagedConsumeQueueWriter(stage, upf)
+    bupf = store.bcq_units_per_file
+    batch_states, max_phy_bcq = _recover_queues(stage, store, bupf, BATCH_CONSUME_QUEUE)
+    # getMaxPhyOffsetInConsumeQueue spans both kinds (a BatchConsumeQueue's is a record start)
+    max_phy_cq = max(max_phy_cq, max_phy_bcq)
+    bcq_writer = StagedBatchConsumeQueueWriter(stage, bupf,
+                                               {q.topic for q in store.batch_consume_queues})
     stats = DispatchStats()
     schedule_loaded = not (abnormal and version == VERSION_49)
     setup = None
@@ -1438,8 +1528,7 @@ def plan_recover(store: Store, stage: Stage, *, mode: str = "auto", broker_versi
                                  reindex_all=reindex_all, index_msg_timestamp=index_ts)
             if setup.dispatch_from is not None:
                 index_from = min(index_from, setup.dispatch_from)
-        for (topic, queue_id), st in states.items():
-            cq_writer.seed(topic, queue_id, st.end if st.has_files else None, st.max_physic)
+        _seed_writers(cq_writer, states, bcq_writer, batch_states)
         usable = segments[:-1] if (version != VERSION_49 and segments[-1].length == 0) \
             else segments
         start_index = next(i for i, seg in enumerate(usable) if seg.name == first.start_file)
@@ -1454,7 +1543,7 @@ def plan_recover(store: Store, stage: Stage, *, mode: str = "auto", broker_versi
                                           records)
             stats = dispatch(store, 0, 0, cq=cq_writer, cq_from=cq_from,
                              index=setup.writer if setup else None, index_from=index_from,
-                             schedule_loaded=schedule_loaded, records=records)
+                             schedule_loaded=schedule_loaded, records=records, bcq=bcq_writer)
         rp = _predict(store, progress, file_verdicts=verdicts, **rules_options)
         po = rp.process_offset
         if setup is None:
@@ -1473,6 +1562,7 @@ def plan_recover(store: Store, stage: Stage, *, mode: str = "auto", broker_versi
         # 5.3.2+ dispatches inside recoverNormally, before truncating
         if max_phy_cq >= po and version != VERSION_532:
             _truncate_queues(stage, store, upf, po, states)
+            _truncate_queues(stage, store, bupf, po, batch_states, BATCH_CONSUME_QUEUE)
         if version == VERSION_49:
             cq_from = max([min_offset] + [s.max_physic for s in states.values()])
         elif version == VERSION_532:
@@ -1487,13 +1577,12 @@ def plan_recover(store: Store, stage: Stage, *, mode: str = "auto", broker_versi
         if setup.dispatch_from is not None:
             index_from = min(index_from, setup.dispatch_from)
         index_from = min(index_from, po)
-        for (topic, queue_id), st in states.items():
-            cq_writer.seed(topic, queue_id, st.end if st.has_files else None, st.max_physic)
+        _seed_writers(cq_writer, states, bcq_writer, batch_states)
         start = min(cq_from, index_from)
         if start < po:
             stats = _dispatch_with_bar(store, start, po, progress, cq=cq_writer, cq_from=cq_from,
                                        index=setup.writer, index_from=index_from,
-                                       schedule_loaded=schedule_loaded)
+                                       schedule_loaded=schedule_loaded, bcq=bcq_writer)
     notes[:0] = rp.notes
     if rp.refuses_to_start:
         notes.append("the broker would refuse to start (" + "; ".join(rp.refuses_to_start)
@@ -1508,21 +1597,10 @@ def plan_recover(store: Store, stage: Stage, *, mode: str = "auto", broker_versi
         digests.prefetch([store.commitlog.directory / name for name in deleted_cl]
                          + [store.root / "index" / name for name in rp.index_files_deleted])
 
-    cq_writer.close()
-    ends = {key: st.end for key, st in states.items()}
-    for key in set(cq_writer._queues):
-        state = cq_writer.state(*key)
-        if state["write_pos"] is not None:
-            ends[key] = state["write_pos"] // _UNIT
-    for topic, queue_id in cq_writer.touched:
-        for path in stage.path(f"consumequeue/{topic}/{queue_id}").glob("*"):
-            stage.mark_written(_queue_rel(topic, queue_id, path.name))
-    if max_phy_cq >= po and (abnormal or version == VERSION_532):
-        truncated = {key: QueueState(ends.get(key, 0), 0, True)
-                     for key in _queue_keys(stage, store, cq_writer.touched)}
-        _truncate_queues(stage, store, upf, po, truncated)
-        ends = {key: st.end for key, st in truncated.items()}
-    _finish_queues(stage, store, upf, ends, keep_stale)
+    # abnormal recovery and 5.3.2+ truncate the queues after dispatching into them
+    truncate_at = po if max_phy_cq >= po and (abnormal or version == VERSION_532) else None
+    _settle_queues(stage, store, cq_writer, states, upf, truncate_at, keep_stale)
+    _settle_queues(stage, store, bcq_writer, batch_states, bupf, truncate_at, keep_stale)
     _finish_index(stage, store, setup.writer)
     if stage.for_apply:
         digests.prefetch(stage.path(f"index/{name}") for name in setup.writer.created)
@@ -1622,7 +1700,7 @@ def _regenerate_queues_with_holes(stage: Stage, store: Store, upf: int, po: int,
     keys = set()
     for topic, queue_id, why in holes:
         keys.add((topic, queue_id))
-        view = _queue_view(stage, store, topic, queue_id, upf)
+        view = _queue_view(stage, store, topic, queue_id)
         for seg in view.segments:
             stage.delete(_queue_rel(topic, queue_id, seg.name))
     writer = StagedConsumeQueueWriter(stage, upf)
@@ -1718,7 +1796,6 @@ def plan_truncate(store: Store, stage: Stage, *, to: int | None = None,
     ok, why = record_boundaries_ok(store, cut)
     if not ok:
         raise RepairError(why)
-    upf = store.cq_units_per_file
     notes: list[str] = []
     lost: list[str] = []
     delete_names = [s.name for s in store.commitlog.segments if s.base_offset > cut]
@@ -1734,9 +1811,12 @@ def plan_truncate(store: Store, stage: Stage, *, to: int | None = None,
         last = last_record_before(store, cut)
         last_kept_ts = last.store_timestamp if last is not None else None
 
-    states, _ = _recover_queues(stage, store, upf)
-    cq_units = _truncate_queues(stage, store, upf, cut, states)
-    _finish_queues(stage, store, upf, {k: s.end for k, s in states.items()}, keep_stale=False)
+    cq_units = 0
+    for kind, _, kind_upf in queue_kinds(store):
+        states, _ = _recover_queues(stage, store, kind_upf, kind)
+        cq_units += _truncate_queues(stage, store, kind_upf, cut, states, kind)
+        _finish_queues(stage, store, kind_upf, {k: s.end for k, s in states.items()},
+                       keep_stale=False, kind=kind)
 
     ckpt = store.read_checkpoint() if store.checkpoint_path.is_file() else None
     setup = _setup_index(stage, store, deleted=[], cut=cut, reindex_all=False,
@@ -1783,11 +1863,13 @@ def plan_rebuild_queues(store: Store, stage: Stage, *, topic: str | None = None,
         return (topic is None or t == topic) and (queue_id is None or q == queue_id)
 
     writer = StagedConsumeQueueWriter(stage, upf)
-    # fresh files: the writer must not continue the store's copies
-    existing = [(q.topic, q.queue_id, s.name) for q in store.consume_queues for s in q.segments
-                if selected(q.topic, q.queue_id)]
-    for t, q, name in existing:
-        stage.delete(_queue_rel(t, q, name))
+    batch_writer = StagedBatchConsumeQueueWriter(stage, store.bcq_units_per_file,
+                                                 {q.topic for q in store.batch_consume_queues})
+    # fresh files: the writers must not continue the store's copies
+    existing = [(kind, q.topic, q.queue_id, s.name) for kind, queues, _ in queue_kinds(store)
+                for q in queues for s in q.segments if selected(q.topic, q.queue_id)]
+    for kind, t, q, name in existing:
+        stage.delete(_queue_rel(t, q, name, kind))
 
     class _Selected:
         def __contains__(self, key):
@@ -1795,18 +1877,19 @@ def plan_rebuild_queues(store: Store, stage: Stage, *, topic: str | None = None,
 
     stats = _dispatch_with_bar(store, store.commitlog.min_offset, po, progress, cq=writer,
                                cq_from=store.commitlog.min_offset, index=None, index_from=po,
-                               queues=_Selected())
-    writer.close()
-    produced = set(writer._queues)
-    for key in produced:
-        t, q = key
-        for path in stage.path(f"consumequeue/{t}/{q}").glob("*"):
-            stage.mark_written(_queue_rel(t, q, path.name))
+                               queues=_Selected(), bcq=batch_writer)
+    produced = set()
+    for w in (writer, batch_writer):
+        w.close()
+        for t, q in w.queue_keys():
+            produced.add((w.kind, t, q))
+            for path in stage.path(f"{w.kind.directory}/{t}/{q}").glob("*"):
+                stage.mark_written(_queue_rel(t, q, path.name, w.kind))
     # a selected queue without any record keeps its files: deleting them would reset its offsets
-    for t, q, name in existing:
-        if (t, q) not in produced:
-            stage.deleted.discard(_queue_rel(t, q, name))
-    untouched = sorted({(t, q) for t, q, _ in existing if (t, q) not in produced})
+    for kind, t, q, name in existing:
+        if (kind, t, q) not in produced:
+            stage.deleted.discard(_queue_rel(t, q, name, kind))
+    untouched = sorted({(t, q) for kind, t, q, _ in existing if (kind, t, q) not in produced})
     for t, q in untouched:
         notes.append(f"{t} queue {q}: no record in the CommitLog (up to {po:,}); files left as "
                      "they are")

@@ -261,22 +261,28 @@ def _close_queue_files(queues: dict) -> None:
             state["base"] = None
 
 
-class ConsumeQueueWriter:
-    """ConsumeQueue.putMessagePositionInfo for every queue of a store."""
+class _QueueWriter:
+    """Units appended to the files of every queue of one kind: one open file per queue, the
+    broker's names (byte offset of the file's first unit) and file size."""
 
-    def __init__(self, root: Path, units_per_file: int,
-                 unit_size: int = cq_fmt.CQ_STORE_UNIT_SIZE):
+    unit_size: int
+    _initial: dict   # a new queue's state besides its open file
+
+    def __init__(self, root: Path, units_per_file: int):
         self.root = Path(root)
-        self.file_size = units_per_file * unit_size
-        self.unit_size = unit_size
+        self.file_size = units_per_file * self.unit_size
         self._queues: dict[tuple[str, int], dict] = {}
 
-    def _state(self, topic: str, queue_id: int) -> dict:
+    def state(self, topic: str, queue_id: int) -> dict:
+        """The queue's write state: ``write_pos`` (bytes) and what deduplicates its puts."""
         key = (topic, queue_id)
         if key not in self._queues:
-            self._queues[key] = {"fh": None, "base": None, "write_pos": None,
-                                 "max_physic": -1}
+            self._queues[key] = {"fh": None, "base": None, **self._initial}
         return self._queues[key]
+
+    def queue_keys(self) -> list[tuple[str, int]]:
+        """(topic, queue id) of every queue put into (or whose state was asked for)."""
+        return list(self._queues)
 
     def _file(self, state: dict, topic: str, queue_id: int, logical: int):
         base = logical - logical % self.file_size
@@ -288,10 +294,20 @@ class ConsumeQueueWriter:
             state["base"] = base
         return state["fh"]
 
+    def close(self) -> None:
+        _close_queue_files(self._queues)
+
+
+class ConsumeQueueWriter(_QueueWriter):
+    """ConsumeQueue.putMessagePositionInfo for every queue of a store."""
+
+    unit_size = cq_fmt.CQ_STORE_UNIT_SIZE
+    _initial = {"write_pos": None, "max_physic": -1}
+
     def put(self, topic: str, queue_id: int, commitlog_offset: int, size: int, tags_code: int,
             queue_offset: int) -> bool:
         """Append one unit; False when the broker would skip it (already dispatched)."""
-        state = self._state(topic, queue_id)
+        state = self.state(topic, queue_id)
         if commitlog_offset + size <= state["max_physic"]:
             return False
         expect = queue_offset * self.unit_size
@@ -316,44 +332,33 @@ class ConsumeQueueWriter:
         state["max_physic"] = commitlog_offset + size
         return True
 
-    def close(self) -> None:
-        _close_queue_files(self._queues)
 
-
-class BatchConsumeQueueWriter:
+class BatchConsumeQueueWriter(_QueueWriter):
     """5.x BatchConsumeQueue: 46-byte units appended in dispatch order (the queue is searched by
     msgBaseOffset, not addressed by position); a record already dispatched (its start at or
     before the last unit's) is skipped."""
 
+    unit_size = cq_fmt.BATCH_CQ_STORE_UNIT_SIZE
+    _initial = {"write_pos": 0, "max_start": -1}
+
     def __init__(self, root: Path, units_per_file: int = cq_fmt.DEFAULT_CQ_UNITS_PER_FILE):
-        self.root = Path(root)
-        self.file_size = units_per_file * cq_fmt.BATCH_CQ_STORE_UNIT_SIZE
-        self._queues: dict[tuple[str, int], dict] = {}
+        super().__init__(root, units_per_file)
 
     def put(self, topic: str, queue_id: int, commitlog_offset: int, size: int, tags_code: int,
             store_timestamp: int, msg_base_offset: int, batch_size: int) -> bool:
-        state = self._queues.setdefault((topic, queue_id),
-                                        {"fh": None, "base": None, "write_pos": 0,
-                                         "max_start": -1})
+        if msg_base_offset < 0 or batch_size < 0:
+            return False
+        state = self.state(topic, queue_id)
         if commitlog_offset <= state["max_start"]:
             return False
         logical = state["write_pos"]
-        base = logical - logical % self.file_size
-        if state["base"] != base:
-            if state["fh"]:
-                state["fh"].close()
-            state["fh"] = _open_existing_or_zero(
-                self.root / topic / str(queue_id) / offset_file_name(base), self.file_size)
-            state["base"] = base
-        state["fh"].seek(logical - base)
-        state["fh"].write(BATCH_CQ_UNIT.pack(commitlog_offset, size, tags_code, store_timestamp,
-                                             msg_base_offset, batch_size, cq_fmt.INVALID_POS, 0))
-        state["write_pos"] = logical + cq_fmt.BATCH_CQ_STORE_UNIT_SIZE
+        fh = self._file(state, topic, queue_id, logical)
+        fh.seek(logical - state["base"])
+        fh.write(BATCH_CQ_UNIT.pack(commitlog_offset, size, tags_code, store_timestamp,
+                                    msg_base_offset, batch_size, cq_fmt.INVALID_POS, 0))
+        state["write_pos"] = logical + self.unit_size
         state["max_start"] = commitlog_offset
         return True
-
-    def close(self) -> None:
-        _close_queue_files(self._queues)
 
 
 class IndexWriter:
@@ -691,10 +696,9 @@ class StoreWriter:
                     code = self._tags_codes[tags] = codecs.tags_code(topic, properties,
                                                                      store_timestamp)
             if topic in self.batch_topics:
-                self.batch_consume_queues.put(
-                    topic, queue_id, offset, size, code, store_timestamp,
-                    int(properties.get("INNER_BASE", queue_offset)),
-                    int(properties.get("INNER_NUM", 1)))
+                self.batch_consume_queues.put(topic, queue_id, offset, size, code,
+                                              store_timestamp,
+                                              *codecs.batch_position(properties, queue_offset))
             else:
                 self.consume_queues.put(topic, queue_id, offset, size, code, queue_offset)
         self.index.build_index(topic, offset, sys_flag, store_timestamp, properties)
