@@ -37,7 +37,7 @@ from .store import Store
 
 # --- the message mix ----------------------------------------------------------------------------
 
-DEFAULT_TOPICS = ("TopicTest", "OrderTopic", "%RETRY%GroupA")
+from .vocabulary import DEFAULT_TOPICS
 SCHEDULE_TOPIC = codecs.SCHEDULE_TOPIC
 MAX_DELAY_LEVEL = len(codecs.delay_level_table())
 TAG_POOL = ("TagA", "TagB", "TagC", "täg-ü", "标签", "order_created", "order_paid")

@@ -32,11 +32,7 @@ from .formats import indexfile as idx_fmt
 from .scan import BlankRecord, CorruptRegion, MessageRecord, Scanner, UnwrittenTail
 from .store import ConsumeQueue, MappedFile, Segment, Store, parse_at
 
-VERSION_49 = "4.9"
-VERSION_50 = "5.0-5.3.1"
-VERSION_532 = "5.3.2+"
-BROKER_VERSIONS = (VERSION_49, VERSION_50, VERSION_532)
-MODES = ("auto", "normal", "abnormal")
+from .vocabulary import BROKER_VERSIONS, MODES, VERSION_49, VERSION_50, VERSION_532  # noqa: F401
 
 CQ_UNIT_DTYPE = CQ_DTYPE
 INDEX_HEADER_DTYPE = numpy_dtype(idx_fmt.index_header)

@@ -55,47 +55,8 @@ from .store import CommitLog, Segment, Store
 
 # --- the codes -----------------------------------------------------------------------------------
 
-ERROR, WARNING, INFO = "error", "warning", "info"
-
-#: code -> (default severity, meaning). Codes are stable: scripts and --expect files rely on them.
-CODES: dict[str, tuple[str, str]] = {
-    "CL_BAD_MAGIC": (ERROR, "a CommitLog record starts with neither a message nor a blank magic code"),
-    "CL_CRC_MISMATCH": (ERROR, "a record's body CRC does not match its stored body"),
-    "CL_PROP_CRC_MISMATCH": (ERROR, "a record's __CRC32# property does not match the record (5.2+)"),
-    "CL_LENGTH_MISMATCH": (ERROR, "a record's TOTALSIZE disagrees with the lengths of its fields"),
-    "CL_TRUNCATED": (ERROR, "a record runs past the end of its file"),
-    "CL_OFFSET_MISMATCH": (ERROR, "a record's PHYSICALOFFSET field is not its real position"),
-    "CL_FILE_SIZE": (ERROR, "a CommitLog file is not the store's file size (the broker refuses to load)"),
-    "CL_GAP": (ERROR, "CommitLog file start offsets are not contiguous (data is missing)"),
-    "CL_STRAY_FILE": (WARNING, "a file in a data directory whose name the broker does not load"),
-    "CL_STALE_DATA": (WARNING, "plausible records lie past the end of the written data"),
-    "CQ_DANGLING": (ERROR, "a ConsumeQueue unit points past the CommitLog data or not at a record start"),
-    "CQ_MISMATCH": (ERROR, "a ConsumeQueue unit disagrees with the record it points to"),
-    "CQ_MISSING": (ERROR, "a dispatchable record has no unit in its ConsumeQueue"),
-    "CQ_QUEUE_GAP": (ERROR, "queue offsets recorded in the CommitLog skip or repeat"),
-    "CQ_FILE_SIZE": (ERROR, "a ConsumeQueue file is not a whole number of units / not the inferred size"),
-    "IDX_HEADER": (ERROR, "an IndexFile header disagrees with its entries or its size"),
-    "IDX_DANGLING": (ERROR, "an index entry or slot points nowhere (past the data, not a record, "
-                            "past indexCount, a looping chain)"),
-    "IDX_HASH_MISMATCH": (ERROR, "an index entry's hash matches none of the keys of its record"),
-    "IDX_MISSING_KEY": (ERROR, "a key of an indexed record cannot be found through its slot chain"),
-    "CKPT_AHEAD": (WARNING, "a checkpoint timestamp is later than the newest stored message"),
-    "CKPT_MISSING": (WARNING, "the checkpoint file is missing or unreadable"),
-    "ABORT_PRESENT": (WARNING, "the abort file exists: the last shutdown was abnormal"),
-    "LOCK_HELD": (WARNING, "a live process holds the store's lock file"),
-    "RECOVERY_TRUNCATES": (ERROR, "the broker's next start would drop written data"),
-    "BCQ_DANGLING": (ERROR, "a BatchConsumeQueue unit points where no record starts"),
-    "BCQ_MISMATCH": (ERROR, "a BatchConsumeQueue unit disagrees with its record"),
-    "BCQ_GAP": (ERROR, "BatchConsumeQueue units do not continue each other's queue offsets"),
-    "BCQ_FILE_SIZE": (ERROR, "a BatchConsumeQueue file is not a whole number of 46-byte units"),
-    "BCQ_MISSING": (ERROR, "a dispatchable record of a BatchConsumeQueue topic has no unit"),
-    "TIMER_UNIT_SIZE": (ERROR, "a TimerLog unit does not declare 52 bytes"),
-    "TIMER_MAGIC": (ERROR, "a TimerLog unit's magic bits are not valid"),
-    "TIMER_PREV_POS": (ERROR, "a TimerLog unit links to a unit that is not before it"),
-    "TIMER_DANGLING": (ERROR, "a TimerLog unit points at no record of the size it records"),
-    "TIMER_SLOT_TIME": (ERROR, "a TimerWheel slot's time does not match its index or its units"),
-    "TIMER_SLOT_POINTER": (ERROR, "a TimerWheel slot points at no TimerLog unit"),
-}
+# in mqtool.vocabulary so that the CLI's help can list the codes without importing numpy
+from .vocabulary import CODES, ERROR, INFO, WARNING
 
 SEVERITY_ORDER = {ERROR: 0, WARNING: 1, INFO: 2}
 #: findings listed per code (all are counted in the summary)

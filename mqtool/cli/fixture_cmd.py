@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from . import options as opt
+from ..vocabulary import DEFAULT_TOPICS
 from .common import emit_json, error_boundary, progress_bar
 from .main import fixture_app
 
@@ -32,13 +32,13 @@ class Direction(str, Enum):
     behind = "behind"
 
 
-@fixture_app.command("make", cls=opt.LibraryTextCommand)
+@fixture_app.command("make")
 @error_boundary
 def make(
     directory: Path = typer.Argument(..., help="New (or empty) directory to write the store into."),
     messages: int = typer.Option(..., "--messages", "-n", help="Number of CommitLog records."),
     seed: int = typer.Option(0, "--seed", help="Same seed and options give byte-identical stores."),
-    topics: str = typer.Option("{forge_topics}", "--topics",
+    topics: str = typer.Option(",".join(DEFAULT_TOPICS), "--topics",
                                help="Comma-separated topic names."),
     queues: int = typer.Option(4, "--queues", help="Queues per topic."),
     long_topic: bool = typer.Option(False, "--long-topic",

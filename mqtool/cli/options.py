@@ -4,69 +4,20 @@ Each factory returns a fresh typer parameter for a function default
 (``topic: Optional[str] = opt.topic()``). A command passes its own help text only where the
 option means something else there.
 
-Some help texts (and one default) name values that library modules hold: the broker versions,
-the recovery modes, verify's finding codes, forge's topics. They carry a token such as
-``{broker_versions}`` that :class:`LibraryTextCommand` replaces when the command's help or
-parameters are first used. typer builds every command on every run, so importing those modules
-for the texts alone would cost each run, ``mqtool --help`` included, the import of numpy and the
-store model.
+Help texts that list library values (broker versions, recovery modes) take them from
+:mod:`mqtool.vocabulary`, which imports nothing: typer builds every command on every run,
+``mqtool --help`` included, so this module must not import numpy or the store model.
 """
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 from typing import Optional
 
 import typer
-from typer.core import TyperCommand
 
 from ..errors import MqtoolError
+from ..vocabulary import BROKER_VERSIONS, MODES
 from .common import fail
-
-# token -> (module, the text made from it)
-_LIBRARY_TEXTS = {
-    "{broker_versions}": ("mqtool.recovery", lambda m: ", ".join(m.BROKER_VERSIONS)),
-    "{recovery_modes}": ("mqtool.recovery", lambda m: ", ".join(m.MODES)),
-    "{finding_codes}": ("mqtool.verify", lambda m: ", ".join(m.CODES)),
-    "{forge_topics}": ("mqtool.forge", lambda m: ",".join(m.DEFAULT_TOPICS)),
-}
-
-
-def _fill(value):
-    if not isinstance(value, str) or "{" not in value:
-        return value
-    for token, (module, text) in _LIBRARY_TEXTS.items():
-        if token in value:
-            value = value.replace(token, text(importlib.import_module(module)))
-    return value
-
-
-class LibraryTextCommand(TyperCommand):
-    """A command whose help, or whose parameters' help texts and defaults, carry library tokens;
-    they are filled on first use. The group's command list reads ``short_help or help``, so a
-    command whose own help carries a token also gives a short_help without one, or
-    ``mqtool --help`` would import the library."""
-
-    @property
-    def help(self):
-        self._help = _fill(self._help)
-        return self._help
-
-    @help.setter
-    def help(self, value):
-        self._help = value
-
-    @property
-    def params(self):
-        if not self._filled:
-            for param in self._params:
-                param.help, param.default = _fill(param.help), _fill(param.default)
-            self._filled = True
-        return self._params
-
-    @params.setter
-    def params(self, value):
-        self._params, self._filled = value, False
 
 
 # --- the store -----------------------------------------------------------------------------------
@@ -178,26 +129,22 @@ def until(only_with: Optional[str] = None):
 
 def broker_version():
     return typer.Option("auto", "--broker-version",
-                        help="Recovery rules: auto, {broker_versions} (auto: 5.3.2+ when the "
-                             "store has 5.x-only files, else 4.9).")
+                        help=f"Recovery rules: auto, {', '.join(BROKER_VERSIONS)} (auto: 5.3.2+ "
+                             f"when the store has 5.x-only files, else 4.9).")
 
 
 def check_broker_version(value: str) -> str:
-    from ..recovery import BROKER_VERSIONS
-
     if value != "auto" and value not in BROKER_VERSIONS:
         fail(f"--broker-version must be auto, {', '.join(BROKER_VERSIONS)}; got {value!r}")
     return value
 
 
 def mode():
-    return typer.Option("auto", "--mode", help="Recovery branch: {recovery_modes} (auto: abnormal "
-                                               "when the abort file exists).")
+    return typer.Option("auto", "--mode", help=f"Recovery branch: {', '.join(MODES)} (auto: "
+                                               f"abnormal when the abort file exists).")
 
 
 def check_mode(value: str) -> str:
-    from ..recovery import MODES
-
     if value not in MODES:
         fail(f"--mode must be one of {', '.join(MODES)}; got {value!r}")
     return value

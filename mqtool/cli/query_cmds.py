@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, List, Optional
 import typer
 
 from ..errors import EXIT_FINDINGS, MqtoolError
+from ..vocabulary import BROKER_VERSIONS
 from . import options as opt
 from .common import (emit_json, emit_json_document, error_boundary, progress_bar,
                      stdout_console)
@@ -21,8 +22,6 @@ if TYPE_CHECKING:
 
 
 def _check_version(broker_version: str) -> str:
-    from ..recovery import BROKER_VERSIONS
-
     if broker_version != "auto" and broker_version not in BROKER_VERSIONS:
         raise MqtoolError(f"--broker-version must be auto or one of "
                           f"{', '.join(BROKER_VERSIONS)}, not {broker_version!r}")
@@ -65,7 +64,7 @@ def _render_explanation(explanation: dict, console) -> None:
                       soft_wrap=True)
 
 
-@app.command("query", cls=opt.LibraryTextCommand)
+@app.command("query")
 @error_boundary
 def query_command(
     store_path: Path = opt.store(),
@@ -244,7 +243,7 @@ def _writer(stream):
     return write
 
 
-@app.command("salvage", cls=opt.LibraryTextCommand)
+@app.command("salvage")
 @error_boundary
 def salvage_command(
     store_path: Path = opt.store(),
@@ -300,7 +299,7 @@ def salvage_command(
 EXPORT_FORMATS = ("jsonl",)
 
 
-@app.command("export", cls=opt.LibraryTextCommand)
+@app.command("export")
 @error_boundary
 def export_command(
     store_path: Path = opt.store(),

@@ -128,7 +128,7 @@ def _run(command: str, store: Path, *, dry_run: bool, json_output: bool, backup_
     _finish(result, command, json_output)
 
 
-@app.command("recover", cls=opt.LibraryTextCommand, help=(
+@app.command("recover", help=(
     "Run the broker's startup recovery offline: normal or abnormal (abort file), the start file, "
     "the scan with CRC checks, CommitLog truncation at processOffset (later files deleted, the "
     "rest of the cut file erased unless --keep-stale), ConsumeQueue recovery and truncation, "
@@ -166,7 +166,7 @@ def recover_cmd(
          keep_stale=keep_stale)
 
 
-@app.command("truncate", cls=opt.LibraryTextCommand, help=(
+@app.command("truncate", help=(
     "Cut the store at a CommitLog offset (default: the broker's processOffset): later CommitLog "
     "files are deleted and the rest of the cut file erased, ConsumeQueue units pointing at or "
     "past the offset are removed, IndexFiles holding entries at or past it are rebuilt under "
@@ -187,7 +187,7 @@ def truncate_cmd(
          out=out, to=to, broker_version=broker_version)
 
 
-@app.command("rebuild-queues", cls=opt.LibraryTextCommand, help=(
+@app.command("rebuild-queues", help=(
     "Regenerate ConsumeQueue files from the CommitLog records up to the recovered end, as the "
     "broker's dispatch writes them (file names, units per file, pre-blank units when a queue does "
     "not start at 0, only NOT/COMMIT records, tagsCode rules). Replaces the files of the selected "
@@ -211,7 +211,7 @@ def rebuild_queues_cmd(
          broker_version=broker_version)
 
 
-@app.command("rebuild-index", cls=opt.LibraryTextCommand, help=(
+@app.command("rebuild-index", help=(
     "Regenerate every IndexFile from the CommitLog records up to the recovered end, as the "
     "broker's buildIndex writes them (UNIQ_KEY and each KEYS item as topic#key, rollback records "
     "skipped, roll-over to a new file when full, names from store time); replaces the existing "

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from ..errors import EXIT_FINDINGS, EXIT_OK
+from ..vocabulary import CODES
 from . import options as opt
 from .common import (emit_json_document, error_boundary, fail, progress_bar, render_passport,
                      stdout_console)
@@ -124,10 +125,10 @@ _SUMMARY = ("Check every file of a store (CommitLog records and CRCs, ConsumeQue
             "IndexFile headers, entries and hash chains, checkpoint) and predict what the "
             "broker's next start does to it.")
 _HELP = (_SUMMARY + "\n\nExit status: 0 no error, 1 errors found (or an --expect mismatch), 2 "
-         "bad usage or unreadable input.\n\nFinding codes: {finding_codes}.")
+         f"bad usage or unreadable input.\n\nFinding codes: {', '.join(CODES)}.")
 
 
-@app.command("verify", cls=opt.LibraryTextCommand, short_help=_SUMMARY, help=_HELP)
+@app.command("verify", help=_HELP)
 @error_boundary
 def verify(
     store_path: Path = opt.store(),
