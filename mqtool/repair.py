@@ -48,6 +48,7 @@ from pathlib import Path
 import numpy as np
 
 from . import backup as bk
+from . import codec as _codec
 from .codec import INDEX_HEADER, struct_format
 from .errors import MqtoolError, StoreLockedError
 from .formats import checkpoint as ckpt_fmt
@@ -60,7 +61,7 @@ from .recovery import (BATCH_CONSUME_QUEUE, CONSUME_QUEUE, INDEX_ENTRY_DTYPE, VE
                        recover_consume_queue, truncate_dirty_logic)
 from .passport import store_passport
 from .query import JAVA_LONG_MAX, MAX_MSGS_NUM_BATCH, IndexSet, broker_query_message
-from .scan import MessageRecord, Scanner, scan_buffer
+from .scan import MessageRecord, RecordBatch, Scanner, TopicTable, scan_buffer
 from .store import ConsumeQueue, MappedFile, Segment, Store
 from .writer import (BatchConsumeQueueWriter, ConsumeQueueWriter, IndexWriter, checkpoint_bytes,
                      fsync_dir, offset_file_name)
@@ -660,22 +661,57 @@ def iter_records(store: Store, start: int, stop: int, progress=None):
 
 
 def judged_records(store: Store, segments: list[Segment], start_index: int, rules: BrokerRules,
-                   verdicts: dict[int, FileVerdict], progress=None):
+                   verdicts: dict[int, FileVerdict], progress=None) -> "_JudgedRecords":
     """The records abnormal recovery dispatches, found by the same scan that decides where it
     stops: each file's events go to the broker's judge (:class:`FileJudge`, CRCs included) and
     the records it accepts are yielded, so the CommitLog is read once. Each file's verdict lands
     in ``verdicts`` for :func:`predict_recovery`."""
-    scanner = Scanner(store.commitlog, check_crc=rules.check_crc, resync=True)
-    for i in range(start_index, len(segments)):
-        seg = segments[i]
-        judge = FileJudge(seg, rules)
-        for event in scanner.scan_segment(seg, progress=progress):
-            judge.feed(event)
-            if not judge.stopped and type(event) is MessageRecord:
-                yield event
-        verdicts[seg.base_offset] = judge.verdict
-        if not (judge.verdict.continues and i + 1 < len(segments)):
-            return
+    return _JudgedRecords(store, segments, start_index, rules, verdicts, progress)
+
+
+class _JudgedRecords:
+    """judged_records' records: iterated one by one, or read by :func:`dispatch` as the
+    scanner's record batches (cut where the judge stops)."""
+
+    def __init__(self, store, segments, start_index, rules, verdicts, progress):
+        self.store, self.segments, self.start_index = store, segments, start_index
+        self.rules, self.verdicts, self.progress = rules, verdicts, progress
+
+    def __iter__(self):
+        scanner = Scanner(self.store.commitlog, check_crc=self.rules.check_crc, resync=True)
+        for i in range(self.start_index, len(self.segments)):
+            seg = self.segments[i]
+            judge = FileJudge(seg, self.rules)
+            for event in scanner.scan_segment(seg, progress=self.progress):
+                judge.feed(event)
+                if not judge.stopped and type(event) is MessageRecord:
+                    yield event
+            self.verdicts[seg.base_offset] = judge.verdict
+            if not (judge.verdict.continues and i + 1 < len(self.segments)):
+                return
+
+    def batches(self, topics: TopicTable):
+        """The same records as RecordBatches, each valid until the next is asked for."""
+        scanner = Scanner(self.store.commitlog, check_crc=self.rules.check_crc, resync=True)
+        for i in range(self.start_index, len(self.segments)):
+            seg = self.segments[i]
+            judge = FileJudge(seg, self.rules)
+            for event in scanner.scan_segment_batches(seg, progress=self.progress,
+                                                      topics=topics):
+                if type(event) is not RecordBatch:
+                    judge.feed(event)
+                    continue
+                # the judge accepts a leading run of records; once stopped it only counts
+                accepted = 0
+                for rec in event.records():
+                    judge.feed(rec)
+                    if not judge.stopped:
+                        accepted += 1
+                if accepted:
+                    yield event if accepted == len(event) else event.head(accepted)
+            self.verdicts[seg.base_offset] = judge.verdict
+            if not (judge.verdict.continues and i + 1 < len(self.segments)):
+                return
 
 
 @dataclass
@@ -697,65 +733,209 @@ def dispatch(store: Store, start: int, stop: int, *, cq: StagedConsumeQueueWrite
     CommitLogDispatcherBuildConsumeQueue for records at or after ``cq_from`` (optionally only for
     ``queues``; records of ``bcq``'s batch topics go to their BatchConsumeQueues, or nowhere
     without ``bcq``), BuildIndex for records at or after ``index_from``. The writers deduplicate
-    as the broker's do."""
+    as the broker's do.
+
+    Records are taken a chunk at a time so that the properties every record needs (TAGS, the
+    index keys) are parsed and hashed with numpy for the whole chunk."""
     stats = DispatchStats()
-    tags_cache: dict[str, int] = {}
-    schedule = codecs.SCHEDULE_TOPIC
     batch_topics = bcq.topics if bcq is not None else {
         q.topic for q in store.batch_consume_queues}
     if records is None:
         records = iter_records(store, start, stop, progress)
-    for rec in records:
-        stats.records += 1
-        offset = rec.offset
-        stats.last_offset, stats.last_timestamp = offset, rec.store_timestamp
-        tran = rec.sys_flag & _TYPE_MASK
-        props = None
-        if batch_topics and rec.topic in batch_topics:
-            if bcq is not None and offset >= cq_from and (tran == _NOT or tran == _COMMIT) and (
-                    queues is None or (rec.topic, rec.queue_id) in queues):
-                stats.last_cq_timestamp = rec.store_timestamp
-                props = rec.properties
-                if bcq.put(rec.topic, rec.queue_id, offset, rec.total_size,
-                           codecs.tags_code(rec.topic, props, rec.store_timestamp),
-                           rec.store_timestamp, *codecs.batch_position(props, rec.queue_offset)):
-                    stats.cq_written += 1
-        elif cq is not None and offset >= cq_from and (tran == _NOT or tran == _COMMIT) and (
-                queues is None or (rec.topic, rec.queue_id) in queues):
-            stats.cq_offered += 1
-            # putMessagePositionInfoWrapper sets logicsMsgTimestamp even for a repeated unit
-            stats.last_cq_timestamp = rec.store_timestamp
-            state = cq.state(rec.topic, rec.queue_id)
-            write_pos = state["write_pos"]
-            if not (offset + rec.total_size <= state["max_physic"] or (
-                    write_pos is not None and rec.queue_offset * _UNIT < write_pos)):
-                props = rec.properties
-                tags = props.get("TAGS")
-                if rec.topic == schedule:
-                    if schedule_loaded:
-                        code = codecs.tags_code(rec.topic, props, rec.store_timestamp)
-                    else:
-                        # 4.9 recovers before ScheduleMessageService.load(): maxDelayLevel is
-                        # still 0, so the level clamps to 0 and the unit keeps the TAGS hash
-                        # instead of the delivery time (crash-lost-small/recovered shows it)
-                        code = codecs.java_string_hash(tags) if tags else 0
-                elif not tags:
-                    code = 0
-                else:
-                    code = tags_cache.get(tags)
-                    if code is None:
-                        code = tags_cache[tags] = codecs.tags_code(rec.topic, props,
-                                                                   rec.store_timestamp)
-                if cq.put(rec.topic, rec.queue_id, offset, rec.total_size, code,
-                          rec.queue_offset):
-                    stats.cq_written += 1
-        if index is not None and offset >= index_from and tran != _ROLLBACK:
-            if index.has_file and offset < index.end_phy_offset:
-                continue
-            if props is None:
-                props = rec.properties
-            index.build_index(rec.topic, offset, rec.sys_flag, rec.store_timestamp, props)
+    topics = TopicTable()
+    prefixes: dict[int, int] = {}
+    batches = records.batches(topics) if isinstance(records, _JudgedRecords) \
+        else _record_batches(records, topics)
+    for batch in batches:
+        offsets = batch.offsets
+        props = _DispatchProperties(batch)
+        _dispatch_queues(batch, offsets, props, stats, cq=cq, bcq=bcq, cq_from=cq_from,
+                         queues=queues, batch_topics=batch_topics,
+                         schedule_loaded=schedule_loaded)
+        if index is not None:
+            _dispatch_index(batch, offsets, props, index, index_from, prefixes)
+        stats.records += len(batch)
+        stats.last_offset = int(offsets[-1])
+        stats.last_timestamp = int(batch.store_timestamp[-1])
     return stats
+
+
+_DISPATCH_CHUNK = 4096
+_KEY_SEPARATOR = ord(" ")
+
+
+def _record_batches(records, topics: TopicTable):
+    """MessageRecords as RecordBatches of up to _DISPATCH_CHUNK records."""
+    records = iter(records)
+    while True:
+        chunk = list(itertools.islice(records, _DISPATCH_CHUNK))
+        if not chunk:
+            return
+        yield RecordBatch.from_records(chunk, 0, topics)
+
+
+class _DispatchProperties:
+    """The properties dispatch reads, parsed for a whole batch when first asked for."""
+
+    def __init__(self, batch: RecordBatch):
+        self.batch = batch
+        self.data = self.values = None
+
+    def spans(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        if self.data is None:
+            self.data, begins = _codec.property_blob(*self.batch.properties_source())
+            self.values = _codec.property_values(self.data, begins, ("TAGS", "UNIQ_KEY", "KEYS"))
+        return self.values[name]
+
+    def text(self, start: int, end: int) -> str:
+        return self.data[start:end].tobytes().decode("utf-8", errors="replace")
+
+    def decoded(self, i: int) -> dict[str, str]:
+        """All properties of one record (what the rare cases read)."""
+        return codecs.decode_properties(self.batch.properties_raw(i))
+
+    def tags_hashes(self) -> np.ndarray:
+        """hashCode of each record's TAGS, 0 without: tags_code outside SCHEDULE_TOPIC."""
+        starts, ends = self.spans("TAGS")
+        codes = np.zeros(len(starts), dtype=np.int64)
+        has = np.flatnonzero(starts >= 0)
+        if len(has):
+            hashes, exact = _codec.java_hashes(self.data, starts[has], ends[has])
+            codes[has] = _codec.signed32(hashes)
+            for k in np.flatnonzero(~exact).tolist():
+                i = int(has[k])
+                codes[i] = codecs.java_string_hash_fast(self.text(int(starts[i]), int(ends[i])))
+        return codes
+
+
+def _dispatch_queues(batch: RecordBatch, offsets: np.ndarray, props: _DispatchProperties,
+                     stats: DispatchStats, *, cq, bcq, cq_from: int, queues, batch_topics,
+                     schedule_loaded: bool) -> None:
+    """CommitLogDispatcherBuildConsumeQueue for the records of a batch, in order."""
+    sizes, stamps = batch.total_size, batch.store_timestamp
+    tran = batch.sys_flag & _TYPE_MASK
+    names = batch.topics.names
+    queued = (offsets >= cq_from) & ((tran == _NOT) | (tran == _COMMIT))
+    if queues is not None:
+        rows = np.flatnonzero(queued)
+        queued[rows] = [(names[t], q) in queues for t, q in
+                        zip(batch.topic_id[rows].tolist(), batch.queue_id[rows].tolist())]
+    batch_ids = [t for t in map(batch.topics.find, batch_topics) if t is not None] \
+        if batch_topics else []
+    in_batch_topic = np.isin(batch.topic_id, batch_ids)
+    to_bcq = queued & in_batch_topic if bcq is not None else np.zeros(len(batch), dtype=bool)
+    to_cq = queued & ~in_batch_topic if cq is not None else np.zeros(len(batch), dtype=bool)
+    offered = np.flatnonzero(to_bcq | to_cq)
+    if len(offered) == 0:
+        return
+    # putMessagePositionInfoWrapper sets logicsMsgTimestamp even for a repeated unit
+    stats.last_cq_timestamp = int(stamps[offered[-1]])
+    live = to_bcq
+    cq_rows = np.flatnonzero(to_cq)
+    if len(cq_rows):
+        stats.cq_offered += len(cq_rows)
+        # a queue's state only grows (max_physic, write_pos), so a record it already covers
+        # when the batch starts is skipped by the loop below too; states are asked for in
+        # record order (that order lists the queues)
+        keys = (batch.topic_id[cq_rows].astype(np.int64) << 32) | (batch.queue_id[cq_rows]
+                                                                    & 0xFFFFFFFF)
+        _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+        max_physic = np.empty(len(first), dtype=np.int64)
+        write_pos = np.empty(len(first), dtype=np.int64)
+        has_pos = np.zeros(len(first), dtype=bool)
+        for u in np.argsort(first, kind="stable").tolist():
+            row = int(cq_rows[first[u]])
+            state = cq.state(names[batch.topic_id[row]], int(batch.queue_id[row]))
+            max_physic[u] = state["max_physic"]
+            if state["write_pos"] is not None:
+                write_pos[u], has_pos[u] = state["write_pos"], True
+        inverse = inverse.reshape(-1)
+        covered = (offsets[cq_rows] + sizes[cq_rows] <= max_physic[inverse]) | (
+            has_pos[inverse] & (batch.queue_offset[cq_rows] * _UNIT < write_pos[inverse]))
+        live = live.copy()
+        live[cq_rows[~covered]] = True
+    rows = np.flatnonzero(live)
+    if len(rows) == 0:
+        return
+    schedule = batch.topics.find(codecs.SCHEDULE_TOPIC)
+    hashes = props.tags_hashes() if to_cq[rows].any() else None
+    for i, topic_id, queue_id, offset, size, queue_offset, stamp in zip(
+            rows.tolist(), batch.topic_id[rows].tolist(), batch.queue_id[rows].tolist(),
+            offsets[rows].tolist(), sizes[rows].tolist(), batch.queue_offset[rows].tolist(),
+            stamps[rows].tolist()):
+        topic = names[topic_id]
+        if to_bcq[i]:
+            record_props = props.decoded(i)
+            if bcq.put(topic, queue_id, offset, size,
+                       codecs.tags_code(topic, record_props, stamp), stamp,
+                       *codecs.batch_position(record_props, queue_offset)):
+                stats.cq_written += 1
+            continue
+        state = cq.state(topic, queue_id)
+        write_pos = state["write_pos"]
+        if offset + size <= state["max_physic"] or (
+                write_pos is not None and queue_offset * _UNIT < write_pos):
+            continue
+        if topic_id == schedule:
+            record_props = props.decoded(i)
+            if schedule_loaded:
+                code = codecs.tags_code(topic, record_props, stamp)
+            else:
+                # 4.9 recovers before ScheduleMessageService.load(): maxDelayLevel is still 0,
+                # so the level clamps to 0 and the unit keeps the TAGS hash instead of the
+                # delivery time (crash-lost-small/recovered shows it)
+                tags = record_props.get("TAGS")
+                code = codecs.java_string_hash(tags) if tags else 0
+        else:
+            code = int(hashes[i])
+        if cq.put(topic, queue_id, offset, size, code, queue_offset):
+            stats.cq_written += 1
+
+
+def _dispatch_index(batch: RecordBatch, offsets: np.ndarray, props: _DispatchProperties,
+                    index: RepairIndexWriter, index_from: int, prefixes: dict[int, int]) -> None:
+    """BuildIndex for the records of a batch: UNIQ_KEY then each KEYS item of every record,
+    hashed as ``topic#key`` together and put in that order."""
+    wanted = (offsets >= index_from) & ((batch.sys_flag & _TYPE_MASK) != _ROLLBACK)
+    # offsets grow through the dispatch, so only records before the writer's last one (a
+    # seeded file's) are already indexed
+    if index.has_file:
+        wanted &= offsets >= index.end_phy_offset
+    rows = np.flatnonzero(wanted)
+    if len(rows) == 0 or not index.enabled:
+        return
+    u_starts, u_ends = (a[rows] for a in props.spans("UNIQ_KEY"))
+    k_starts, k_ends = (a[rows] for a in props.spans("KEYS"))
+    with_uniq = np.flatnonzero(u_starts >= 0)
+    with_keys = np.flatnonzero(k_starts >= 0)
+    k_owner, k_piece_starts, k_piece_ends = _codec.split_spans(
+        props.data, k_starts[with_keys], k_ends[with_keys], _KEY_SEPARATOR)
+    owner = np.concatenate((with_uniq, with_keys[k_owner]))
+    if len(owner) == 0:
+        return
+    # each record's UNIQ_KEY first, then its keys in order
+    order = np.argsort(owner * 2 + np.repeat((0, 1), (len(with_uniq), len(k_owner))),
+                       kind="stable")
+    owner = owner[order]
+    starts = np.concatenate((u_starts[with_uniq], k_piece_starts))[order]
+    ends = np.concatenate((u_ends[with_uniq], k_piece_ends))[order]
+    topic_ids = batch.topic_id[rows]
+    for t in np.unique(topic_ids[owner]).tolist():
+        if t not in prefixes:
+            prefixes[t] = codecs.index_key_prefix_hash(batch.topics.names[t])
+    prefix_of = np.zeros(int(topic_ids.max()) + 1, dtype=np.uint32)
+    for t, h in prefixes.items():
+        if t < len(prefix_of):
+            prefix_of[t] = h
+    key_prefixes = prefix_of[topic_ids[owner]]
+    hashes, exact = _codec.java_hashes(props.data, starts, ends, key_prefixes)
+    for k in np.flatnonzero(~exact).tolist():
+        hashes[k] = codecs.java_hash_extend(int(key_prefixes[k]),
+                                            props.text(int(starts[k]), int(ends[k])))
+    # keys held back by an earlier build_index go first
+    index.put_held()
+    index.put_many(_codec.index_hashes_of(hashes), offsets[rows][owner],
+                   batch.store_timestamp[rows][owner])
 
 
 # --- helpers on files ------------------------------------------------------------------------------

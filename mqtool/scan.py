@@ -464,7 +464,48 @@ class RecordBatch:
             _FLAG_VALUES[int(self.prop_crc_ok[i])])
 
     def records(self) -> list[MessageRecord]:
-        return [self.record(i) for i in range(len(self))]
+        """Every record, the columns converted once for the whole batch (not via record(i))."""
+        if self._records is not None:
+            return list(self._records)
+        buf, base, names = self.buf, self.base, self.topics.names
+        n = len(self)
+        born_ip, born_port, store_ip, store_port = [None] * n, [0] * n, [None] * n, [0] * n
+        host = (self.sys_flag & HOST_FLAGS) >> _HOST_SHIFT
+        for variant in np.unique(host).tolist():
+            sel = np.flatnonzero(host == variant)
+            middle = _codec.gather(buf, _MIDDLE_DTYPES[variant << _HOST_SHIFT],
+                                   self.position[sel] + HEADER.size)
+            rows = sel.tolist()
+            for column, values in ((born_ip, middle["born_host"]["ip"]),
+                                   (born_port, middle["born_host"]["port"]),
+                                   (store_ip, middle["store_host"]["ip"]),
+                                   (store_port, middle["store_host"]["port"])):
+                if len(rows) == n:
+                    column[:] = values.tolist()
+                else:
+                    for i, value in zip(rows, values.tolist()):
+                        column[i] = value
+        props = [bytes(buf[p:p + length]) if length > 0 else b"" for p, length in
+                 zip(self.properties_position.tolist(), self.properties_length.tolist())]
+        return list(map(MessageRecord._make, zip(
+            (self.position + base).tolist(), self.total_size.tolist(), self.magic_code.tolist(),
+            self.body_crc.tolist(), self.queue_id.tolist(), self.flag.tolist(),
+            self.queue_offset.tolist(), self.physical_offset.tolist(), self.sys_flag.tolist(),
+            self.born_timestamp.tolist(), born_ip, born_port, self.store_timestamp.tolist(),
+            store_ip, store_port, self.reconsume_times.tolist(),
+            self.prepared_transaction_offset.tolist(), self.body_length.tolist(),
+            (self.body_position + base).tolist(), [names[t] for t in self.topic_id.tolist()],
+            props, map(_FLAG_VALUES.__getitem__, self.body_crc_ok.tolist()),
+            map(_FLAG_VALUES.__getitem__, self.prop_crc_ok.tolist()))))
+
+    def head(self, n: int) -> RecordBatch:
+        """The first ``n`` records as a batch (valid as long as this one is)."""
+        head = RecordBatch.__new__(RecordBatch)
+        head.buf, head.base, head.topics = self.buf, self.base, self.topics
+        head._records = None if self._records is None else self._records[:n]
+        for name in _COLUMNS:
+            setattr(head, name, getattr(self, name)[:n])
+        return head
 
     @classmethod
     def from_records(cls, records: list[MessageRecord], base: int,
