@@ -275,6 +275,54 @@ def index_hashes_of(values: np.ndarray) -> np.ndarray:
     return np.where(signed == -(1 << 31), 0, np.abs(signed))
 
 
+def string_hash_codes(data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """String.hashCode (as Java ints) of the UTF-8 strings ``data[starts:ends]``, 0 where a
+    start is negative (an absent property): the tagsCode of a TAGS value."""
+    starts = np.asarray(starts, dtype=np.int64)
+    codes = np.zeros(len(starts), dtype=np.int64)
+    has = np.flatnonzero(starts >= 0)
+    if len(has):
+        hashes, exact = java_hashes(data, starts[has], ends[has])
+        codes[has] = signed32(hashes)
+        for k in np.flatnonzero(~exact).tolist():
+            i = int(has[k])
+            codes[i] = codecs.java_string_hash_fast(_text(data, starts[i], ends[i]))
+    return codes
+
+
+def index_key_spans(data: np.ndarray, uniq: tuple[np.ndarray, np.ndarray],
+                    keys: tuple[np.ndarray, np.ndarray], separator: int
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(owner, starts, ends) of the keys buildIndex puts for each record, in its order: the
+    record's UNIQ_KEY, then its KEYS items split at ``separator``. ``uniq``/``keys`` are the
+    properties' (starts, ends) per record, starts -1 where absent; owner is the record's row."""
+    u_starts, u_ends = uniq
+    k_starts, k_ends = keys
+    with_uniq = np.flatnonzero(u_starts >= 0)
+    with_keys = np.flatnonzero(k_starts >= 0)
+    k_owner, k_piece_starts, k_piece_ends = split_spans(data, k_starts[with_keys],
+                                                        k_ends[with_keys], separator)
+    owner = np.concatenate((with_uniq, with_keys[k_owner]))
+    order = np.argsort(owner * 2 + np.repeat((0, 1), (len(with_uniq), len(k_owner))),
+                       kind="stable")
+    return (owner[order], np.concatenate((u_starts[with_uniq], k_piece_starts))[order],
+            np.concatenate((u_ends[with_uniq], k_piece_ends))[order])
+
+
+def index_key_hashes(data: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                     prefixes: np.ndarray) -> np.ndarray:
+    """IndexFile hashes of ``topic#key`` for the keys ``data[starts:ends]``, ``prefixes`` being
+    the unsigned hashCodes of their ``topic#``."""
+    hashes, exact = java_hashes(data, starts, ends, prefixes)
+    for k in np.flatnonzero(~exact).tolist():
+        hashes[k] = codecs.java_hash_extend(int(prefixes[k]), _text(data, starts[k], ends[k]))
+    return index_hashes_of(hashes)
+
+
+def _text(data: np.ndarray, start, end) -> str:
+    return data[int(start):int(end)].tobytes().decode("utf-8", errors="replace")
+
+
 # --- message properties of many records at once ----------------------------------------------------
 
 _PROPERTY = ord(codecs.PROPERTY_SEPARATOR)

@@ -787,25 +787,14 @@ class _DispatchProperties:
             self.values = _codec.property_values(self.data, begins, ("TAGS", "UNIQ_KEY", "KEYS"))
         return self.values[name]
 
-    def text(self, start: int, end: int) -> str:
-        return self.data[start:end].tobytes().decode("utf-8", errors="replace")
-
     def decoded(self, i: int) -> dict[str, str]:
         """All properties of one record (what the rare cases read)."""
         return codecs.decode_properties(self.batch.properties_raw(i))
 
     def tags_hashes(self) -> np.ndarray:
         """hashCode of each record's TAGS, 0 without: tags_code outside SCHEDULE_TOPIC."""
-        starts, ends = self.spans("TAGS")
-        codes = np.zeros(len(starts), dtype=np.int64)
-        has = np.flatnonzero(starts >= 0)
-        if len(has):
-            hashes, exact = _codec.java_hashes(self.data, starts[has], ends[has])
-            codes[has] = _codec.signed32(hashes)
-            for k in np.flatnonzero(~exact).tolist():
-                i = int(has[k])
-                codes[i] = codecs.java_string_hash_fast(self.text(int(starts[i]), int(ends[i])))
-        return codes
+        starts, ends = self.spans("TAGS")   # parses the batch's properties
+        return _codec.string_hash_codes(self.data, starts, ends)
 
 
 def _dispatch_queues(batch: RecordBatch, offsets: np.ndarray, props: _DispatchProperties,
@@ -904,21 +893,11 @@ def _dispatch_index(batch: RecordBatch, offsets: np.ndarray, props: _DispatchPro
     rows = np.flatnonzero(wanted)
     if len(rows) == 0 or not index.enabled:
         return
-    u_starts, u_ends = (a[rows] for a in props.spans("UNIQ_KEY"))
-    k_starts, k_ends = (a[rows] for a in props.spans("KEYS"))
-    with_uniq = np.flatnonzero(u_starts >= 0)
-    with_keys = np.flatnonzero(k_starts >= 0)
-    k_owner, k_piece_starts, k_piece_ends = _codec.split_spans(
-        props.data, k_starts[with_keys], k_ends[with_keys], _KEY_SEPARATOR)
-    owner = np.concatenate((with_uniq, with_keys[k_owner]))
+    uniq = tuple(a[rows] for a in props.spans("UNIQ_KEY"))   # parses the batch's properties
+    keys = tuple(a[rows] for a in props.spans("KEYS"))
+    owner, starts, ends = _codec.index_key_spans(props.data, uniq, keys, _KEY_SEPARATOR)
     if len(owner) == 0:
         return
-    # each record's UNIQ_KEY first, then its keys in order
-    order = np.argsort(owner * 2 + np.repeat((0, 1), (len(with_uniq), len(k_owner))),
-                       kind="stable")
-    owner = owner[order]
-    starts = np.concatenate((u_starts[with_uniq], k_piece_starts))[order]
-    ends = np.concatenate((u_ends[with_uniq], k_piece_ends))[order]
     topic_ids = batch.topic_id[rows]
     for t in np.unique(topic_ids[owner]).tolist():
         if t not in prefixes:
@@ -927,15 +906,10 @@ def _dispatch_index(batch: RecordBatch, offsets: np.ndarray, props: _DispatchPro
     for t, h in prefixes.items():
         if t < len(prefix_of):
             prefix_of[t] = h
-    key_prefixes = prefix_of[topic_ids[owner]]
-    hashes, exact = _codec.java_hashes(props.data, starts, ends, key_prefixes)
-    for k in np.flatnonzero(~exact).tolist():
-        hashes[k] = codecs.java_hash_extend(int(key_prefixes[k]),
-                                            props.text(int(starts[k]), int(ends[k])))
+    hashes = _codec.index_key_hashes(props.data, starts, ends, prefix_of[topic_ids[owner]])
     # keys held back by an earlier build_index go first
     index.put_held()
-    index.put_many(_codec.index_hashes_of(hashes), offsets[rows][owner],
-                   batch.store_timestamp[rows][owner])
+    index.put_many(hashes, offsets[rows][owner], batch.store_timestamp[rows][owner])
 
 
 # --- helpers on files ------------------------------------------------------------------------------

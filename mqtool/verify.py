@@ -911,22 +911,10 @@ class _BatchProperties:
     def raw(self, start: int, end: int) -> bytes:
         return self.data[start:end].tobytes()
 
-    def text(self, start: int, end: int) -> str:
-        return self.raw(start, end).decode("utf-8", errors="replace")
-
     def tags_codes(self, batch: RecordBatch, delays: dict) -> np.ndarray:
         """The tagsCode each record's ConsumeQueue unit should carry (codecs.tags_code)."""
         if self._tags_codes is None:
-            starts, ends = self.values["TAGS"]
-            codes = np.zeros(len(batch), dtype=np.int64)
-            has = np.flatnonzero(starts >= 0)
-            if len(has):
-                hashes, exact = _codec.java_hashes(self.data, starts[has], ends[has])
-                codes[has] = _codec.signed32(hashes)
-                for k in np.flatnonzero(~exact).tolist():
-                    i = int(has[k])
-                    codes[i] = codecs.java_string_hash_fast(self.text(int(starts[i]),
-                                                                      int(ends[i])))
+            codes = _codec.string_hash_codes(self.data, *self.values["TAGS"])
             schedule = batch.topics.find(codecs.SCHEDULE_TOPIC)
             if schedule is not None:
                 d_starts, d_ends = self.values["DELAY"]
@@ -1353,24 +1341,14 @@ class _BatchChecker(_SegmentChecker):
         indexed = tx != _ROLLBACK
         u_start, u_end = props.values["UNIQ_KEY"]
         k_start, k_end = props.values["KEYS"]
-        with_uniq = np.flatnonzero(indexed & (u_start >= 0))
-        with_keys = np.flatnonzero(indexed & (k_start >= 0))
-        owner, starts, ends = _codec.split_spans(props.data, k_start[with_keys], k_end[with_keys],
-                                                 _KEY_SEPARATOR)
-        records = np.concatenate([with_uniq, with_keys[owner]])
-        starts = np.concatenate([u_start[with_uniq], starts])
-        ends = np.concatenate([u_end[with_uniq], ends])
+        records, starts, ends = _codec.index_key_spans(
+            props.data, (np.where(indexed, u_start, -1), u_end),
+            (np.where(indexed, k_start, -1), k_end), _KEY_SEPARATOR)
         if len(records) == 0:
             return records, records
-        topic_ids = batch.topic_id[records]
         prefixes = np.array([self._prefix(batch, t) for t in range(len(batch.topics.names))],
-                            dtype=np.uint32)[topic_ids]
-        hashes, exact = _codec.java_hashes(props.data, starts, ends, prefixes)
-        values = _codec.index_hashes_of(hashes)
-        for k in np.flatnonzero(~exact).tolist():
-            values[k] = codecs.index_key_hash_after(int(prefixes[k]),
-                                                    props.text(int(starts[k]), int(ends[k])))
-        return records, values
+                            dtype=np.uint32)[batch.topic_id[records]]
+        return records, _codec.index_key_hashes(props.data, starts, ends, prefixes)
 
     def _prefix(self, batch: RecordBatch, topic_id: int) -> int:
         prefix = self.prefixes.get(topic_id)

@@ -19,7 +19,7 @@ import numpy as np
 from .codec import (BATCH_CQ_UNIT, BLANK_RECORD, CQ_UNIT, INDEX_ENTRY, INDEX_ENTRY_DTYPE,
                     INDEX_HEADER, INDEX_SLOT, INDEX_SLOT_DTYPE, MESSAGE_HEADER, MESSAGE_MIDDLE,
                     PROPERTIES_LENGTH, TIMERLOG_BLANK, TIMERLOG_UNIT, TIMERWHEEL_SLOT, TOPIC_LENGTH,
-                    index_hashes_of, java_hashes)
+                    index_key_hashes)
 
 from .formats import codecs
 from .formats import commitlog as cl_fmt
@@ -599,11 +599,8 @@ class IndexWriter:
         raw = [key.encode("utf-8") for key in keys]
         lengths = np.fromiter(map(len, raw), dtype=np.int64, count=len(raw))
         ends = np.cumsum(lengths)
-        hashes, exact = java_hashes(np.frombuffer(b"".join(raw), dtype=np.uint8), ends - lengths,
-                                    ends, prefixes)
-        for i in np.flatnonzero(~exact).tolist():
-            hashes[i] = codecs.java_hash_extend(int(prefixes[i]), keys[i])
-        self.put_many(index_hashes_of(hashes), offsets, stamps)
+        self.put_many(index_key_hashes(np.frombuffer(b"".join(raw), dtype=np.uint8),
+                                       ends - lengths, ends, prefixes), offsets, stamps)
 
     def flush(self) -> None:
         self.put_held()
