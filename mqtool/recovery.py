@@ -18,6 +18,7 @@ is tested against; where they and the spec differ, the stores win (see the comme
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -339,6 +340,18 @@ def truncate_dirty_logic(queue: ConsumeQueue, process_offset: int, units_per_fil
     return result
 
 
+def deleted_on_load(files: list[Segment], segment: Segment, version: str) -> bool:
+    """5.1.3+ MappedFileQueue.doLoad deletes an empty *last* file (of the CommitLog and of every
+    queue) instead of refusing to start over its size."""
+    return version != VERSION_49 and segment is files[-1] and segment.length == 0
+
+
+def _as_loaded(queue: ConsumeQueue, version: str) -> ConsumeQueue:
+    if queue.segments and deleted_on_load(queue.segments, queue.segments[-1], version):
+        return dataclasses.replace(queue, segments=queue.segments[:-1])
+    return queue
+
+
 def queue_kinds(store: Store) -> list[tuple[QueueKind, list[ConsumeQueue], int]]:
     """(kind, queues, units per file) of the ConsumeQueues and the BatchConsumeQueues."""
     return [(CONSUME_QUEUE, store.consume_queues, store.cq_units_per_file),
@@ -484,7 +497,7 @@ def _index_entries_past(store: Store, names: list[str], offset: int) -> int:
     return count
 
 
-def predict_recovery(store: Store, *, mode: str = "auto", broker_version: str = "4.9",
+def predict_recovery(store: Store, *, mode: str = "auto", broker_version: str = "auto",
                      check_crc: bool = True, message_index_safe: bool = False,
                      force_verify_prop_crc: bool = False,
                      file_verdicts: dict[int, FileVerdict] | None = None,
@@ -511,18 +524,25 @@ def predict_recovery(store: Store, *, mode: str = "auto", broker_version: str = 
     file_size = commitlog.file_size
 
     refuses = [f"commitlog/{s.name} is {s.length} bytes, not {file_size}" for s in segments
-               if s.length != file_size
-               and not (s is segments[-1] and s.length == 0 and version != VERSION_49)]
+               if s.length != file_size and not deleted_on_load(segments, s, version)]
     for kind, queues, upf in queue_kinds(store):
         wanted = upf * kind.unit_size
-        refuses += [f"{store.relative(s.path)} is {s.length} bytes, not {wanted}"
-                    for q in queues for s in q.segments if s.length != wanted]
-    if version != VERSION_49 and segments and segments[-1].length == 0:
+        for q in queues:
+            for s in q.segments:
+                if s.length != wanted and deleted_on_load(q.segments, s, version):
+                    notes.append(f"5.1.3+ deletes the empty last file {store.relative(s.path)} "
+                                 "on load")
+                elif s.length != wanted:
+                    refuses.append(f"{store.relative(s.path)} is {s.length} bytes, not {wanted}")
+    if segments and deleted_on_load(segments, segments[-1], version):
         notes.append(f"5.1.3+ deletes the empty last file commitlog/{segments[-1].name} on load")
         segments = segments[:-1]
+    # the queues as the load leaves them
+    loaded_kinds = [(kind, [_as_loaded(q, version) for q in queues], upf)
+                    for kind, queues, upf in queue_kinds(store)]
 
     queue_recoveries = [recover_consume_queue(q, upf, kind)
-                        for kind, queues, upf in queue_kinds(store) for q in queues]
+                        for kind, queues, upf in loaded_kinds for q in queues]
     max_phy_cq = max((q.max_physic_offset for q in queue_recoveries), default=-1)
     dropped_by_recover = sum(q.dropped_units for q in queue_recoveries)
 
@@ -552,7 +572,7 @@ def predict_recovery(store: Store, *, mode: str = "auto", broker_version: str = 
         plan.start_reason = "no CommitLog file"
         plan.stop_reason = "no CommitLog file"
         plan.cq_units_truncated = sum(valid_prefix(read_cq_units(seg.path, upf, kind), kind)
-                                      for kind, queues, upf in queue_kinds(store)
+                                      for kind, queues, upf in loaded_kinds
                                       for q in queues for seg in q.segments)
         plan.notes.append("no CommitLog files: the broker destroys every ConsumeQueue")
         return plan
@@ -653,7 +673,7 @@ def predict_recovery(store: Store, *, mode: str = "auto", broker_version: str = 
     if max_phy_cq >= process_offset:
         plan.cq_truncate_called = True
         plan.cq_truncations = [truncate_dirty_logic(q, process_offset, upf, kind)
-                               for kind, queues, upf in queue_kinds(store) for q in queues]
+                               for kind, queues, upf in loaded_kinds for q in queues]
         plan.cq_units_truncated = sum(t.units for t in plan.cq_truncations)
 
     # -- what gets dispatched again

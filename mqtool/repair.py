@@ -57,7 +57,7 @@ from .formats import commitlog as cl_fmt
 from .formats import consumequeue as cq_fmt
 from .formats import indexfile as idx_fmt
 from .recovery import (BATCH_CONSUME_QUEUE, CONSUME_QUEUE, INDEX_ENTRY_DTYPE, VERSION_49, VERSION_532, BrokerRules, FileJudge, QueueKind,
-                       FileVerdict, RecoveryPlan, predict_recovery, queue_kinds,
+                       FileVerdict, RecoveryPlan, deleted_on_load, predict_recovery, queue_kinds,
                        recover_consume_queue, truncate_dirty_logic)
 from .passport import store_passport
 from .query import JAVA_LONG_MAX, MAX_MSGS_NUM_BATCH, IndexSet, broker_query_message
@@ -1046,18 +1046,23 @@ def _zero_queue_tail(stage: Stage, view: ConsumeQueue, end_units: int, file_size
                     remaining -= n
 
 
-def _fix_queue_file_sizes(stage: Stage, store: Store, notes: list[str]) -> None:
-    """A queue file of the wrong size makes the broker refuse to load; pad or cut it."""
+def _fix_queue_file_sizes(stage: Stage, store: Store, version: str, notes: list[str]) -> None:
+    """A queue file of the wrong size makes the broker refuse to load; pad or cut it (an empty
+    last file, which 5.1.3+ deletes on load, is deleted as it does)."""
     for kind, queues, upf in queue_kinds(store):
-        _fix_file_sizes(stage, kind, queues, upf * kind.unit_size, notes)
+        _fix_file_sizes(stage, kind, queues, upf * kind.unit_size, version, notes)
 
 
 def _fix_file_sizes(stage: Stage, kind: QueueKind, queues: list[ConsumeQueue], size: int,
-                    notes: list[str]) -> None:
+                    version: str, notes: list[str]) -> None:
     for queue in queues:
         for seg in queue.segments:
             if seg.length != size:
                 rel = _queue_rel(queue.topic, queue.queue_id, seg.name, kind)
+                if deleted_on_load(queue.segments, seg, version):
+                    stage.delete(rel)
+                    notes.append(f"{rel}: empty last file deleted, as 5.1.3+ does on load")
+                    continue
                 path = stage.copy_in(rel)
                 with open(path, "r+b") as fh:
                     fh.truncate(size)
@@ -1616,7 +1621,7 @@ def _unscanned(segment: Segment) -> FileVerdict:
     return FileVerdict(segment.base_offset, segment.name, segment.base_offset, "end-of-file")
 
 
-def plan_recover(store: Store, stage: Stage, *, mode: str = "auto", broker_version: str = "4.9",
+def plan_recover(store: Store, stage: Stage, *, mode: str = "auto", broker_version: str = "auto",
                  check_crc: bool = True, message_index_safe: bool = False,
                  force_verify_prop_crc: bool = False, reindex_all: bool = False,
                  keep_stale: bool = False, progress=None) -> RepairPlan:
@@ -1643,7 +1648,7 @@ def plan_recover(store: Store, stage: Stage, *, mode: str = "auto", broker_versi
                "keep_stale": keep_stale,
                "broker_version_from": "passport" if broker_version == "auto"
                else "--broker-version"}
-    _fix_queue_file_sizes(stage, store, notes)
+    _fix_queue_file_sizes(stage, store, version, notes)
     if not segments:
         plan = _recover_without_commitlog(store, stage, first, notes, options)
         plan.passport = passport
@@ -1931,7 +1936,7 @@ def record_boundaries_ok(store: Store, offset: int) -> tuple[bool, str]:
 
 
 def plan_truncate(store: Store, stage: Stage, *, to: int | None = None,
-                  broker_version: str = "4.9", mode: str = "auto", check_crc: bool = True,
+                  broker_version: str = "auto", mode: str = "auto", check_crc: bool = True,
                   force_verify_prop_crc: bool = False, progress=None) -> RepairPlan:
     """Cut the CommitLog at ``to`` (default: the broker's processOffset), with the ConsumeQueue
     units and index entries pointing at or past it."""
@@ -2006,7 +2011,7 @@ def plan_truncate(store: Store, stage: Stage, *, to: int | None = None,
 
 def plan_rebuild_queues(store: Store, stage: Stage, *, topic: str | None = None,
                         queue_id: int | None = None, cq_units: int | None = None,
-                        broker_version: str = "4.9", progress=None) -> RepairPlan:
+                        broker_version: str = "auto", progress=None) -> RepairPlan:
     """ConsumeQueue files regenerated from the CommitLog records up to the recovered end."""
     rp = _predict(store, progress, broker_version=broker_version)
     po = rp.process_offset
@@ -2067,7 +2072,7 @@ def plan_rebuild_queues(store: Store, stage: Stage, *, topic: str | None = None,
 # --- rebuild-index ------------------------------------------------------------------------------------
 
 def plan_rebuild_index(store: Store, stage: Stage, *, slots: int | None = None,
-                       entries: int | None = None, broker_version: str = "4.9",
+                       entries: int | None = None, broker_version: str = "auto",
                        progress=None) -> RepairPlan:
     """Every IndexFile regenerated from the CommitLog records up to the recovered end."""
     rp = _predict(store, progress, broker_version=broker_version)

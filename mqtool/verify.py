@@ -46,7 +46,7 @@ from .formats import commitlog as cl_fmt
 from .formats import consumequeue as cq_fmt
 from .formats import indexfile as idx_fmt
 from .recovery import (INDEX_ENTRY_DTYPE, INDEX_HEADER_DTYPE, BrokerRules, FileJudge,
-                       FileVerdict, RecoveryPlan, predict_recovery, read_cq_units,
+                       FileVerdict, RecoveryPlan, deleted_on_load, predict_recovery, read_cq_units,
                        resolve_broker_version)
 from .scan import (FLAG_FALSE, FLAG_TRUE, CorruptRegion, MessageRecord, RecordBatch, message_at,
                    scan_segment, scan_segment_batches)
@@ -1396,7 +1396,7 @@ def _inside_segments(offsets: np.ndarray, starts: np.ndarray, ends: np.ndarray) 
 
 
 def _check_queue_structure(store: Store, queue, starts, ends, min_offset: int, sink: _Sink,
-                           deferred: list) -> _QueueInfo | None:
+                           deferred: list, version: str) -> _QueueInfo | None:
     """Unit validity, order and reach of one queue; returns what a worker needs to merge it, or
     None when the queue cannot be merged (then its units are checked one by one)."""
     unit_size = cq_fmt.CQ_STORE_UNIT_SIZE
@@ -1411,7 +1411,11 @@ def _check_queue_structure(store: Store, queue, starts, ends, min_offset: int, s
         rel = store.relative(seg.path)
         last_file = k == len(queue.segments) - 1
         base = seg.base_offset // unit_size
-        if seg.length % unit_size or seg.length != upf * unit_size:
+        if deleted_on_load(queue.segments, seg, version):
+            sink.add(_finding("CQ_FILE_SIZE", rel, 0, "an empty last file: 5.1.3+ deletes it on "
+                              "load (mqtool recover does too)", severity=WARNING,
+                              topic=queue.topic, queue_id=queue.queue_id))
+        elif seg.length % unit_size or seg.length != upf * unit_size:
             lost = ""
             if not last_file and seg.length < upf * unit_size:
                 # the next file starts where the geometry says, so these units are simply gone
@@ -1908,7 +1912,8 @@ def verify_store(store: Store, *, quick: bool = False, progress=None, broker_ver
         if queue.topic.startswith("%LMQ%"):
             unchecked.add(key)  # LMQ units point at records of other topics by design
             continue
-        info = _check_queue_structure(store, queue, starts, ends, min_offset, sink, deferred)
+        info = _check_queue_structure(store, queue, starts, ends, min_offset, sink, deferred,
+                                      version)
         if isinstance(info, _Irregular):
             irregular.append(info.info)
             unchecked.add(key)

@@ -65,3 +65,37 @@ def test_torn_v2_record_ends_the_broker_scan_there(v5_store, mqtool):
     assert {f["code"] for f in at_target} & {"CL_CRC_MISMATCH", "CL_LENGTH_MISMATCH",
                                             "CL_PROP_CRC_MISMATCH"}
     assert report["recovery"]["process_offset"] == target.offset
+
+
+@pytest.mark.parametrize("broker_version", [4, 5])
+def test_empty_last_queue_file_is_deleted_by_5x_and_refused_by_4x(tmp_path, broker_version):
+    """MappedFileQueue.doLoad from 5.1.3 deletes an empty last file of any queue; 4.9 refuses to
+    start over its size."""
+    from mqtool.forge import ForgeOptions, make_store
+    from mqtool.recovery import predict_recovery
+    from mqtool.repair import run_repair
+    from mqtool.verify import verify_store
+    root = tmp_path / "store"
+    make_store(root, ForgeOptions(messages=300, seed=1, broker_version=broker_version))
+    queue = root / "consumequeue" / "TopicTest" / "0"
+    first = sorted(queue.iterdir())[-1]
+    empty = queue / f"{int(first.name) + first.stat().st_size:020d}"
+    empty.write_bytes(b"")
+    rel = f"consumequeue/TopicTest/0/{empty.name}"
+    plan = predict_recovery(Store(root), broker_version="auto")
+    sized = [f for f in verify_store(Store(root)).findings if f.code == "CQ_FILE_SIZE"]
+    assert [(f.file, f.severity) for f in sized] == [
+        (rel, "warning" if broker_version == 5 else "error")]
+    if broker_version == 5:
+        assert plan.refuses_to_start == []
+        assert any(rel in note and "deletes the empty last file" in note for note in plan.notes)
+    else:
+        assert plan.refuses_to_start == [f"{rel} is 0 bytes, not {first.stat().st_size}"]
+    notes = run_repair("recover", root).plan.notes
+    if broker_version == 5:
+        assert f"{rel}: empty last file deleted, as 5.1.3+ does on load" in notes
+    else:
+        # padded so the broker can load it (then dropped as a file past the queue's end)
+        assert any(note.startswith(f"{rel}: 0 bytes resized") for note in notes)
+    assert not empty.exists()
+    assert [f for f in verify_store(Store(root)).findings if f.severity == "error"] == []
