@@ -156,6 +156,8 @@ POW31 = np.array([pow(31, n, 1 << 32) for n in range(HASH_MAX_LENGTH + 1)], dtyp
 # 31^(width-1) .. 31^0: right-aligned units times these, summed, are the polynomial
 _POW31_DESCENDING = POW31[HASH_MAX_LENGTH - 1::-1].copy()
 _HIGH_BITS = np.uint64(0x8080808080808080)     # a byte >= 0x80 in any of 8
+# column numbers of the fixed-width rows below (all widths fit uint16)
+_UNIT_COLUMNS = np.arange(1 << 16, dtype=np.uint16)
 
 
 def java_hashes(data: np.ndarray, starts: np.ndarray, ends: np.ndarray,
@@ -185,7 +187,9 @@ def java_hashes(data: np.ndarray, starts: np.ndarray, ends: np.ndarray,
             continue
         windows = gather(padded, f"V{width}", ends[sel] + (HASH_MAX_LENGTH - width))
         units = windows.view(np.uint8).reshape(len(sel), width)
-        units = units * (np.arange(width) >= (width - lengths[sel])[:, None])
+        # uint16 comparisons and a uint8 product: several times faster than int64 and bool
+        units *= (_UNIT_COLUMNS[:width] >= (width - lengths[sel]).astype(np.uint16)[:, None]
+                  ).view(np.uint8)
         exact[sel] &= ~(units.view(np.uint64) & _HIGH_BITS).any(axis=1)
         # uint32 accumulation wraps as Java's int arithmetic does
         hashes[sel] = np.einsum("ij,j->i", units, _POW31_DESCENDING[HASH_MAX_LENGTH - width:],
@@ -347,10 +351,10 @@ def property_blob(buf, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray
         # a row starts one byte before the properties (that byte becomes the separator)
         row_starts = starts[sel] - 1
         fits = (row_starts >= 0) & (row_starts + width <= len(buf))
-        rows = np.zeros((len(sel), width), dtype=np.uint8)
         if fits.all():
-            rows[:] = gather(buf, f"V{width}", row_starts).view(np.uint8).reshape(-1, width)
+            rows = gather(buf, f"V{width}", row_starts).view(np.uint8).reshape(-1, width)
         else:
+            rows = np.zeros((len(sel), width), dtype=np.uint8)
             inside = np.flatnonzero(fits)
             rows[inside] = gather(buf, f"V{width}", row_starts[inside]).view(
                 np.uint8).reshape(-1, width)
@@ -359,7 +363,7 @@ def property_blob(buf, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray
                 rows[k, 1:1 + int(lengths[sel[k]])] = np.frombuffer(
                     bytes(buf[start:start + int(lengths[sel[k]])]), dtype=np.uint8)
         row_lengths = lengths[sel]
-        rows *= np.arange(width) <= row_lengths[:, None]
+        rows *= (_UNIT_COLUMNS[:width] <= row_lengths.astype(np.uint16)[:, None]).view(np.uint8)
         rows[:, 0] = _PROPERTY
         rows[np.arange(len(sel)), row_lengths + 1] = _PROPERTY
         parts.append(rows.reshape(-1))
