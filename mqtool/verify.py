@@ -48,7 +48,7 @@ from .formats import indexfile as idx_fmt
 from .recovery import (INDEX_ENTRY_DTYPE, INDEX_HEADER_DTYPE, BrokerRules, FileJudge,
                        FileVerdict, RecoveryPlan, deleted_on_load, predict_recovery, read_cq_units,
                        resolve_broker_version)
-from .scan import (FLAG_FALSE, FLAG_TRUE, CorruptRegion, MessageRecord, RecordBatch, message_at,
+from .scan import (FLAG_FALSE, FLAG_NONE, FLAG_TRUE, CorruptRegion, MessageRecord, RecordBatch, message_at,
                    scan_segment, scan_segment_batches)
 from .timer import check_timer_store
 from .store import CommitLog, Segment, Store
@@ -327,6 +327,8 @@ class _SegmentResult:
     matched_after_stop: int = 0
     leftover_units: int = 0
     bytes: int = 0
+    v2_records: int = 0             # evidence for the store passport
+    prop_crc_records: int = 0       # records whose __CRC32# property was checked
     # (topic, qid) of a BatchConsumeQueue topic -> offsets of its dispatchable records
     batch_records: dict = field(default_factory=dict)
 
@@ -715,6 +717,10 @@ class _SegmentChecker:
                 kind = type(event)
                 if kind is MessageRecord:
                     result.messages += 1
+                    if event.magic_code == _V2_MAGIC:
+                        result.v2_records += 1
+                    if event.prop_crc_ok is not None:
+                        result.prop_crc_records += 1
                     offset = event.offset
                     live = not judge.stopped
                     if event.body_crc_ok is False:
@@ -1023,6 +1029,8 @@ class _BatchChecker(_SegmentChecker):
     def _batch(self, batch: RecordBatch, judge: FileJudge) -> None:
         n = len(batch)
         self.result.messages += n
+        self.result.v2_records += int(np.count_nonzero(batch.magic_code == _V2_MAGIC))
+        self.result.prop_crc_records += int(np.count_nonzero(batch.prop_crc_ok != FLAG_NONE))
         offsets = batch.offsets
         self.offsets = offsets
         self.props = None
@@ -2178,6 +2186,8 @@ def _report(store: Store, sink: _Sink, plan: RecoveryPlan, results) -> VerifyRep
         "infos": severities[INFO],
         "by_code": dict(sorted(by_code.items())),
         "messages_scanned": sum(r.messages for r in results),
+        "v2_records": sum(r.v2_records for r in results),
+        "prop_crc_records_checked": sum(r.prop_crc_records for r in results),
         "commitlog_bytes": sum(r.bytes for r in results),
         "listed": len(listed),
     }

@@ -94,3 +94,26 @@ def test_recover_starts_with_the_passport_and_names_its_rules(tmp_path, mqtool, 
     assert doc["passport"]["family"] == "5.x"
     assert doc["options"]["broker_version"] == rules
     assert doc["options"]["broker_version_from"] == source
+
+
+def test_verify_passport_counts_the_records_it_scanned(tmp_path, mqtool):
+    """verify's passport carries the V2 and property-CRC evidence of its own scan (counted here
+    with the scanner), in both engines, and says the records were scanned."""
+    from mqtool.formats import commitlog as cl_fmt
+    from mqtool.scan import Scanner
+    from mqtool.verify import verify_store
+    root = forge(tmp_path, "v5", broker_version=5, prop_crc=True, long_topic=True, messages=600)
+    records = list(Scanner(Store(root).commitlog).messages())
+    v2 = sum(r.magic_code == cl_fmt.MESSAGE_MAGIC_CODE_V2 for r in records)
+    prop_crc = sum(r.prop_crc_ok is not None for r in records)
+    assert v2 and prop_crc == len(records)
+    for engine in ("batches", "records"):
+        summary = verify_store(Store(root), engine=engine).summary
+        assert (summary["v2_records"], summary["prop_crc_records_checked"]) == (v2, prop_crc)
+    doc = json.loads(mqtool("verify", "--json", root).stdout)
+    evidence = claims(doc["passport"])
+    assert evidence["5.1+"].startswith(f"{v2:,} V2 records")
+    assert evidence["5.2+ with enabledAppendPropCRC"].startswith(f"{prop_crc:,} records")
+    plain = forge(tmp_path, "v4", messages=200)
+    evidence = claims(json.loads(mqtool("verify", "--json", plain).stdout)["passport"])
+    assert evidence == {"4.x": "no 5.x-only file, field or record"}

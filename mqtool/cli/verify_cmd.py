@@ -158,12 +158,15 @@ def verify(
     opt.check_mode(mode)
     expectation = _load_expectation(expect) if expect is not None else None
     store = opt.open_store(store_path, commitlog_file_size, cq_units, index_slots, index_entries)
-    passport = store_passport(store)
     total = sum(s.length for s in store.commitlog.segments)
     with progress_bar(total, "verify") as bar:
         report = verify_store(store, quick=quick, progress=bar, broker_version=broker_version,
                               mode=mode, force_verify_prop_crc=force_verify_prop_crc,
                               message_index_safe=message_index_safe, workers=workers)
+    # --quick checks no CRC, so it cannot tell whether records carry a property CRC
+    passport = store_passport(store, v2_records=report.summary["v2_records"],
+                              prop_crc_records=None if quick
+                              else report.summary["prop_crc_records_checked"])
     if expectation is not None:
         try:
             missing, unexpected = compare_findings(report, expectation)
