@@ -36,8 +36,8 @@ def check_batch_consume_queues(store: Store,
     findings = []
     referenced: dict[tuple[str, int], set[int]] = {}
 
-    def add(code, rel, offset, message, **extra):
-        findings.append({"code": code, "severity": "error", "file": rel, "offset": offset,
+    def add(code, rel, offset, message, severity="error", **extra):
+        findings.append({"code": code, "severity": severity, "file": rel, "offset": offset,
                          "message": message, **extra})
 
     unit_size = cq_fmt.BATCH_CQ_STORE_UNIT_SIZE
@@ -88,12 +88,12 @@ def check_batch_consume_queues(store: Store,
                         commitlog_offset=offset, topic=queue.topic, queue_id=queue.queue_id)
     for (topic, queue_id), offsets in sorted((records or {}).items()):
         _missing_units(store, topic, queue_id, offsets, referenced.get((topic, queue_id), set()),
-                       redispatch_from, findings)
+                       redispatch_from, add)
     return findings
 
 
 def _missing_units(store: Store, topic: str, queue_id: int, offsets: list[int],
-                   referenced: set[int], redispatch_from: int | None, findings: list) -> None:
+                   referenced: set[int], redispatch_from: int | None, add) -> None:
     """One BCQ_MISSING per run of consecutive records of the queue that no unit references."""
     offsets = sorted(offsets)
     run: list[int] = []
@@ -112,8 +112,7 @@ def _missing_units(store: Store, topic: str, queue_id: int, offsets: list[int],
                             and run[0] >= redispatch_from)
             if redispatched:
                 message += "; the broker's recovery dispatches them again"
-            findings.append({"code": "BCQ_MISSING",
-                             "severity": "warning" if redispatched else "error", "file": rel,
-                             "offset": position, "message": message, "commitlog_offset": run[0],
-                             "topic": topic, "queue_id": queue_id, "count": len(run)})
+            add("BCQ_MISSING", rel, position, message,
+                severity="warning" if redispatched else "error", commitlog_offset=run[0],
+                topic=topic, queue_id=queue_id, count=len(run))
             run = []
