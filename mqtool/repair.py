@@ -678,17 +678,8 @@ class _JudgedRecords:
         self.rules, self.verdicts, self.progress = rules, verdicts, progress
 
     def __iter__(self):
-        scanner = Scanner(self.store.commitlog, check_crc=self.rules.check_crc, resync=True)
-        for i in range(self.start_index, len(self.segments)):
-            seg = self.segments[i]
-            judge = FileJudge(seg, self.rules)
-            for event in scanner.scan_segment(seg, progress=self.progress):
-                judge.feed(event)
-                if not judge.stopped and type(event) is MessageRecord:
-                    yield event
-            self.verdicts[seg.base_offset] = judge.verdict
-            if not (judge.verdict.continues and i + 1 < len(self.segments)):
-                return
+        for batch in self.batches(TopicTable()):
+            yield from batch.records()
 
     def batches(self, topics: TopicTable):
         """The same records as RecordBatches, each valid until the next is asked for."""
