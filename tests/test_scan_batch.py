@@ -130,13 +130,18 @@ def _plain_fields(i: int) -> dict:
                 _prop_crc=False, _true_offset=True)
 
 
-def test_columns_are_the_record_fields():
+def _plain_records(count: int) -> tuple[list[bytes], bytes]:
+    """``count`` plain records laid out back to back, and the buffer they make."""
     records, pos = [], 0
-    for i in range(5):
+    for i in range(count):
         record = build_record(_plain_fields(i), pos)
         records.append(record)
         pos += len(record)
-    buf = b"".join(records)
+    return records, b"".join(records)
+
+
+def test_columns_are_the_record_fields():
+    records, buf = _plain_records(5)
     (batch,) = list(scan.scan_buffer_batches(buf, 1 << 30))
     expected = reference_events(buf, 1 << 30)
     assert list(batch.offsets) == [r.offset for r in expected]
@@ -323,12 +328,7 @@ def test_scanning_does_not_keep_the_mapping_busy(tmp_path):
 
 
 def test_batches_of_decoded_records_have_the_same_columns():
-    records, pos = [], 0
-    for i in range(4):
-        record = build_record(_plain_fields(i), pos)
-        records.append(record)
-        pos += len(record)
-    buf = b"".join(records)
+    records, buf = _plain_records(4)
     (mapped,) = list(scan.scan_buffer_batches(buf, 4096))
     decoded = scan.RecordBatch.from_records(reference_events(buf, 4096), 4096, mapped.topics)
     for name in scan._COLUMNS:
