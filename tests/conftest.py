@@ -1,6 +1,9 @@
 """Shared test plumbing: where the reference stores are, and how to run the real CLI."""
 from __future__ import annotations
 
+import functools
+import gzip
+import json
 import os
 import shutil
 import subprocess
@@ -25,6 +28,32 @@ def shared_store_names() -> list[str]:
 def reference_dirs() -> list[Path]:
     """The copied fixture store plus every shared store (tests parametrise over these)."""
     return [FIXTURE_STORE] + [SHARED_STORES / n for n in shared_store_names()]
+
+
+@functools.lru_cache(maxsize=None)
+def write_log(ref: Path) -> dict:
+    """The store's write.json(.gz): what was sent and what the broker answered ({} if absent)."""
+    for name, opener in (("write.json.gz", gzip.open), ("write.json", open)):
+        if (ref / name).is_file():
+            with opener(ref / name, "rt", encoding="utf-8") as fh:
+                return json.load(fh)
+    return {}
+
+
+# Properties of a classic batch as a whole (MessageExtBatch): the client's MessageBatch carries
+# WAIT, the broker adds CLUSTER. CommitLog's batch encoder appends them to every inner message's
+# own property bytes.
+CLASSIC_BATCH_PROPERTIES = ("WAIT", "CLUSTER")
+
+
+@functools.lru_cache(maxsize=None)
+def classic_batch_offsets(ref: Path) -> frozenset[int]:
+    """CommitLog offsets of the records a classic batch send became (one per message), from the
+    msgIds the broker answered (offsetMsgId: the offset is its last 16 hex digits)."""
+    return frozenset(int(msg_id[-16:], 16)
+                     for m in write_log(ref).get("messages", [])
+                     if m.get("kind") == "classicBatch" and m.get("msgId")
+                     for msg_id in m["msgId"].split(","))
 
 
 @pytest.fixture

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from conftest import FIXTURE_STORE, SHARED_STORES, reference_dirs
+from conftest import (CLASSIC_BATCH_PROPERTIES, FIXTURE_STORE, SHARED_STORES,
+                      classic_batch_offsets, reference_dirs)
 from mqtool.formats import codecs
 from mqtool.formats import commitlog as cl_fmt
 
@@ -362,6 +363,15 @@ def broker_units(ref: Path) -> list[tuple[str, int, list]]:
             for qid, q in queues.items()]
 
 
+@functools.lru_cache(maxsize=None)
+def broker_batch_units(ref: Path) -> list[tuple[str, int, list]]:
+    """The BatchConsumeQueue units the broker's recovery holds (5.3.3 BatchCQ stores only):
+    ``[msgBaseOffset, commitLogOffset, size, tagsCode, batchNum, compactedOffset]``."""
+    bcqs = load_json(ref / "recover.json.gz").get("batchConsumeQueues", {})
+    return [(topic, int(qid), q["units"]) for topic, queues in bcqs.items()
+            for qid, q in queues.items()]
+
+
 def unit_on_disk(ref: Path, topic: str, queue_id: int, queue_offset: int, units_per_file: int):
     """(offset, size, tagsCode) at a queue offset of the store/ CQ file, read with struct."""
     file_size = units_per_file * 20
@@ -412,9 +422,40 @@ def test_tags_code_matches_broker_consume_queues(ref):
                 assert codecs.tags_code(m["topic"], props, m["storeTimestamp"]) == tags
             checked += 1
     assert checked > 0
-    # every store's mix holds 2% delay-level messages
-    assert scheduled > 0
+    # a store that holds delay-level messages (most mixes: 2%) has their units checked by the
+    # delivery-time rule; a mix without them (the BatchCQ stores) has none to check
+    holds_delayed = any(m["topic"] == "SCHEDULE_TOPIC_XXXX" and int(m["properties"].get(
+        "DELAY", "0")) > 0 for m in by_offset.values())
+    assert (scheduled > 0) == holds_delayed
     assert rebuilt_by_recovery == (28 if ref.name == "crash-lost-small" else 0)
+
+
+@pytest.mark.parametrize("ref", [r for r in REFS if broker_batch_units(r)] or [None],
+                         ids=[ref_id(r) for r in REFS if broker_batch_units(r)] or ["none"])
+def test_tags_code_matches_broker_batch_consume_queues(ref):
+    """Every BatchConsumeQueue unit the broker's recovery holds: the tagsCode rule is the one of
+    ConsumeQueue units, msgBaseOffset/batchNum are INNER_BASE/INNER_NUM of an inner batch (the
+    record's queue offset and 1 otherwise)."""
+    if ref is None:
+        pytest.skip("no reference store has a BatchCQ topic")
+    by_offset = {m["commitLogOffset"]: m for m in dump_messages(ref)}
+    checked = inner = 0
+    for topic, queue_id, units in broker_batch_units(ref):
+        for base, offset, size, tags, batch_num, compacted in units:
+            m = by_offset[offset]
+            props = m["properties"]
+            assert (m["topic"], m["queueId"], m["storeSize"]) == (topic, queue_id, size)
+            assert tags == (oracle_java_hash(props["TAGS"]) if props.get("TAGS") else 0)
+            assert codecs.tags_code(m["topic"], props, m["storeTimestamp"]) == tags
+            if m["sysFlag"] & cl_fmt.INNER_BATCH_FLAG:
+                assert (base, batch_num) == (int(props["INNER_BASE"]), int(props["INNER_NUM"]))
+                inner += 1
+            else:
+                assert (base, batch_num) == (m["queueOffset"], 1)
+            assert codecs.batch_position(props, m["queueOffset"]) == (base, batch_num)
+            assert compacted == -1
+            checked += 1
+    assert checked > 0 and inner > 0
 
 
 # --- properties codec -----------------------------------------------------------------------------
@@ -516,11 +557,16 @@ def test_java_hashmap_order_matches_simulated_hashmap(keys):
 @pytest.mark.parametrize("ref", REFS, ids=REF_IDS)
 def test_stored_property_order_is_a_hashmap_order(ref):
     """The broker serialises its HashMap: the order of the stored names (empty values included)
-    is what a HashMap holding them iterates, whatever order they were inserted in."""
+    is what a HashMap holding them iterates, whatever order they were inserted in. A record of
+    a classic batch holds two serialised maps back to back: the message's own (as the client
+    encoded it into the batch body), then the batch's (WAIT, CLUSTER) appended by the broker."""
     messages = dump_messages(ref)
+    batch_records = classic_batch_offsets(ref)
+    checked_batch_records = 0
     handles = {}
     try:
-        for m in messages[:400]:
+        for m in messages[:400] + [m for m in messages[400:]
+                                   if m["commitLogOffset"] in batch_records][:100]:
             fh = handles.setdefault(m["file"], open(ref / "store" / "commitlog" / m["file"], "rb"))
             fh.seek(m["filePos"])
             record = fh.read(m["storeSize"])
@@ -528,6 +574,13 @@ def test_stored_property_order_is_a_hashmap_order(ref):
             if "propCrcStored" in m and m.get("hasPropCrc"):
                 props_raw = props_raw[:-codecs.CRC32_RESERVED_LEN]
             names = [seg.split(b"\x01", 1)[0].decode() for seg in props_raw.split(b"\x02") if seg]
+            if m["commitLogOffset"] in batch_records:
+                own = [n for n in names if n not in CLASSIC_BATCH_PROPERTIES]
+                batch = [n for n in names if n in CLASSIC_BATCH_PROPERTIES]
+                assert batch and names == own + batch
+                assert batch == codecs.java_hashmap_order(batch) == oracle_hashmap_iteration(batch)
+                names = own
+                checked_batch_records += 1
             assert names == codecs.java_hashmap_order(names) == oracle_hashmap_iteration(names)
             decoded = codecs.decode_properties(props_raw)
             assert decoded == {k: v for k, v in m["properties"].items() if k != "__CRC32#"}
@@ -535,6 +588,7 @@ def test_stored_property_order_is_a_hashmap_order(ref):
     finally:
         for fh in handles.values():
             fh.close()
+    assert (checked_batch_records > 0) == bool(batch_records)
 
 
 def raw_properties_of(record: bytes, sys_flag: int) -> bytes:
