@@ -26,29 +26,62 @@ from .formats import commitlog as cl_fmt
 from .formats import consumequeue as cq_fmt
 from .formats import checkpoint as ckpt_fmt
 from .formats import indexfile as idx_fmt
+from .formats import innerbatch as innerbatch_fmt
 from .formats import timer as timer_fmt
 
-# Producer-side insertion order of the properties the client sets (Message constructor, then
-# MessageClientIDSetter at send), and the ones the broker adds afterwards. Keys not listed are
-# user properties, inserted between the two groups. With java_hashmap_order this reproduces the
-# property bytes of every record in the reference stores.
-PRODUCER_FIRST = ("TAGS", "KEYS", "WAIT", "UNIQ_KEY")
+# The stored property bytes are the iteration order of a java.util.HashMap, which depends on
+# the order the names were put in when they share a bucket. Names a producer path puts first
+# and last; names not listed are user properties, put between the two groups.
 BROKER_LAST = ("DELAY", "TRAN_MSG", "PGROUP", "__transactionId__", "REAL_TOPIC", "REAL_QID",
                "CLUSTER")
 
 
+@dataclass(frozen=True)
+class PropertyInsertion:
+    """The order a store's producer path put the properties into the message's HashMap."""
+
+    name: str
+    first: tuple[str, ...]
+    last: tuple[str, ...]
+
+
+# Message constructor (TAGS, KEYS, WAIT), the client id set before the user properties, and
+# the broker's additions afterwards: every 4.9.8 store and most 5.3.3 ones.
+PRODUCER_UNIQ_KEY_FIRST = PropertyInsertion("uniq-key-first", ("TAGS", "KEYS", "WAIT", "UNIQ_KEY"),
+                                            BROKER_LAST)
+# UNIQ_KEY put after everything else, the broker's CLUSTER included (v5-compress-clean).
+UNIQ_KEY_LAST = PropertyInsertion("uniq-key-last", ("TAGS", "KEYS", "WAIT"),
+                                  BROKER_LAST + ("UNIQ_KEY",))
+PROPERTY_INSERTIONS = (PRODUCER_UNIQ_KEY_FIRST, UNIQ_KEY_LAST)
+# Kept for callers of the first model's names.
+PRODUCER_FIRST = PRODUCER_UNIQ_KEY_FIRST.first
+
 
 @functools.lru_cache(maxsize=4096)
-def _property_key_order(keys: tuple[str, ...]) -> tuple[str, ...]:
-    first = [k for k in PRODUCER_FIRST if k in keys]
-    last = [k for k in BROKER_LAST if k in keys]
+def _property_key_order(keys: tuple[str, ...],
+                        insertion: PropertyInsertion = PRODUCER_UNIQ_KEY_FIRST) -> tuple[str, ...]:
+    first = [k for k in insertion.first if k in keys]
+    last = [k for k in insertion.last if k in keys]
     middle = [k for k in keys if k not in first and k not in last and k != codecs.PROP_CRC_KEY]
     return tuple(codecs.java_hashmap_order(first + middle + last))
 
 
-def broker_property_order(properties: dict[str, str]) -> dict[str, str]:
+def broker_property_order(properties: dict[str, str],
+                          insertion: PropertyInsertion = PRODUCER_UNIQ_KEY_FIRST) -> dict[str, str]:
     """Properties reordered as the broker's HashMap serialises them (``__CRC32#`` excluded)."""
-    return {k: properties[k] for k in _property_key_order(tuple(properties))}
+    return {k: properties[k] for k in _property_key_order(tuple(properties), insertion)}
+
+
+def property_insertion_of(stored: list[bytes]) -> PropertyInsertion | None:
+    """The producer model under which every one of these stored property byte strings is the
+    HashMap order of its names (classic-batch records excluded: they hold two maps), or None."""
+    names = [tuple(seg.split(b"\x01", 1)[0].decode("utf-8", "replace")
+                   for seg in raw.split(b"\x02") if seg) for raw in stored]
+    for insertion in PROPERTY_INSERTIONS:
+        if all(_property_key_order(n, insertion) == tuple(k for k in n if k != codecs.PROP_CRC_KEY)
+               for n in names):
+            return insertion
+    return None
 
 
 @dataclass
@@ -70,6 +103,32 @@ class Message:
     body_crc: int | None = None        # None: computed from the body
     queue_offset: int | None = None    # None: assigned by the writer like the broker
     raw_properties: bytes | None = None  # exact bytes, bypassing the HashMap ordering
+    # a classic batch's own properties (MessageExtBatch: WAIT, CLUSTER), which the broker's batch
+    # encoder appends to each message's properties as a second serialised map
+    batch_properties: dict[str, str] | None = None
+
+
+def client_inner_message(body: bytes, properties: dict[str, str], flag: int = 0,
+                         broker_version: int = 5,
+                         insertion: PropertyInsertion = PRODUCER_UNIQ_KEY_FIRST
+                         ) -> innerbatch_fmt.InnerMessage:
+    """One message of an inner batch as a client encodes it (its own HashMap order)."""
+    ordered = broker_property_order(properties, insertion)
+    return innerbatch_fmt.InnerMessage(
+        body=body, flag=flag, properties=dict(ordered),
+        properties_raw=codecs.encode_properties(ordered, trailing_separator=broker_version >= 5))
+
+
+def inner_batch_message(topic: str, queue_id: int, inner: list[innerbatch_fmt.InnerMessage],
+                        properties: dict[str, str] | None = None, **fields) -> Message:
+    """The one CommitLog record a BatchCQ topic stores for an inner batch: sysFlag
+    INNER_BATCH | NEED_UNWRAP, the client's batch encoding as body, INNER_NUM the message count
+    (the writer sets INNER_BASE to the queue offset it assigns). ``properties`` are the
+    record's own (UNIQ_KEY, WAIT, the broker's CLUSTER); ``fields`` go to :class:`Message`."""
+    sys_flag = fields.pop("sys_flag", 0) | cl_fmt.INNER_BATCH_FLAG | cl_fmt.NEED_UNWRAP_FLAG
+    return Message(topic=topic, queue_id=queue_id, body=innerbatch_fmt.build_inner_batch(inner),
+                   properties={**(properties or {}), "INNER_NUM": str(len(inner))},
+                   sys_flag=sys_flag, **fields)
 
 
 def _host_flags(msg: Message) -> int:
@@ -88,13 +147,23 @@ def message_magic(topic: str, broker_version: int = 4) -> int:
     return cl_fmt.MESSAGE_MAGIC_CODE
 
 
-def encode_properties(msg: Message, prop_crc: bool, broker_version: int = 4) -> bytes:
+def encode_properties(msg: Message, prop_crc: bool, broker_version: int = 4,
+                      insertion: PropertyInsertion = PRODUCER_UNIQ_KEY_FIRST) -> bytes:
     """The stored property bytes: the broker's HashMap order, a trailing 0x02 from 5.x on, and
-    with ``prop_crc`` 20 reserved bytes for the ``__CRC32#`` field."""
+    with ``prop_crc`` 20 reserved bytes for the ``__CRC32#`` field. A classic batch's message
+    carries its own map (as its client serialised it) followed by the batch's."""
     if msg.raw_properties is not None:
         raw = msg.raw_properties
+    elif msg.batch_properties is not None:
+        raw = codecs.encode_properties(broker_property_order(msg.properties, insertion),
+                                       trailing_separator=broker_version >= 5)
+        batch = codecs.encode_properties(broker_property_order(msg.batch_properties, insertion),
+                                         trailing_separator=broker_version >= 5)
+        if raw and batch and not raw.endswith(b"\x02"):
+            raw += b"\x02"
+        raw += batch
     else:
-        raw = codecs.encode_properties(broker_property_order(msg.properties),
+        raw = codecs.encode_properties(broker_property_order(msg.properties, insertion),
                                        trailing_separator=broker_version >= 5)
     if prop_crc:
         if raw and not raw.endswith(b"\x02"):
@@ -641,7 +710,9 @@ class StoreWriter:
                  index_slots: int = idx_fmt.DEFAULT_SLOT_COUNT,
                  index_entries: int = idx_fmt.DEFAULT_ENTRY_COUNT,
                  broker_version: int = 4, prop_crc: bool = False, index: bool = True,
-                 batch_topics: frozenset[str] = frozenset()):
+                 batch_topics: frozenset[str] = frozenset(),
+                 bcq_units_per_file: int | None = None,
+                 property_insertion: PropertyInsertion = PRODUCER_UNIQ_KEY_FIRST):
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.broker_version = broker_version
@@ -650,8 +721,11 @@ class StoreWriter:
         self.consume_queues = ConsumeQueueWriter(self.root / "consumequeue", cq_units_per_file)
         # topics with queue.type=BatchCQ dispatch into batchconsumequeue/ instead
         self.batch_topics = frozenset(batch_topics)
-        self.batch_consume_queues = BatchConsumeQueueWriter(self.root / "batchconsumequeue",
-                                                            cq_units_per_file)
+        # mapperFileSizeBatchConsumeQueue is its own setting; by default as many units as a CQ file
+        self.batch_consume_queues = BatchConsumeQueueWriter(
+            self.root / "batchconsumequeue",
+            cq_units_per_file if bcq_units_per_file is None else bcq_units_per_file)
+        self.property_insertion = property_insertion
         self.index = IndexWriter(self.root / "index", index_slots, index_entries, enabled=index)
         self._tags_codes: dict[str, int] = {}
         self.topic_queue_table: dict[str, int] = {}
@@ -667,8 +741,15 @@ class StoreWriter:
             queue_offset = 0
         else:
             queue_offset = self.topic_queue_table.get(key, 0)
+        inner_num = 1
+        if msg.sys_flag & cl_fmt.INNER_BATCH_FLAG:
+            # the broker numbers the batch's messages from the queue offset it assigns
+            inner_num = int(msg.properties.get("INNER_NUM", 1))
+            if msg.raw_properties is None:
+                msg.properties = {**msg.properties, "INNER_BASE": str(queue_offset)}
         magic = message_magic(msg.topic, self.broker_version)
-        props = encode_properties(msg, self.prop_crc, self.broker_version)
+        props = encode_properties(msg, self.prop_crc, self.broker_version,
+                                  self.property_insertion)
         length = cl_fmt.message_length(magic, _host_flags(msg), len(msg.body or b""),
                                        len(msg.topic.encode("utf-8")), len(props))
         offset = self.commitlog.reserve(length)
@@ -676,7 +757,7 @@ class StoreWriter:
                                 prop_crc=self.prop_crc)
         self.commitlog.write(offset, record)
         if tran not in (cl_fmt.TRANSACTION_PREPARED_TYPE, cl_fmt.TRANSACTION_ROLLBACK_TYPE):
-            self.topic_queue_table[key] = queue_offset + 1
+            self.topic_queue_table[key] = queue_offset + inner_num
         self.last_store_timestamp = max(self.last_store_timestamp, msg.store_timestamp)
         return offset, len(record), queue_offset
 
