@@ -101,7 +101,8 @@ def test_every_stored_inner_batch_round_trips_and_matches_what_was_sent(name):
 def test_writer_encodes_inner_messages_as_the_client_did(name):
     """Each inner message rebuilt from its decoded properties and body by the writer (the
     client's HashMap order, 5.x trailing separator) is byte for byte the one stored."""
-    from mqtool.writer import client_inner_message, property_insertion_of
+    from mqtool.property_order import property_insertion_of
+    from mqtool.writer import client_inner_message
     ref = batchcq_ref(name)
     stored = [m for r in inner_batch_records(ref)
               for m in innerbatch.parse_inner_batch(base64.b64decode(r["body"]))]

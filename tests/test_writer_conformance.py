@@ -47,8 +47,8 @@ from mqtool.formats import indexfile as idx_fmt
 from mqtool.formats import innerbatch
 from mqtool.scan import Scanner
 from mqtool.store import Store
-from mqtool.writer import (Message, PropertyInsertion, StoreWriter, encode_properties,
-                           property_insertion_of)
+from mqtool.property_order import PropertyInsertion, property_insertion_of
+from mqtool.writer import Message, StoreWriter, encode_properties
 
 REFS = reference_dirs()
 REF_IDS = ["fixture-" + r.name if r.parent != SHARED_STORES else r.name for r in REFS]
