@@ -54,6 +54,7 @@ EMPTY_BODY_RATIO = 0.08
 NO_TAGS_RATIO = 0.10
 BIG_PROPERTY_RATIO = 0.02
 FLAG_RATIO = 0.05
+INNER_BATCH_MAX = 10        # messages in an inner batch: 2 .. this, as the 5.3.3 reference mix
 HOT_KEY_RATIO = 0.15
 NON_ASCII_KEY_RATIO = 0.05
 REPEATED_KEY_RATIO = 0.02
@@ -140,6 +141,8 @@ class ForgeOptions:
     index_slots: int = 1000
     index_entries: int = 4000
     batch_cq_topics: tuple[str, ...] = ()
+    # share of a BatchCQ topic's sends that are inner batches (one record of 2-10 messages)
+    inner_batch_ratio: float = 0.5
 
     def validate(self) -> None:
         if self.messages < 0:
@@ -157,7 +160,7 @@ class ForgeOptions:
                                    f"{', '.join(sorted(unknown))}")
         if self.prop_crc and self.broker_version < 5:
             raise ValueError("--prop-crc needs --broker-version 5 (the property CRC is 5.2+)")
-        for name in ("delay_ratio", "transaction_ratio", "compress_ratio"):
+        for name in ("delay_ratio", "transaction_ratio", "compress_ratio", "inner_batch_ratio"):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"--{name.replace('_', '-')} must be between 0 and 1")
@@ -223,6 +226,7 @@ class Intent:
     compressed: bool = False
     born_v6: bool = False
     prepared_ref: int | None = None   # which earlier PREPARED record a COMMIT/ROLLBACK ends
+    inner_num: int = 1                # messages in the record: >1 for an inner batch
 
 
 @dataclass
@@ -395,6 +399,9 @@ class MessageGenerator:
             intent.topic, intent.queue_id = SCHEDULE_TOPIC, level - 1
             intent.delay_level = level
         props["CLUSTER"] = CLUSTER_NAME
+        if kind == "normal" and topic in options.batch_cq_topics \
+                and rng.random() < options.inner_batch_ratio:
+            return self._inner_batch(i, intent, producer), intent
 
         body = self._body(i)
         if body and rng.random() < options.compress_ratio:
@@ -409,6 +416,33 @@ class MessageGenerator:
             born_host=(producer.ip, producer.port), store_timestamp=self.store_clock,
             store_host=self.store_host, reconsume_times=reconsume)
         return msg, intent
+
+    def _inner_batch(self, i: int, intent: Intent, producer: Producer) -> w.Message:
+        """One send of 2-10 messages to a BatchCQ topic, stored as one inner-batch record. The
+        inner bodies share the body budget so the record fits where a single message would."""
+        rng, options = self.rng, self.options
+        count = rng.randint(2, INNER_BATCH_MAX)
+        inner = []
+        for j in range(count):
+            props: dict[str, str] = {}
+            if options.tags and rng.random() >= NO_TAGS_RATIO:
+                props["TAGS"] = rng.choice(TAG_POOL)
+            keys = self._keys(i) if options.keys else None
+            if keys:
+                props["KEYS"] = keys
+            props["UNIQ_KEY"] = producer.uniq_key(self.born_clock, self.month_start)
+            if options.user_properties and rng.random() < 0.5:
+                props["userProp0"] = self._text(self.text_pool, rng.randint(1, 24))
+            body = self._body(i)[:options.body_max // INNER_BATCH_MAX]
+            inner.append(w.client_inner_message(body, props,
+                                                broker_version=options.broker_version))
+        intent.inner_num = count
+        outer = {"UNIQ_KEY": producer.uniq_key(self.born_clock, self.month_start),
+                 "WAIT": "true", "CLUSTER": CLUSTER_NAME}
+        return w.inner_batch_message(
+            intent.topic, intent.queue_id, inner, outer, born_timestamp=self.born_clock,
+            born_host=(producer.ip, producer.port), store_timestamp=self.store_clock,
+            store_host=self.store_host)
 
 
 # --- config files (fastjson) --------------------------------------------------------------------
@@ -601,7 +635,7 @@ def make_store(root: Path, options: ForgeOptions, *, progress=None) -> dict:
             if intent.delay_level:
                 manifest.delay_levels[intent.delay_level] += 1
             if tracked:
-                manifest.cq_units[key] += 1
+                manifest.cq_units[key] += intent.inner_num
             if not first_store_ts:
                 first_store_ts = msg.store_timestamp
             last_store_ts = msg.store_timestamp
@@ -611,7 +645,7 @@ def make_store(root: Path, options: ForgeOptions, *, progress=None) -> dict:
                 manifest.dispatched += 1
                 last_dispatched_ts = msg.store_timestamp
                 if tracked:
-                    manifest.dispatched_cq_units[key] += 1
+                    manifest.dispatched_cq_units[key] += intent.inner_num
             if progress is not None and i % PROGRESS_STEP == PROGRESS_STEP - 1:
                 progress(PROGRESS_STEP)
         if progress is not None and n % PROGRESS_STEP:

@@ -13,6 +13,15 @@ from mqtool.scan import Scanner
 from mqtool.store import Store
 
 
+def unit_position(rec) -> tuple[int, int]:
+    """(msgBaseOffset, batchSize) the broker gives a record's unit: an inner batch (sysFlag
+    0x80) starts at its INNER_BASE and holds INNER_NUM messages, any other record is one."""
+    if rec.sys_flag & 0x80:
+        props = rec.properties
+        return int(props["INNER_BASE"]), int(props["INNER_NUM"])
+    return rec.queue_offset, 1
+
+
 @pytest.fixture
 def batch_store(tmp_path):
     root = tmp_path / "store"
@@ -32,7 +41,9 @@ def test_batch_topic_dispatches_to_batchconsumequeue_only(batch_store, mqtool):
             expected.setdefault(rec.queue_id, []).append(
                 (rec.offset, rec.total_size,
                  codecs.tags_code(rec.topic, props, rec.store_timestamp), rec.store_timestamp,
-                 rec.queue_offset, 1, -1, 0))
+                 *unit_position(rec), -1, 0))
+    # the forge sends inner batches to a BatchCQ topic as well as single messages
+    assert {u[5] > 1 for units in expected.values() for u in units} == {True, False}
     for queue_id, units in expected.items():
         path = batch_store / "batchconsumequeue" / "OrderTopic" / str(queue_id) / f"{0:020d}"
         data = path.read_bytes()
@@ -114,7 +125,7 @@ def _expected_batch_units(store: Store, below: int) -> dict[int, list[tuple]]:
             expected.setdefault(rec.queue_id, []).append(
                 (rec.offset, rec.total_size,
                  codecs.tags_code(rec.topic, rec.properties, rec.store_timestamp),
-                 rec.store_timestamp, rec.queue_offset, 1, -1, 0))
+                 rec.store_timestamp, *unit_position(rec), -1, 0))
     return expected
 
 
@@ -180,3 +191,31 @@ def test_rebuild_queues_and_truncate_handle_batch_queues(tmp_path):
     for queue_id, units in _expected_batch_units(Store(root), cut).items():
         assert _batch_units(root, queue_id) == units, queue_id
     assert len(_batch_units(root, 2)) == 40
+
+
+def test_forge_inner_batches_are_whole_and_counted(tmp_path):
+    """Every inner batch the forge writes parses with the one declaration into INNER_NUM
+    messages with their own UNIQ_KEYs, and the summary's queue offsets count inner messages."""
+    from mqtool.formats import innerbatch
+    root = tmp_path / "store"
+    summary = make_store(root, ForgeOptions(messages=300, seed=9, broker_version=5,
+                                            batch_cq_topics=("OrderTopic",)))
+    store = Store(root)
+    next_offset: dict[int, int] = {}
+    inner_batches = 0
+    for rec in Scanner(store.commitlog).messages():
+        if rec.topic != "OrderTopic" or rec.sys_flag & 0xC not in (0, 0x8):
+            continue
+        base, size = unit_position(rec)
+        assert base == rec.queue_offset == next_offset.get(rec.queue_id, 0)
+        next_offset[rec.queue_id] = base + size
+        if rec.sys_flag & 0x80:
+            raw = (root / "commitlog" / f"{0:020d}").read_bytes()
+            inner = innerbatch.parse_inner_batch(
+                raw[rec.body_position:rec.body_position + rec.body_length])
+            assert len(inner) == size >= 2
+            assert len({m.uniq_key for m in inner} | {rec.properties["UNIQ_KEY"]}) == size + 1
+            inner_batches += 1
+    assert inner_batches > 0
+    assert summary["queue_offsets"]["OrderTopic"] == {str(q): n for q, n in
+                                                      sorted(next_offset.items())}
