@@ -9,6 +9,7 @@ import struct
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from conftest import SHARED_STORES, write_log
 from mqtool.formats import codecs
@@ -54,6 +55,22 @@ def test_total_size_that_disagrees_is_an_error():
     negative = good[:16] + struct.pack(">i", -5) + good[20:]
     with pytest.raises(innerbatch.InnerBatchError):
         innerbatch.parse_inner_batch(negative)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=200), st.lists(st.tuples(st.binary(max_size=30),
+                                                    st.binary(max_size=30)), max_size=4))
+def test_any_bytes_parse_or_give_a_batch_error(noise, parts):
+    """Garbage, or whole messages followed by garbage: a list of messages or InnerBatchError,
+    never another exception; whole messages always round-trip."""
+    whole = b"".join(oracle_inner_message(body, props) for body, props in parts)
+    assert innerbatch.build_inner_batch(innerbatch.parse_inner_batch(whole)) == whole
+    for data in (noise, whole + noise):
+        try:
+            messages = innerbatch.parse_inner_batch(data)
+        except innerbatch.InnerBatchError:
+            continue
+        assert innerbatch.build_inner_batch(messages) == data
 
 
 def batchcq_ref(name: str) -> Path:
