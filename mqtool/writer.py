@@ -9,7 +9,6 @@ Records are built by the construct declarations of :mod:`mqtool.formats`.
 from __future__ import annotations
 
 import datetime as _dt
-import functools
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +28,7 @@ from .formats import indexfile as idx_fmt
 from .formats import innerbatch as innerbatch_fmt
 from .formats import timer as timer_fmt
 from .property_order import PRODUCER_UNIQ_KEY_FIRST, PropertyInsertion, broker_property_order
+
 
 @dataclass
 class Message:
@@ -690,9 +690,12 @@ class StoreWriter:
         inner_num = 1
         if msg.sys_flag & cl_fmt.INNER_BATCH_FLAG:
             # the broker numbers the batch's messages from the queue offset it assigns
-            inner_num = int(msg.properties.get("INNER_NUM", 1))
             if msg.raw_properties is None:
                 msg.properties = {**msg.properties, "INNER_BASE": str(queue_offset)}
+                stated = msg.properties
+            else:
+                stated = codecs.decode_properties(msg.raw_properties)
+            inner_num = max(1, codecs.batch_position(stated, queue_offset)[1])
         magic = message_magic(msg.topic, self.broker_version)
         props = encode_properties(msg, self.prop_crc, self.broker_version,
                                   self.property_insertion)
