@@ -7,6 +7,7 @@ ConsumeQueue units, checkpoint and queryMessage answers). The fixture copy of cl
 Tests on ../shared skip cleanly when it is absent."""
 from __future__ import annotations
 
+import json
 import shutil
 import struct
 from pathlib import Path
@@ -24,6 +25,15 @@ IDS = [("fixture:" if d == FIXTURE_STORE else "") + d.name for d in REFERENCE]
 # bookkeeping only along with a real recovery, so on a store with nothing to do it is the one
 # file the broker has and mqtool does not
 V5_CLEAN_START_ONLY = "compaction/position-checkpoint.bak"
+# Two 5.3.3 runs of the same commit persisted this empty checkpoint in two JSON spellings (the
+# source's fastjson form {"empty":true,"queueOffsetMap":{}} with tabs in v5-crash, a two-space form
+# without "empty" in v5-batchcq-crash), and nothing in store/ says which a run will use: the bytes
+# are not predictable, the content is, so it is compared as JSON
+POSITION_CHECKPOINT = "compaction/position-checkpoint"
+
+
+def _position_offsets(root: Path) -> dict:
+    return json.loads((root / POSITION_CHECKPOINT).read_bytes())["queueOffsetMap"]
 
 
 def _options(ref: Path) -> dict:
@@ -121,6 +131,9 @@ def test_recover_keep_stale_is_byte_identical(ref, tmp_path):
     ours = {k: v for k, v in ours.items() if not k.startswith("index/")}
     theirs = {k: v for k, v in theirs.items() if not k.startswith("index/")}
     assert ours.keys() == theirs.keys()
+    if POSITION_CHECKPOINT in ours:
+        assert _position_offsets(store) == _position_offsets(broker)
+        del ours[POSITION_CHECKPOINT], theirs[POSITION_CHECKPOINT]
     differ = [k for k in ours if ours[k] != theirs[k]]
     assert differ == []
     recover = load_json(ref / "recover.json.gz")
