@@ -47,23 +47,23 @@ from pathlib import Path
 
 import numpy as np
 
-from . import backup as bk
-from . import codec as _codec
-from .codec import INDEX_HEADER, struct_format
-from .errors import MqtoolError, StoreLockedError
-from .formats import checkpoint as ckpt_fmt
-from .formats import codecs
-from .formats import commitlog as cl_fmt
-from .formats import consumequeue as cq_fmt
-from .formats import indexfile as idx_fmt
-from .recovery import (BATCH_CONSUME_QUEUE, CONSUME_QUEUE, INDEX_ENTRY_DTYPE, VERSION_49, VERSION_532, BrokerRules, FileJudge, QueueKind,
+from .. import backup as bk
+from .. import codec as _codec
+from ..codec import INDEX_HEADER, struct_format
+from ..errors import MqtoolError, StoreLockedError
+from ..formats import checkpoint as ckpt_fmt
+from ..formats import codecs
+from ..formats import commitlog as cl_fmt
+from ..formats import consumequeue as cq_fmt
+from ..formats import indexfile as idx_fmt
+from ..recovery import (BATCH_CONSUME_QUEUE, CONSUME_QUEUE, INDEX_ENTRY_DTYPE, VERSION_49, VERSION_532, BrokerRules, FileJudge, QueueKind,
                        FileVerdict, RecoveryPlan, deleted_on_load, predict_recovery, queue_kinds,
                        recover_consume_queue, truncate_dirty_logic)
-from .passport import store_passport
-from .query import JAVA_LONG_MAX, MAX_MSGS_NUM_BATCH, IndexSet, broker_query_message
-from .scan import MessageRecord, RecordBatch, Scanner, TopicTable, scan_buffer
-from .store import ConsumeQueue, MappedFile, Segment, Store
-from .writer import (BatchConsumeQueueWriter, ConsumeQueueWriter, IndexWriter, checkpoint_bytes,
+from ..passport import store_passport
+from ..query import JAVA_LONG_MAX, MAX_MSGS_NUM_BATCH, IndexSet, broker_query_message
+from ..scan import MessageRecord, RecordBatch, Scanner, TopicTable, scan_buffer
+from ..store import ConsumeQueue, MappedFile, Segment, Store
+from ..writer import (BatchConsumeQueueWriter, ConsumeQueueWriter, IndexWriter, checkpoint_bytes,
                      fsync_dir, offset_file_name)
 
 KILL_ENV = "MQTOOL_TEST_KILL_AFTER_STEP"
@@ -2363,7 +2363,7 @@ def _copy_store(source: Path, dest: Path) -> None:
 
 def refuse_if_locked(root: Path) -> None:
     store_lock = Path(root) / "lock"
-    from .store import lock_holder
+    from ..store import lock_holder
     if store_lock.is_file() and lock_holder(store_lock):
         raise StoreLockedError(f"{root}: a live process (a running broker?) holds the store's "
                                "lock file; stop it before repairing the store")

@@ -35,28 +35,28 @@ from pathlib import Path
 
 import numpy as np
 
-from . import codec as _codec
-from .batchcq import check_batch_consume_queues
-from .codec import CQ_DTYPE as CQ_UNIT_DTYPE
-from .codec import CQ_UNIT as _CQ_STRUCT
-from .codec import INDEX_ENTRY as _ENTRY_STRUCT
-from .errors import ParseError
-from .formats import codecs
-from .formats import commitlog as cl_fmt
-from .formats import consumequeue as cq_fmt
-from .formats import indexfile as idx_fmt
-from .recovery import (INDEX_ENTRY_DTYPE, INDEX_HEADER_DTYPE, BrokerRules, FileJudge,
+from .. import codec as _codec
+from ..batchcq import check_batch_consume_queues
+from ..codec import CQ_DTYPE as CQ_UNIT_DTYPE
+from ..codec import CQ_UNIT as _CQ_STRUCT
+from ..codec import INDEX_ENTRY as _ENTRY_STRUCT
+from ..errors import ParseError
+from ..formats import codecs
+from ..formats import commitlog as cl_fmt
+from ..formats import consumequeue as cq_fmt
+from ..formats import indexfile as idx_fmt
+from ..recovery import (INDEX_ENTRY_DTYPE, INDEX_HEADER_DTYPE, BrokerRules, FileJudge,
                        FileVerdict, RecoveryPlan, deleted_on_load, predict_recovery, read_cq_units,
                        resolve_broker_version)
-from .scan import (FLAG_FALSE, FLAG_NONE, FLAG_TRUE, CorruptRegion, MessageRecord, RecordBatch, message_at,
+from ..scan import (FLAG_FALSE, FLAG_NONE, FLAG_TRUE, CorruptRegion, MessageRecord, RecordBatch, message_at,
                    scan_segment, scan_segment_batches)
-from .timer import check_timer_store
-from .store import CommitLog, Segment, Store
+from ..timer import check_timer_store
+from ..store import CommitLog, Segment, Store
 
 # --- the codes -----------------------------------------------------------------------------------
 
 # in mqtool.vocabulary so that the CLI's help can list the codes without importing numpy
-from .vocabulary import CODES, ERROR, INFO, WARNING
+from ..vocabulary import CODES, ERROR, INFO, WARNING
 
 SEVERITY_ORDER = {ERROR: 0, WARNING: 1, INFO: 2}
 #: findings listed per code (all are counted in the summary)
