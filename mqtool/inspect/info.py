@@ -28,16 +28,16 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from . import codec, timer
-from .errors import MqtoolError, ParseError, StoreLayoutError, StoreNotFoundError
-from .formats import checkpoint as ckpt_fmt
-from .formats import codecs
-from .formats import commitlog as cl_fmt
-from .formats import consumequeue as cq_fmt
-from .formats import indexfile as idx_fmt
-from .passport import store_passport
-from .scan import BlankRecord, MessageRecord, Scanner, UnwrittenTail, read_body
-from .store import (INDEX_NAME, OFFSET_NAME, CommitLog, ConsumeQueue, MappedFile, Segment, Store,
+from .. import codec, timer
+from ..errors import MqtoolError, ParseError, StoreLayoutError, StoreNotFoundError
+from ..formats import checkpoint as ckpt_fmt
+from ..formats import codecs
+from ..formats import commitlog as cl_fmt
+from ..formats import consumequeue as cq_fmt
+from ..formats import indexfile as idx_fmt
+from ..passport import store_passport
+from ..scan import BlankRecord, MessageRecord, Scanner, UnwrittenTail, read_body
+from ..store import (INDEX_NAME, OFFSET_NAME, CommitLog, ConsumeQueue, MappedFile, Segment, Store,
                     identify_file, load_config, lock_holder, parse_at, queue_of_file,
                     read_fastjson)
 
