@@ -28,15 +28,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import codec
-from .errors import EXIT_FINDINGS, MqtoolError
-from .formats import codecs
-from .formats import commitlog as cl_fmt
-from .formats import consumequeue as cq_fmt
-from .formats import indexfile as idx_fmt
-from .recovery import RecoveryPlan, predict_recovery
-from .scan import MessageRecord, Scanner, decode_message
-from .store import CommitLog, ConsumeQueue, IndexFileInfo, MappedFile, Segment, Store
+from .. import codec
+from ..errors import EXIT_FINDINGS, MqtoolError
+from ..formats import codecs
+from ..formats import commitlog as cl_fmt
+from ..formats import consumequeue as cq_fmt
+from ..formats import indexfile as idx_fmt
+from ..recovery import RecoveryPlan, predict_recovery
+from ..scan import MessageRecord, Scanner, decode_message
+from ..store import CommitLog, ConsumeQueue, IndexFileInfo, MappedFile, Segment, Store
 
 JAVA_LONG_MAX = 2 ** 63 - 1
 # MessageStoreConfig.maxMsgsNumBatch: queryOffset never returns more
