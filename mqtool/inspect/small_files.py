@@ -1,4 +1,5 @@
-"""The store's small files as records: the checkpoint, abort and lock files, and the JSON configs."""
+"""The store's small files as records: the checkpoint, the abort and lock files, and the JSON
+configs."""
 from __future__ import annotations
 
 from pathlib import Path
