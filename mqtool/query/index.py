@@ -15,6 +15,7 @@ from .reader import _random_access
 JAVA_LONG_MAX = 2 ** 63 - 1
 # MessageStoreConfig.maxMsgsNumBatch: queryOffset never returns more
 MAX_MSGS_NUM_BATCH = 64
+
 _INDEX_HEADER = codec.INDEX_HEADER
 _INDEX_SLOT = codec.INDEX_SLOT
 _INDEX_ENTRY = codec.INDEX_ENTRY

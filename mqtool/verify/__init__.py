@@ -41,7 +41,7 @@ from __future__ import annotations
 # the codes are in mqtool.vocabulary so that the CLI's help can list them without importing numpy
 from ..vocabulary import CODES, ERROR, INFO, WARNING
 from .findings import Finding, VerifyReport
-from .commitlog import _KeyHashes
+from .commitlog import _KeyHashes  # noqa: F401 - the tests check the key hashes directly
 from .layout import store_geometry
 from .report import MAX_LISTED_PER_CODE, SEVERITY_ORDER
 from .run import verify_store
@@ -49,4 +49,4 @@ from .expect import compare_findings, finding_keys
 
 __all__ = ["CODES", "ERROR", "INFO", "WARNING", "Finding", "VerifyReport", "store_geometry",
            "MAX_LISTED_PER_CODE", "SEVERITY_ORDER", "verify_store", "compare_findings",
-           "finding_keys", "_KeyHashes"]
+           "finding_keys"]
