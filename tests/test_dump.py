@@ -617,7 +617,8 @@ def test_info_and_dump_never_write(tmp_path, mqtool):
 def test_own_code_opens_files_read_only():
     """Every open() in the info/dump code is "rb"; files are mapped only via MappedFile, whose
     map is ACCESS_READ; the lock probe opens O_RDONLY."""
-    for module in (REPO / "mqtool" / "inspect.py", REPO / "mqtool" / "cli" / "inspect_cmds.py"):
+    for module in (*sorted((REPO / "mqtool" / "inspect").glob("*.py")),
+                   REPO / "mqtool" / "cli" / "inspect_cmds.py"):
         source = module.read_text()
         for node in ast.walk(ast.parse(source)):
             if isinstance(node, ast.Call):

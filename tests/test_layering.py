@@ -2,7 +2,7 @@
 
 * ``formats/`` is pure declarations: it imports nothing of mqtool, the CLI stack or Spark, and
   does no file I/O;
-* the CLI modules do not touch construct;
+* the CLI modules do not touch construct, and none imports the app (cli/main.py) back;
 * outside ``formats/`` only the scanner and the store model parse with (or compile) a
   declaration, and only the writer builds with one: one parser, one encoder;
 * the package ships the declarations as ``mqtool.formats`` and nothing as a top-level
@@ -153,6 +153,22 @@ def test_cli_does_not_import_construct(path):
     bad = [(module, line) for module, level, line in imported_modules(tree_of(path))
            if level == 0 and module.split(".")[0] == "construct"]
     assert bad == [], f"cli/{path.name} imports construct: {bad}"
+
+
+@pytest.mark.parametrize("path", [p for p in sources(PACKAGE / "cli") if p.name != "main.py"],
+                         ids=lambda p: p.name)
+def test_cli_command_modules_do_not_import_the_app(path):
+    """cli/main.py builds the app from the command modules; none of them imports it back."""
+    bad = [(module, line) for module, level, line in imported_modules(tree_of(path))
+           if (level == 1 and module.split(".")[0] == "main") or module == "mqtool.cli.main"
+           or (level == 1 and module == "" and path.name != "__init__.py"
+               and "main" in _imported_names(tree_of(path), line))]
+    assert bad == [], f"cli/{path.name} imports cli/main.py: {bad}"
+
+
+def _imported_names(tree: ast.Module, line: int) -> set[str]:
+    return {alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+            and node.lineno == line for alias in node.names}
 
 
 def _library_calls(methods: set[str]) -> dict[str, list]:

@@ -599,7 +599,8 @@ def test_engines_agree_on_damaged_copies(tmp_path, seed):
 def test_engines_agree_past_the_listing_caps(tmp_path, monkeypatch):
     """With tiny caps the listed findings depend on the order they are made in: the batch engine
     adds them in the reference's order."""
-    import mqtool.verify as verify_module
+    import mqtool.verify.commitlog as commitlog_module
+    import mqtool.verify.report as report_module
     root = tmp_path / "store"
     shutil.copytree(FIXTURE_STORE / "store", root)
     for path in _cq_files(root)[:3]:                       # many CQ_MISMATCH per file
@@ -615,8 +616,8 @@ def test_engines_agree_past_the_listing_caps(tmp_path, monkeypatch):
         pos = _entry_position(number)
         struct.pack_into(">i", data, pos, struct.unpack_from(">i", data, pos)[0] ^ 1)
     index.write_bytes(bytes(data))
-    monkeypatch.setattr(verify_module, "_MAX_PER_SEGMENT", 7)
-    monkeypatch.setattr(verify_module, "MAX_LISTED_PER_CODE", 5)
+    monkeypatch.setattr(commitlog_module, "_MAX_PER_SEGMENT", 7)
+    monkeypatch.setattr(report_module, "MAX_LISTED_PER_CODE", 5)
     _same_reports(root)
 
 

@@ -30,6 +30,25 @@ class Settings:
 SETTINGS = Settings()
 
 
+class Commands:
+    """The commands one module declares with ``@commands.command(name, **typer_options)``.
+    cli/main.py builds the app and adds them with :meth:`add_to`, in the order the help lists
+    them, so no command module imports the app back."""
+
+    def __init__(self) -> None:
+        self._declared: list[tuple[str, dict, object]] = []
+
+    def command(self, name: str, **options):
+        def declare(function):
+            self._declared.append((name, options, function))
+            return function
+        return declare
+
+    def add_to(self, app: typer.Typer) -> None:
+        for name, options, function in self._declared:
+            app.command(name, **options)(function)
+
+
 def stdout_console() -> Console:
     from rich.console import Console
 

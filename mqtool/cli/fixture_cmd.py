@@ -8,7 +8,9 @@ import typer
 
 from ..vocabulary import DEFAULT_TOPICS
 from .common import emit_json, error_boundary, progress_bar
-from .main import fixture_app
+
+fixture_app = typer.Typer(help="Make deterministic test stores and inject faults into them.",
+                          no_args_is_help=True)
 
 
 class DamageKind(str, Enum):

@@ -10,11 +10,13 @@ from typing import Optional
 import typer
 
 from . import options as opt
-from .common import emit_json, emit_json_document, error_boundary, progress_bar, stdout_console
-from .main import app
+from .common import (Commands, emit_json, emit_json_document, error_boundary, progress_bar,
+                     stdout_console)
+
+commands = Commands()
 
 
-@app.command("info")
+@commands.command("info")
 @error_boundary
 def info_command(
     store_path: Path = opt.store(),
@@ -56,7 +58,7 @@ def _scan_size(path: Path) -> int:
         return 0
 
 
-@app.command("dump")
+@commands.command("dump")
 @error_boundary
 def dump_command(
     path: Path = typer.Argument(..., metavar="PATH",

@@ -1,4 +1,6 @@
-"""The ``mqtool`` command line: argument parsing and rendering only; the work is in mqtool.*."""
+"""The ``mqtool`` command line: argument parsing and rendering only; the work is in mqtool.*.
+
+The Typer app is built here, and only here, from the command modules (which never import it)."""
 from __future__ import annotations
 
 import sys
@@ -14,6 +16,7 @@ except ImportError:  # pragma: no cover - older typer uses click itself
 
 from .. import __version__
 from ..errors import EXIT_USAGE
+from . import fixture_cmd, inspect_cmds, query_cmds, repair_cmds, spark_cmds, verify_cmd
 from .common import SETTINGS
 
 app = typer.Typer(
@@ -25,9 +28,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-fixture_app = typer.Typer(help="Make deterministic test stores and inject faults into them.",
-                          no_args_is_help=True)
-app.add_typer(fixture_app, name="fixture")
 
 
 def _version(value: bool):
@@ -51,8 +51,11 @@ def main(
     SETTINGS.debug = debug
 
 
-# Command modules register themselves on import.
-from . import inspect_cmds, verify_cmd, fixture_cmd, query_cmds, repair_cmds, spark_cmds  # noqa: E402,F401,E501
+# The commands, in the order the help lists them; the groups come after them.
+for module in (inspect_cmds, verify_cmd, query_cmds, repair_cmds):
+    module.commands.add_to(app)
+app.add_typer(fixture_cmd.fixture_app, name="fixture")
+app.add_typer(spark_cmds.spark_app, name="spark")
 
 
 def run(argv: list[str] | None = None) -> None:

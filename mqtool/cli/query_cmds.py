@@ -13,12 +13,13 @@ import typer
 from ..errors import EXIT_FINDINGS, MqtoolError
 from ..vocabulary import BROKER_VERSIONS
 from . import options as opt
-from .common import (emit_json, emit_json_document, error_boundary, progress_bar,
+from .common import (Commands, emit_json, emit_json_document, error_boundary, progress_bar,
                      stdout_console)
-from .main import app
 
 if TYPE_CHECKING:
     from ..store import Store
+
+commands = Commands()
 
 
 def _check_version(broker_version: str) -> str:
@@ -64,7 +65,7 @@ def _render_explanation(explanation: dict, console) -> None:
                       soft_wrap=True)
 
 
-@app.command("query")
+@commands.command("query")
 @error_boundary
 def query_command(
     store_path: Path = opt.store(),
@@ -243,7 +244,7 @@ def _writer(stream):
     return write
 
 
-@app.command("salvage")
+@commands.command("salvage")
 @error_boundary
 def salvage_command(
     store_path: Path = opt.store(),
@@ -299,7 +300,7 @@ def salvage_command(
 EXPORT_FORMATS = ("jsonl",)
 
 
-@app.command("export")
+@commands.command("export")
 @error_boundary
 def export_command(
     store_path: Path = opt.store(),
@@ -380,7 +381,7 @@ def _render_diff(result: dict) -> None:
         console.print(f"note: {note}", markup=False, soft_wrap=True)
 
 
-@app.command("diff")
+@commands.command("diff")
 @error_boundary
 def diff_command(
     store_a: Path = typer.Argument(..., metavar="STORE_A", help="First store (e.g. the master "

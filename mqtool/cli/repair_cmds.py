@@ -10,12 +10,13 @@ import typer
 
 from ..errors import EXIT_FINDINGS, EXIT_OK
 from . import options as opt
-from .common import (emit_json_document, error_boundary, fail, progress_bar, render_passport,
-                     stdout_console)
-from .main import app
+from .common import (Commands, emit_json_document, error_boundary, fail, progress_bar,
+                     render_passport, stdout_console)
 
 if TYPE_CHECKING:
     from ..repair import RepairResult
+
+commands = Commands()
 
 _LISTED_FILES = 40
 
@@ -128,7 +129,7 @@ def _run(command: str, store: Path, *, dry_run: bool, json_output: bool, backup_
     _finish(result, command, json_output)
 
 
-@app.command("recover", help=(
+@commands.command("recover", help=(
     "Run the broker's startup recovery offline: normal or abnormal (abort file), the start file, "
     "the scan with CRC checks, CommitLog truncation at processOffset (later files deleted, the "
     "rest of the cut file erased unless --keep-stale), ConsumeQueue recovery and truncation, "
@@ -166,7 +167,7 @@ def recover_cmd(
          keep_stale=keep_stale)
 
 
-@app.command("truncate", help=(
+@commands.command("truncate", help=(
     "Cut the store at a CommitLog offset (default: the broker's processOffset): later CommitLog "
     "files are deleted and the rest of the cut file erased, ConsumeQueue units pointing at or "
     "past the offset are removed, IndexFiles holding entries at or past it are rebuilt under "
@@ -187,7 +188,7 @@ def truncate_cmd(
          out=out, to=to, broker_version=broker_version)
 
 
-@app.command("rebuild-queues", help=(
+@commands.command("rebuild-queues", help=(
     "Regenerate ConsumeQueue files from the CommitLog records up to the recovered end, as the "
     "broker's dispatch writes them (file names, units per file, pre-blank units when a queue does "
     "not start at 0, only NOT/COMMIT records, tagsCode rules). Replaces the files of the selected "
@@ -211,7 +212,7 @@ def rebuild_queues_cmd(
          broker_version=broker_version)
 
 
-@app.command("rebuild-index", help=(
+@commands.command("rebuild-index", help=(
     "Regenerate every IndexFile from the CommitLog records up to the recovered end, as the "
     "broker's buildIndex writes them (UNIQ_KEY and each KEYS item as topic#key, rollback records "
     "skipped, roll-over to a new file when full, names from store time); replaces the existing "
@@ -234,7 +235,7 @@ def rebuild_index_cmd(
          broker_version=broker_version)
 
 
-@app.command("undo", help=(
+@commands.command("undo", help=(
     "Put a store back exactly as it was before the repair that made BACKUP: files the repair "
     "created are removed, changed and deleted files restored byte for byte. Refuses (exit 3) a "
     "store in use, and changes nothing when a file was modified since the repair unless --force."

@@ -11,7 +11,6 @@ import typer
 from ..errors import EXIT_FINDINGS, EXIT_OK, MqtoolError
 from . import options as opt
 from .common import SETTINGS, emit_json_document, error_boundary, stdout_console
-from .main import app
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -21,7 +20,7 @@ spark_app = typer.Typer(
     help="Audit and export archived CommitLogs of many brokers on Apache Spark (local[*] by "
          "default; any master: spark://, yarn, k8s://). Needs pyspark and Java 17+.",
     no_args_is_help=True)
-app.add_typer(spark_app, name="spark")
+
 
 def _conf(items: Optional[List[str]]) -> dict[str, str]:
     out = {}

@@ -13,12 +13,13 @@ import typer
 from ..errors import EXIT_FINDINGS, EXIT_OK
 from ..vocabulary import CODES
 from . import options as opt
-from .common import (emit_json_document, error_boundary, fail, progress_bar, render_passport,
-                     stdout_console)
-from .main import app
+from .common import (Commands, emit_json_document, error_boundary, fail, progress_bar,
+                     render_passport, stdout_console)
 
 if TYPE_CHECKING:
     from ..verify import VerifyReport
+
+commands = Commands()
 
 _FIRST_OFFSETS = 3
 _DETAIL_LINES = 20
@@ -128,7 +129,7 @@ _HELP = (_SUMMARY + "\n\nExit status: 0 no error, 1 errors found (or an --expect
          f"bad usage or unreadable input.\n\nFinding codes: {', '.join(CODES)}.")
 
 
-@app.command("verify", help=_HELP)
+@commands.command("verify", help=_HELP)
 @error_boundary
 def verify(
     store_path: Path = opt.store(),

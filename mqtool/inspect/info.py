@@ -1,0 +1,287 @@
+"""``info``: one dict describing a store - files and geometry, the CommitLog scan, topics x queues
+(from the CommitLog and from the ConsumeQueues), IndexFiles, checkpoint, abort/lock, configs and
+what else lies in the store root."""
+from __future__ import annotations
+
+from collections import Counter
+
+from ..errors import ParseError
+from ..formats import checkpoint as ckpt_fmt
+from ..formats import codecs
+from ..formats import commitlog as cl_fmt
+from ..formats import consumequeue as cq_fmt
+from ..formats import indexfile as idx_fmt
+from ..passport import store_passport
+from ..scan import BlankRecord, MessageRecord, Scanner, UnwrittenTail
+from ..store import MappedFile, Store
+from .records import ms_to_iso
+from .queues import queue_summary
+from .index import read_index_header
+from .small_files import checkpoint_dict, _read_small
+
+
+# Files and directories a broker (4.x or 5.x) leaves in its store root.
+KNOWN_ROOT_ENTRIES = {"commitlog", "consumequeue", "consumequeue_ext", "batchconsumequeue",
+                      "index", "checkpoint", "abort", "abort.bak", "lock", "config", "timerlog",
+                      "timerwheel", "compaction", "epochFileCheckpoint", "brokerIdentity"}
+
+
+# --- info ----------------------------------------------------------------------------------------
+
+def _geometry(store: Store) -> dict:
+    def source(value, inferred, default):
+        if inferred and value == inferred:
+            return "inferred"
+        if value == default and not inferred:
+            return "default"
+        return "override"
+
+    cl = store.commitlog
+    index_sizes = Counter(f.length for f in store.index_files)
+    common_index = index_sizes.most_common(1)[0][0] if index_sizes else 0
+    inferred_index = idx_fmt.geometries_for_size(common_index) if common_index else []
+    index_value = (store.index_slots, store.index_entries)
+    return {
+        "commitlog_file_size": cl.file_size,
+        "commitlog_file_size_source": source(cl.file_size, cl.inferred_file_size, 1024 ** 3),
+        "cq_units_per_file": store.cq_units_per_file,
+        "cq_file_size": store.cq_units_per_file * cq_fmt.CQ_STORE_UNIT_SIZE,
+        "cq_units_per_file_source": source(store.cq_units_per_file,
+                                           store.inferred_cq_units_per_file,
+                                           cq_fmt.DEFAULT_CQ_UNITS_PER_FILE),
+        "index_slots": store.index_slots,
+        "index_entries": store.index_entries,
+        "index_file_size": idx_fmt.index_file_size(*index_value),
+        "index_geometry_source": source(index_value, inferred_index[0] if inferred_index else None,
+                                        (idx_fmt.DEFAULT_SLOT_COUNT, idx_fmt.DEFAULT_ENTRY_COUNT)),
+    }
+
+
+def _scan_summary(store: Store, check_crc: bool, progress=None) -> tuple[dict, dict]:
+    """(CommitLog section, per topic/queue counts) from one scan of every segment."""
+    cl = store.commitlog
+    scanner = Scanner(cl, check_crc=check_crc, resync=False)
+    files = []
+    per_queue: dict[tuple[str, int], dict] = {}
+    by_transaction = Counter()
+    messages = compressed = v2 = crc_bad = offset_bad = prop_crc_bad = prop_crc_records = 0
+    first_ts = last_ts = min_ts = max_ts = None
+    end_of_data = None
+    corrupt = []
+    previous_end = None
+    for seg in cl.segments:
+        entry = {"name": seg.name, "file": store.relative(seg.path), "size": seg.length,
+                 "start_offset": seg.base_offset, "end_offset": seg.base_offset + seg.length,
+                 "size_ok": seg.length == cl.file_size, "messages": 0, "scan_end": None}
+        if previous_end is not None and seg.base_offset != previous_end:
+            entry["gap_before"] = seg.base_offset - previous_end
+        previous_end = seg.base_offset + cl.file_size
+        for event in scanner.scan_segment(seg, progress=progress):
+            kind = type(event)
+            if kind is MessageRecord:
+                entry["messages"] += 1
+                messages += 1
+                end_of_data = event.end
+                tx = event.sys_flag & cl_fmt.TRANSACTION_TYPE_MASK
+                by_transaction[cl_fmt.TRANSACTION_NAMES[tx]] += 1
+                compressed += bool(event.sys_flag & cl_fmt.COMPRESSED_FLAG)
+                v2 += event.magic_code == cl_fmt.MESSAGE_MAGIC_CODE_V2
+                crc_bad += event.body_crc_ok is False
+                prop_crc_bad += event.prop_crc_ok is False
+                # presence, not validity: quick scans leave prop_crc_ok unset
+                prop_crc_records += codecs.stored_prop_crc(event.properties_raw) is not None
+                offset_bad += not event.offset_ok
+                ts = event.store_timestamp
+                if first_ts is None:
+                    first_ts = min_ts = max_ts = ts
+                min_ts, max_ts, last_ts = min(min_ts, ts), max(max_ts, ts), ts
+                q = per_queue.get((event.topic, event.queue_id))
+                if q is None:
+                    q = per_queue[(event.topic, event.queue_id)] = {
+                        "messages": 0, "min_queue_offset": None, "max_queue_offset": None,
+                        "prepared": 0, "rollback": 0}
+                if tx in (cl_fmt.TRANSACTION_NOT_TYPE, cl_fmt.TRANSACTION_COMMIT_TYPE):
+                    q["messages"] += 1
+                    qo = event.queue_offset
+                    if q["min_queue_offset"] is None or qo < q["min_queue_offset"]:
+                        q["min_queue_offset"] = qo
+                    if q["max_queue_offset"] is None or qo > q["max_queue_offset"]:
+                        q["max_queue_offset"] = qo
+                elif tx == cl_fmt.TRANSACTION_PREPARED_TYPE:
+                    q["prepared"] += 1
+                else:
+                    q["rollback"] += 1
+            else:
+                position = event.offset - seg.base_offset
+                if kind is BlankRecord:
+                    entry["scan_end"] = {"kind": "blank", "position": position,
+                                         "declared_size": event.total_size}
+                elif kind is UnwrittenTail:
+                    entry["scan_end"] = {"kind": "unwritten", "position": position,
+                                         "length": event.length}
+                else:
+                    entry["scan_end"] = {"kind": "corrupt", "position": position,
+                                         "code": event.code, "detail": event.detail}
+                    corrupt.append({"file": seg.name, "position": position,
+                                    "commitlog_offset": event.offset, "code": event.code,
+                                    "detail": event.detail})
+        if entry["scan_end"] is None:
+            entry["scan_end"] = {"kind": "file_end", "position": seg.length}
+        files.append(entry)
+    section = {
+        "directory": store.relative(cl.directory) if cl.directory != store.root else ".",
+        "files": files,
+        "stray_files": [store.relative(p) for p in cl.stray_files],
+        "min_offset": cl.min_offset if cl.segments else None,
+        "end_of_data": end_of_data,
+        "messages": messages,
+        "by_transaction": {name: by_transaction.get(name, 0)
+                           for name in cl_fmt.TRANSACTION_NAMES.values()},
+        "compressed": compressed,
+        "v2_records": v2,
+        "prop_crc_records": prop_crc_records,
+        "crc_checked": check_crc,
+        "body_crc_mismatches": crc_bad if check_crc else None,
+        "prop_crc_mismatches": prop_crc_bad if check_crc else None,
+        "physical_offset_mismatches": offset_bad,
+        "corrupt_regions": corrupt,
+        "first_store_timestamp": first_ts, "first_store_time": ms_to_iso(first_ts),
+        "last_store_timestamp": last_ts, "last_store_time": ms_to_iso(last_ts),
+        "min_store_timestamp": min_ts, "max_store_timestamp": max_ts,
+    }
+    return section, per_queue
+
+
+def _index_section(store: Store) -> dict:
+    files = []
+    for info in store.index_files:
+        entry = {"name": info.name, "size": info.length,
+                 "size_ok": info.length == idx_fmt.index_file_size(store.index_slots,
+                                                                    store.index_entries)}
+        try:
+            with MappedFile(info.path) as mapped:
+                header = read_index_header(mapped.data, info.name)
+            entry.update(header)
+            entry["begin_time"] = ms_to_iso(header["begin_timestamp"])
+            entry["end_time"] = ms_to_iso(header["end_timestamp"])
+            entry["entries_used"] = max(0, header["index_count"] - 1)
+            entry["full"] = header["index_count"] >= store.index_entries
+        except ParseError as err:
+            entry["error"] = str(err)
+        files.append(entry)
+    return {"files": files, "stray_files": [store.relative(p) for p in store.index_stray]}
+
+
+def _checkpoint_section(store: Store) -> dict | None:
+    path = store.checkpoint_path
+    if not path.is_file():
+        return None
+    try:
+        out = checkpoint_dict(_read_small(path, ckpt_fmt.CHECKPOINT_SIZE * 2), "checkpoint")
+    except ParseError as err:
+        return {"error": str(err)}
+    out.pop("record_type", None)
+    out.pop("file", None)
+    return out
+
+
+def _config_summary(name: str, data) -> dict:
+    if not isinstance(data, dict):
+        return {}
+    if name == "topics.json":
+        return {"topics": len(data.get("topicConfigTable") or {})}
+    if name in ("consumerOffset.json", "lmqConsumerOffset.json"):
+        table = data.get("offsetTable") or {}
+        return {"topic_groups": len(table),
+                "queues": sum(len(v) for v in table.values() if isinstance(v, dict))}
+    if name == "delayOffset.json":
+        table = data.get("offsetTable") or {}
+        return {"levels": {str(k): v for k, v in sorted(table.items(),
+                                                         key=lambda kv: int(kv[0])
+                                                         if str(kv[0]).lstrip("-").isdigit()
+                                                         else 0)}}
+    if name == "subscriptionGroup.json":
+        return {"groups": len(data.get("subscriptionGroupTable") or {})}
+    return {"keys": sorted(map(str, data))[:10]}
+
+
+def _config_section(store: Store) -> dict:
+    out = {}
+    for name, (data, source) in store.configs().items():
+        entry = {"source": source, "fallback_to_bak": bool(source and source.endswith(".bak"))}
+        if data is None:
+            entry["error"] = "unreadable (main file and .bak)"
+        else:
+            entry.update(_config_summary(name, data))
+        out[name] = entry
+    return out
+
+
+def _stray_root_entries(store: Store) -> list[str]:
+    if store.is_bare_commitlog:
+        return []
+    return sorted(p.name + ("/" if p.is_dir() else "") for p in store.root.iterdir()
+                  if p.name not in KNOWN_ROOT_ENTRIES and not p.name.startswith("dledger-")
+                  and not p.name.startswith("."))
+
+
+def _abort_section(store: Store) -> dict:
+    root = store.root
+    out = {"present": store.abort_exists, "last_shutdown_abnormal": store.abort_exists,
+           "content": None, "pid": None, "bak_present": (root / "abort.bak").is_file(),
+           "bak_content": None}
+    if out["present"] and (root / "abort").is_file():
+        out["content"] = _read_small(root / "abort").decode("utf-8", errors="replace")
+        out["pid"] = int(out["content"].strip()) if out["content"].strip().isdigit() else None
+    if out["bak_present"]:
+        out["bak_content"] = _read_small(root / "abort.bak").decode("utf-8", errors="replace")
+    return out
+
+
+def _lock_section(store: Store) -> dict:
+    path = store.root / "lock"
+    present = path.is_file()
+    return {"present": present, "held": store.lock_held() if present else False,
+            "content": _read_small(path).decode("utf-8", errors="replace") if present else None}
+
+
+def store_info(store: Store, *, check_crc: bool = False, progress=None) -> dict:
+    """Everything ``mqtool info`` shows, as one JSON-ready dict.
+
+    Message counts and queue-offset ranges come from one CommitLog scan (CRC not checked unless
+    asked: info must be quick); only NOT/COMMIT records carry queue offsets, PREPARED/ROLLBACK
+    are counted apart. Each queue also gets what its own ConsumeQueue files say."""
+    commitlog, per_queue = _scan_summary(store, check_crc, progress)
+    cl_end = commitlog["end_of_data"]
+    queues = {(q.topic, q.queue_id): q for q in store.consume_queues}
+    topics = []
+    for key in sorted(set(per_queue) | set(queues), key=lambda k: (k[0], k[1])):
+        topic, queue_id = key
+        cq = queues.get(key)
+        topics.append({"topic": topic, "queue_id": queue_id,
+                       "commitlog": per_queue.get(key),
+                       "consume_queue": queue_summary(cq, cl_end) if cq is not None else None})
+    batch = [{"topic": q.topic, "queue_id": q.queue_id, **queue_summary(q, cl_end)}
+             for q in store.batch_consume_queues]
+    cq_files = sum(len(q.segments) for q in store.consume_queues)
+    return {
+        "root": str(store.root),
+        "layout": "bare-commitlog" if store.is_bare_commitlog else "store",
+        "geometry": _geometry(store),
+        "passport": store_passport(store, v2_records=commitlog["v2_records"],
+                                   prop_crc_records=commitlog["prop_crc_records"]),
+        "commitlog": commitlog,
+        "consume_queues": {"queues": len(store.consume_queues), "files": cq_files,
+                           "bytes": sum(s.length for q in store.consume_queues
+                                        for s in q.segments),
+                           "stray_files": [store.relative(p) for q in store.consume_queues
+                                           for p in q.stray_files]},
+        "batch_consume_queues": batch,
+        "topics": topics,
+        "index": _index_section(store),
+        "checkpoint": _checkpoint_section(store),
+        "abort": _abort_section(store),
+        "lock": _lock_section(store),
+        "config": _config_section(store),
+        "stray_files": _stray_root_entries(store),
+    }

@@ -1,0 +1,310 @@
+"""CommitLog messages as records: bodies decompressed (bounded), truncated and encoded on request,
+:func:`message_to_dict` - the flat record ``dump``, ``query``, ``export`` and Spark share - the
+message filter, and the record stream of a CommitLog file or directory."""
+from __future__ import annotations
+
+import base64
+import codecs as _text_codecs
+import zlib
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+from ..errors import MqtoolError
+from ..formats import codecs
+from ..formats import commitlog as cl_fmt
+from ..scan import BlankRecord, MessageRecord, Scanner, UnwrittenTail, read_body
+from ..store import CommitLog, MappedFile, Segment
+from .records import RT_BLANK, RT_CORRUPT, RT_MESSAGE, RT_UNWRITTEN
+
+
+BODY_MODES = ("text", "hex", "base64", "none")
+# A compressed body is at most 4 MiB stored; this bounds what a hostile stream may inflate to.
+MAX_DECOMPRESSED_BODY = 256 * 1024 * 1024
+
+
+# --- bodies --------------------------------------------------------------------------------------
+
+@dataclass
+class DecodedBody:
+    data: bytes
+    error: str | None = None   # why the stored bytes were kept
+    complete: bool = True      # False: data is only the first ``limit`` bytes of the output
+
+
+def _inflate_zlib(stored: bytes, limit: int) -> DecodedBody:
+    inflater = zlib.decompressobj()
+    try:
+        out = inflater.decompress(stored, limit)
+        if inflater.eof:
+            return DecodedBody(out)
+        if len(out) >= limit:
+            more = inflater.decompress(inflater.unconsumed_tail, 1)
+            if more or not inflater.eof:
+                return DecodedBody(out[:limit], complete=False)
+            return DecodedBody(out)
+    except zlib.error as err:
+        return DecodedBody(stored, f"zlib: {err}")
+    return DecodedBody(stored, "zlib: the stream ends early")
+
+
+def _inflate_lz4(stored: bytes, limit: int) -> DecodedBody:
+    try:
+        import lz4.frame
+    except ImportError:
+        return DecodedBody(stored, "lz4: the 'lz4' package is not installed; body kept compressed")
+    decompressor = lz4.frame.LZ4FrameDecompressor()
+    try:
+        out = decompressor.decompress(stored, max_length=limit)
+    except RuntimeError as err:
+        return DecodedBody(stored, f"lz4: {err}")
+    if decompressor.eof:
+        return DecodedBody(out)
+    if decompressor.needs_input:
+        return DecodedBody(stored, "lz4: the frame ends early")
+    return DecodedBody(out[:limit], complete=False)
+
+
+def _inflate_zstd(stored: bytes, limit: int) -> DecodedBody:
+    try:
+        import zstandard
+    except ImportError:
+        return DecodedBody(stored, "zstd: the 'zstandard' package is not installed; "
+                                   "body kept compressed")
+    decompressor = zstandard.ZstdDecompressor().decompressobj()
+    out = bytearray()
+    try:
+        # small input steps keep a hostile frame from inflating far past the limit at once
+        for start in range(0, len(stored), 1024):
+            out += decompressor.decompress(stored[start:start + 1024])
+            if len(out) > limit:
+                return DecodedBody(bytes(out[:limit]), complete=False)
+    except zstandard.ZstdError as err:
+        return DecodedBody(stored, f"zstd: {err}")
+    if not decompressor.eof:
+        return DecodedBody(stored, "zstd: the frame ends early")
+    return DecodedBody(bytes(out))
+
+
+def decompress_body(stored: bytes, sys_flag: int,
+                    limit: int = MAX_DECOMPRESSED_BODY) -> DecodedBody:
+    """The body a consumer would see: inflate by the sysflag's compression type (0 and 3 zlib,
+    1 LZ4 frame, 2 zstd). On any failure the stored bytes come back with ``error`` set."""
+    kind = cl_fmt.compression_type(sys_flag)
+    if kind in (0, cl_fmt.COMPRESSION_ZLIB):
+        return _inflate_zlib(stored, limit)
+    if kind == cl_fmt.COMPRESSION_LZ4:
+        return _inflate_lz4(stored, limit)
+    if kind == cl_fmt.COMPRESSION_ZSTD:
+        return _inflate_zstd(stored, limit)
+    return DecodedBody(stored, f"unknown compression type {kind}")
+
+
+def encode_body(data: bytes | None, mode: str) -> tuple[str | None, str]:
+    """(body, body_encoding). ``text`` falls back to base64 for bytes that are not UTF-8, so the
+    value is never lossy; a UTF-8 sequence cut by truncation is dropped from the text."""
+    if mode == "none" or data is None:
+        return None, "none"
+    if mode == "hex":
+        return data.hex(), "hex"
+    if mode == "text":
+        try:
+            return _text_codecs.getincrementaldecoder("utf-8")().decode(data, final=False), "text"
+        except UnicodeDecodeError:
+            pass
+    return base64.b64encode(data).decode("ascii"), "base64"
+
+
+# --- messages ------------------------------------------------------------------------------------
+
+def message_to_dict(record: MessageRecord, stored_body: bytes | None = None, *,
+                    commitlog: CommitLog | None = None, file: str | None = None,
+                    file_offset: int | None = None, body_mode: str = "base64",
+                    max_body_bytes: int | None = None, decompress: bool = True) -> dict:
+    """The flat JSON record of one message, keys in declaration order (snake_case).
+
+    ``stored_body`` is the body as stored; when omitted it is read through ``commitlog``.
+    ``decompress`` inflates a compressed body (the stored form stays described by
+    ``body_stored_length``/``body_compression``); ``max_body_bytes`` truncates the output body
+    and sets ``body_truncated``. ``body_crc_ok`` is computed from the stored bytes when the
+    scanner did not check it (so an empty body with CRC 0 is ok, as the broker's decoder says).
+    """
+    if body_mode not in BODY_MODES:
+        raise MqtoolError(f"body mode must be one of {', '.join(BODY_MODES)}, not {body_mode!r}")
+    if stored_body is None and record.body_length > 0 and commitlog is not None:
+        stored_body = read_body(commitlog, record)
+    if stored_body is None and record.body_length <= 0:
+        stored_body = b""
+    stored = bytes(stored_body) if stored_body is not None else None
+    if file is None and commitlog is not None:
+        seg = commitlog.segment_for(record.offset)
+        file = seg.name if seg is not None else None
+    if file_offset is None and commitlog is not None:
+        seg = commitlog.segment_for(record.offset)
+        file_offset = record.offset - seg.base_offset if seg is not None else None
+
+    crc_ok = record.body_crc_ok
+    if crc_ok is None and stored is not None:
+        crc_ok = codecs.body_crc(stored) == record.body_crc
+    props = codecs.decode_properties(record.properties_raw)
+    sys_flag = record.sys_flag
+    compressed = bool(sys_flag & cl_fmt.COMPRESSED_FLAG)
+
+    out = {
+        "record_type": RT_MESSAGE,
+        "file": file,
+        "file_offset": file_offset,
+        "commitlog_offset": record.offset,
+        "total_size": record.total_size,
+        "magic_code": record.magic_code,
+        "magic_version": cl_fmt.magic_version(record.magic_code),
+        "body_crc": record.body_crc,
+        "body_crc_ok": crc_ok,
+        "queue_id": record.queue_id,
+        "flag": record.flag,
+        "queue_offset": record.queue_offset,
+        "physical_offset": record.physical_offset,
+        "offset_ok": record.offset_ok,
+        "sys_flag": sys_flag,
+        "transaction": cl_fmt.TRANSACTION_NAMES[cl_fmt.transaction_type(sys_flag)],
+        "born_timestamp": record.born_timestamp,
+        "born_host": codecs.format_host(record.born_ip, record.born_port),
+        "store_timestamp": record.store_timestamp,
+        "store_host": codecs.format_host(record.store_ip, record.store_port),
+        "reconsume_times": record.reconsume_times,
+        "prepared_transaction_offset": record.prepared_transaction_offset,
+        "body_length": record.body_length,
+        "topic": record.topic,
+        "properties": props,
+        "tags": props.get("TAGS"),
+        "keys": props.get("KEYS"),
+        "uniq_key": props.get("UNIQ_KEY"),
+        "msg_id": codecs.offset_msg_id(record.store_ip, record.store_port,
+                                       record.physical_offset),
+        "prop_crc_ok": record.prop_crc_ok,
+    }
+
+    body = stored
+    error = None
+    complete = True
+    decompressed = False
+    if compressed and decompress and stored and body_mode != "none":
+        # zlib and lz4 read a limit of 0 as "no limit"; truncation to 0 happens below
+        limit = MAX_DECOMPRESSED_BODY if max_body_bytes is None else max(1, min(
+            max_body_bytes, MAX_DECOMPRESSED_BODY))
+        decoded = decompress_body(stored, sys_flag, limit)
+        if decoded.error is None and not decoded.complete and max_body_bytes is None:
+            error = f"decompressed body exceeds {MAX_DECOMPRESSED_BODY} bytes; body kept compressed"
+        elif decoded.error is not None:
+            error = decoded.error
+        else:
+            body, complete, decompressed = decoded.data, decoded.complete, True
+    truncated = False
+    if body is not None and max_body_bytes is not None and (len(body) > max_body_bytes
+                                                            or not complete):
+        body, truncated = body[:max_body_bytes], True
+    out["body"], out["body_encoding"] = encode_body(body, body_mode)
+    out["body_stored_length"] = len(stored) if stored is not None else None
+    out["body_compression"] = (cl_fmt.COMPRESSION_NAMES.get(cl_fmt.compression_type(sys_flag),
+                                                            "unknown") if compressed else None)
+    out["body_decompressed"] = decompressed
+    out["body_decompress_error"] = error
+    out["body_truncated"] = truncated
+    return out
+
+
+@dataclass
+class MessageFilter:
+    """Message selection for dump/query: every given criterion must hold.
+
+    ``from_offset``/``to_offset`` are CommitLog offsets, [from, to); ``since``/``until`` are
+    store times in epoch ms, [since, until]; ``key`` is one item of KEYS."""
+
+    topic: str | None = None
+    queue_id: int | None = None
+    from_offset: int | None = None
+    to_offset: int | None = None
+    since: int | None = None
+    until: int | None = None
+    key: str | None = None
+    uniq_key: str | None = None
+
+    @property
+    def selects_content(self) -> bool:
+        """True when records other than messages cannot match (anything but an offset range)."""
+        return any(v is not None for v in (self.topic, self.queue_id, self.since, self.until,
+                                           self.key, self.uniq_key))
+
+    def offset_in_range(self, offset: int) -> bool:
+        return ((self.from_offset is None or offset >= self.from_offset)
+                and (self.to_offset is None or offset < self.to_offset))
+
+    def matches(self, record: MessageRecord) -> bool:
+        if not self.offset_in_range(record.offset):
+            return False
+        if self.topic is not None and record.topic != self.topic:
+            return False
+        if self.queue_id is not None and record.queue_id != self.queue_id:
+            return False
+        if self.since is not None and record.store_timestamp < self.since:
+            return False
+        if self.until is not None and record.store_timestamp > self.until:
+            return False
+        if self.key is not None or self.uniq_key is not None:
+            props = codecs.decode_properties(record.properties_raw)
+            if self.key is not None and self.key not in codecs.message_keys(props):
+                return False
+            if self.uniq_key is not None and props.get("UNIQ_KEY") != self.uniq_key:
+                return False
+        return True
+
+
+def _event_dict(event, file: str, base: int) -> dict:
+    """A non-message scan event as a record."""
+    common = {"file": file, "file_offset": event.offset - base, "commitlog_offset": event.offset}
+    if isinstance(event, BlankRecord):
+        return {"record_type": RT_BLANK, **common, "total_size": event.total_size,
+                "magic_code": cl_fmt.BLANK_MAGIC_CODE}
+    if isinstance(event, UnwrittenTail):
+        return {"record_type": RT_UNWRITTEN, **common, "length": event.length}
+    return {"record_type": RT_CORRUPT, **common, "length": event.length, "code": event.code,
+            "detail": event.detail, "declared_size": event.total_size}
+
+
+def iter_commitlog_records(commitlog: CommitLog, *, segments: list[Segment] | None = None,
+                           file_name: Callable[[Segment], str] = lambda s: s.name,
+                           filters: MessageFilter | None = None, resync: bool = False,
+                           body_mode: str = "base64", max_body_bytes: int | None = None,
+                           decompress: bool = True, messages_only: bool = False,
+                           progress=None) -> Iterator[dict]:
+    """Records of CommitLog segments in offset order (messages with CRC checked, and blank,
+    unwritten and corrupt regions unless a content filter or ``messages_only`` excludes them).
+
+    Without ``resync`` a corrupt region ends its file's scan, as the broker's recovery does; the
+    next file is still scanned."""
+    filters = filters or MessageFilter()
+    scanner = Scanner(commitlog, check_crc=True, resync=resync)
+    start, end = filters.from_offset, filters.to_offset
+    if segments is None:
+        segments = scanner.segments(start, end)
+    structural = not (messages_only or filters.selects_content)
+    for seg in segments:
+        if seg.length == 0:
+            continue
+        name = file_name(seg)
+        seg_start = start if start is not None and start > seg.base_offset else None
+        with MappedFile(seg.path) as mapped:
+            buf = mapped.data
+            for event in scanner.scan_segment(seg, seg_start, end, progress):
+                if type(event) is MessageRecord:
+                    if not filters.matches(event):
+                        continue
+                    body = None
+                    if event.body_length > 0:
+                        pos = event.body_position - seg.base_offset
+                        body = buf[pos:pos + event.body_length]
+                    yield message_to_dict(event, body, file=name,
+                                          file_offset=event.offset - seg.base_offset,
+                                          body_mode=body_mode, max_body_bytes=max_body_bytes,
+                                          decompress=decompress)
+                elif structural and filters.offset_in_range(event.offset):
+                    yield _event_dict(event, name, seg.base_offset)

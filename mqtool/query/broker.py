@@ -1,0 +1,184 @@
+"""The broker's own answer to ``queryMessage`` (its cap, its skip of entries past the readable
+end) and :func:`explain`: why it would fail or differ from mqtool's answer."""
+from __future__ import annotations
+
+import datetime as _dt
+
+from ..recovery import RecoveryPlan, predict_recovery
+from ..store import Store
+from .results import QueryResult
+from .ids import mqadmin_uniq_key_begin
+from .index import JAVA_LONG_MAX, MAX_MSGS_NUM_BATCH, ChainProblem, IndexSet
+
+
+# --- the broker's own answer ---------------------------------------------------------------------
+
+def readable_end(store: Store, plan: RecoveryPlan | None = None) -> int:
+    """The CommitLog offset a broker started on this store reads up to (its maxOffset): the
+    recovery's processOffset."""
+    plan = plan or predict_recovery(store, broker_version="auto")
+    return plan.process_offset
+
+
+def broker_query_message(store: Store, topic: str, key: str, max_num: int = MAX_MSGS_NUM_BATCH,
+                         begin: int = 0, end: int = JAVA_LONG_MAX, *,
+                         max_offset: int | None = None) -> list[int]:
+    """DefaultMessageStore.queryMessage(topic, key, maxNum, begin, end) on a broker running on
+    this store as it is: the IndexFiles' offsets (at most 64, newest files and entries first),
+    sorted ascending, duplicates kept, without the ones outside the readable CommitLog
+    [minOffset, ``max_offset``) (default: the recovery's processOffset). No collision filter:
+    the broker has none."""
+    if max_offset is None:
+        max_offset = readable_end(store)
+    low = store.commitlog.min_offset if store.commitlog.segments else 0
+    with IndexSet(store) as index:
+        offsets, _problems = index.broker_query_offset(topic, key, max_num, begin, end)
+    return [o for o in sorted(offsets) if low <= o < max_offset]
+
+
+# --- explanations --------------------------------------------------------------------------------
+
+def explain(store: Store, result: QueryResult, *, plan: RecoveryPlan | None = None,
+            now_ms: int | None = None, tz: _dt.tzinfo | None = None) -> dict:
+    """Why the broker's own query (mqadmin queryMsgByKey / queryMsgByUniqueKey / queryMsgById on
+    a broker started on this store) would fail or differ from ``result``.
+
+    Returns {"broker_offsets": what queryMessage would return (per topic), "reasons": [{"reason",
+    "detail", "offsets"}], "recovery": the facts used}."""
+    plan = plan or predict_recovery(store, broker_version="auto")
+    process_offset = plan.process_offset
+    deleted = set(plan.index_files_deleted)
+    redispatch = plan.redispatch_from
+    mode = result.query.get("mode")
+    reasons: list[dict] = []
+
+    def add(reason: str, detail: str, offsets=()) -> None:
+        reasons.append({"reason": reason, "detail": detail, "offsets": sorted(set(offsets))})
+
+    out = {"recovery": {"mode": plan.mode, "broker_version": plan.broker_version,
+                        "process_offset": process_offset,
+                        "index_files_deleted": plan.index_files_deleted,
+                        "redispatch_from": redispatch}}
+
+    if mode == "msg-id":
+        if result.found:
+            record = result.found[0].record
+            if record.offset >= process_offset:
+                add("beyond-truncation", f"the message lies at or past CommitLog offset "
+                    f"{process_offset}, where the broker's next start truncates: queryMsgById "
+                    f"finds nothing", [record.offset])
+        if "is_uniq_key_of" in result.details:
+            add("uniq-key-given-as-msg-id", "the id is a UNIQ_KEY (client message id), not an "
+                "offsetMsgId: queryMsgById decodes it as host+offset and reads garbage or "
+                "nothing; use queryMsgByUniqueKey", result.details["is_uniq_key_of"])
+        out["reasons"] = reasons
+        return out
+    if mode not in ("key", "uniq-key"):
+        out["reasons"] = reasons
+        return out
+
+    value = result.query.get("key") if mode == "key" else result.query.get("uniq_key")
+    found_topics = sorted({f.record.topic for f in result.found})
+    topics = [result.query["topic"]] if result.query.get("topic") else found_topics
+    begin = 0
+    if mode == "key" and result.query.get("since") is not None:
+        begin = result.query["since"]
+    end = JAVA_LONG_MAX
+    if mode == "key" and result.query.get("until") is not None:
+        end = result.query["until"]
+    if mode == "uniq-key":
+        begin = max(0, mqadmin_uniq_key_begin(value, now_ms, tz))
+        out["mqadmin_begin"] = begin
+    low = store.commitlog.min_offset if store.commitlog.segments else 0
+    broker: dict[str, list[int]] = {}
+    walk_problems: list[ChainProblem] = []
+    with IndexSet(store) as index:
+        kept = [f for f in index.files if f.name not in deleted and f.used]
+        # the start dispatches again from redispatch_from; IndexService.buildIndex skips what
+        # lies before the last IndexFile's endPhyOffset
+        index_from = max(redispatch if redispatch is not None else process_offset,
+                         kept[-1].end_phy_offset if kept else 0)
+        for topic in topics:
+            offsets, problems = index.broker_query_offset(topic, value, MAX_MSGS_NUM_BATCH,
+                                                          begin, end, skip=deleted)
+            walk_problems += problems
+            broker[topic] = [o for o in sorted(offsets) if low <= o < process_offset]
+            raw_all, _ = index.broker_query_offset(topic, value, MAX_MSGS_NUM_BATCH, 0,
+                                                   JAVA_LONG_MAX, skip=deleted)
+            if len(raw_all) >= MAX_MSGS_NUM_BATCH:
+                add("result-cap", f"{topic}: the broker stops at {MAX_MSGS_NUM_BATCH} index "
+                    f"entries (maxMsgsNumBatch), newest first; mqtool found "
+                    f"{sum(1 for f in result.found if f.record.topic == topic)} messages")
+    # messages the start (re)indexes are found by the running broker too
+    for f in result.found:
+        offset = f.record.offset
+        if index_from <= offset < process_offset and f.record.topic in broker:
+            if offset not in broker[f.record.topic]:
+                broker[f.record.topic] = sorted(broker[f.record.topic] + [offset])
+    out["broker_offsets"] = broker
+    out["indexed_on_start_from"] = index_from if index_from < process_offset else None
+    broker_seen = {o for offsets in broker.values() for o in offsets}
+
+    for problem in walk_problems:
+        if problem.kind == "loop":
+            add("index-chain-loops", f"IndexFile {problem.file}: {problem.detail}")
+    for problem in result.problems:
+        add("index-chain-damaged", f"IndexFile {problem.file}: {problem.detail}")
+    if result.collisions:
+        add("hash-collision", f"{len(set(result.collisions))} index entries have the same hash "
+            f"but belong to other keys: the broker returns those messages too (the client drops "
+            f"them) and they count toward its {MAX_MSGS_NUM_BATCH}-entry cap",
+            result.collisions)
+    stale_past = [o for o in result.stale if o >= process_offset]
+    if stale_past:
+        add("stale-index-entry", f"{len(set(stale_past))} index entries point at or past the "
+            f"recovered end {process_offset}: the broker skips them", stale_past)
+
+    beyond, unindexed, lost_index, outside_window, missing_other = [], [], [], [], []
+    for f in result.found:
+        offset = f.record.offset
+        if offset >= process_offset:
+            beyond.append(offset)
+            continue
+        if offset in broker_seen:
+            continue
+        live_hits = [h for h in f.index_hits if h.file not in deleted]
+        if f.index_hits and not live_hits:
+            lost_index.append(offset)
+        elif not f.index_hits:
+            unindexed.append(offset)
+        elif live_hits and not any(begin <= h.index_time <= end for h in live_hits):
+            outside_window.append(offset)
+        else:
+            missing_other.append(offset)
+    if beyond:
+        add("beyond-truncation", f"the broker's next start truncates the CommitLog at "
+            f"{process_offset} ({plan.stop_reason}): these messages are gone for it", beyond)
+    if lost_index:
+        add("index-file-deleted-by-recovery", f"the next start is an abnormal recovery: it "
+            f"deletes IndexFile(s) {', '.join(sorted(deleted))} (endTimestamp after the "
+            f"checkpoint's indexMsgTimestamp) and indexes again only from CommitLog offset "
+            f"{index_from}", lost_index)
+    if unindexed:
+        add("not-indexed", "no IndexFile holds an entry for these messages (the index was lost "
+            "or stops short of them): the broker cannot find them by key", unindexed)
+    if outside_window:
+        if mode == "uniq-key":
+            detail = (f"mqadmin searches from the id's approximate time minus 1 s "
+                      f"({begin}, read in this machine's zone and current month); these "
+                      f"messages' index times are earlier")
+        else:
+            detail = (f"the index time (whole seconds from the file's beginTimestamp) is outside "
+                      f"[{begin}, {end}] although the store time may be inside")
+        add("outside-time-window", detail, outside_window)
+    if missing_other:
+        add("not-returned", "the broker's walk stops before these entries (time order of the "
+            "chain or the 64-entry cap)", missing_other)
+    if mode == "uniq-key" and "is_offset_msg_id_of" in result.details:
+        add("msg-id-given-as-uniq-key", "the id is an offsetMsgId, not a UNIQ_KEY: "
+            "queryMsgByUniqueKey finds nothing; use queryMsgById",
+            [result.details["is_offset_msg_id_of"]])
+    out["reasons"] = reasons
+    out["broker_finds_all"] = not (beyond or lost_index or unindexed or outside_window
+                                   or missing_other)
+    return out

@@ -1,0 +1,203 @@
+"""Lookups through a ConsumeQueue: by queue offset and by store time (the broker's binary search
+over the units), and a queue's bounds."""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import codec
+from ..formats import consumequeue as cq_fmt
+from ..store import ConsumeQueue, MappedFile, Segment, Store
+from .results import Found, NotFound, QueryError, QueryResult
+from .reader import RecordReader
+
+
+_CQ_UNIT = codec.CQ_UNIT
+
+
+# --- ConsumeQueue lookups ------------------------------------------------------------------------
+
+def _queue(store: Store, topic: str, queue_id: int) -> ConsumeQueue:
+    queue = store.queue(topic, queue_id)
+    if queue is None:
+        known = sorted(q.queue_id for q in store.consume_queues if q.topic == topic)
+        if known:
+            raise QueryError(f"topic {topic!r} has no queue {queue_id} (queues: "
+                             f"{', '.join(map(str, known))})")
+        raise QueryError(f"no ConsumeQueue for topic {topic!r} in {store.root}")
+    if not queue.segments:
+        raise NotFound(f"{topic}/{queue_id}: the queue directory holds no ConsumeQueue file")
+    return queue
+
+
+def _valid_units(path, units_per_file: int) -> np.ndarray:
+    with MappedFile(path) as mf:
+        usable = min(mf.size - mf.size % cq_fmt.CQ_STORE_UNIT_SIZE,
+                     units_per_file * cq_fmt.CQ_STORE_UNIT_SIZE)
+        if usable <= 0:
+            return np.zeros(0, codec.CQ_DTYPE)
+        units = np.frombuffer(mf.data, codec.CQ_DTYPE, usable // cq_fmt.CQ_STORE_UNIT_SIZE).copy()
+    valid = (units["commitlog_offset"] >= 0) & (units["size"] > 0)
+    end = len(units) if valid.all() else int(np.argmin(valid))
+    return units[:end]
+
+
+def queue_bounds(store: Store, queue: ConsumeQueue) -> tuple[int | None, int]:
+    """(first queue offset whose unit points into the CommitLog, next queue offset) of a queue,
+    as correctMinOffset and getMaxOffsetInQueue compute them."""
+    units_per_file = store.cq_units_per_file
+    low = store.commitlog.min_offset
+    first = None
+    for seg in queue.segments:
+        units = _valid_units(seg.path, units_per_file)
+        good = np.flatnonzero((units["commitlog_offset"] >= low)
+                              & (units["size"] != cq_fmt.PRE_BLANK_SIZE))
+        if len(good):
+            first = seg.base_offset // cq_fmt.CQ_STORE_UNIT_SIZE + int(good[0])
+            break
+    last = queue.segments[-1]
+    end = last.base_offset // cq_fmt.CQ_STORE_UNIT_SIZE + len(_valid_units(last.path,
+                                                                          units_per_file))
+    return first, end
+
+
+def _unit_location(store: Store, queue: ConsumeQueue,
+                   queue_offset: int) -> tuple[Segment | None, int]:
+    """The file holding a queue offset (named floor(q*20/fileSize)*fileSize) and the unit's
+    position in it."""
+    file_bytes = store.cq_units_per_file * cq_fmt.CQ_STORE_UNIT_SIZE
+    logical = queue_offset * cq_fmt.CQ_STORE_UNIT_SIZE
+    file_start = logical - logical % file_bytes
+    for seg in queue.segments:
+        if seg.base_offset == file_start:
+            return seg, logical - file_start
+    return None, logical - file_start
+
+
+def query_queue_offset(store: Store, topic: str, queue_id: int, queue_offset: int) -> QueryResult:
+    """The ConsumeQueue unit at ``queue_offset`` and the message it points at."""
+    if queue_offset < 0:
+        raise QueryError(f"--offset must be >= 0, got {queue_offset}")
+    queue = _queue(store, topic, queue_id)
+    result = QueryResult({"mode": "queue-offset", "topic": topic, "queue_id": queue_id,
+                          "queue_offset": queue_offset})
+    first, end = queue_bounds(store, queue)
+    result.details["queue"] = {"min_offset": first, "max_offset": end}
+    seg, position = _unit_location(store, queue, queue_offset)
+    if seg is None or position + cq_fmt.CQ_STORE_UNIT_SIZE > seg.length:
+        raise NotFound(f"{topic}/{queue_id}: no ConsumeQueue file holds queue offset "
+                       f"{queue_offset} (the queue holds {first}..{end - 1})"
+                       if first is not None and end > first else
+                       f"{topic}/{queue_id}: no ConsumeQueue file holds queue offset "
+                       f"{queue_offset}")
+    with open(seg.path, "rb") as fh:
+        fh.seek(position)
+        phy, size, tags_code = _CQ_UNIT.unpack(fh.read(cq_fmt.CQ_STORE_UNIT_SIZE))
+    unit = {"file": store.relative(seg.path), "file_offset": position, "commitlog_offset": phy,
+            "size": size, "tags_code": tags_code}
+    result.details["unit"] = unit
+    if cq_fmt.is_pre_blank(phy, size, tags_code):
+        raise NotFound(f"{topic}/{queue_id} queue offset {queue_offset} is a pre-blank filler "
+                       f"unit (0, 0x7FFFFFFF, 0): the queue starts at {first}")
+    if not cq_fmt.is_valid_unit(phy, size):
+        raise NotFound(f"{topic}/{queue_id} queue offset {queue_offset} is past the queue's "
+                       f"end (next offset {end})" if queue_offset >= end else
+                       f"{topic}/{queue_id} queue offset {queue_offset}: the unit is not valid "
+                       f"(offset {phy}, size {size})")
+    with RecordReader(store.commitlog) as reader:
+        record, why = reader.at(phy, check_crc=True)
+    if record is None:
+        raise NotFound(f"{topic}/{queue_id} queue offset {queue_offset} points at CommitLog "
+                       f"offset {phy}: {why}")
+    mismatches = []
+    if record.topic != topic or record.queue_id != queue_id:
+        mismatches.append(f"the record is in {record.topic}/{record.queue_id}")
+    if record.queue_offset != queue_offset:
+        mismatches.append(f"the record's QUEUEOFFSET is {record.queue_offset}")
+    if record.total_size != size:
+        mismatches.append(f"the record is {record.total_size} bytes, the unit says {size}")
+    if mismatches:
+        result.notes.append(f"the unit and the record disagree: {'; '.join(mismatches)}")
+        unit["mismatch"] = mismatches
+    if queue_offset < (first if first is not None else 0):
+        result.notes.append(f"queue offset {queue_offset} is below the queue's minimum {first}: "
+                            f"the broker no longer serves it")
+    result.found.append(Found(record, "consume-queue"))
+    return result
+
+
+def _store_time_of(reader: RecordReader, phy: int) -> int:
+    """CommitLog.pickupStoreTimestamp: -1 when no record is readable there."""
+    record, _ = reader.at(int(phy))
+    return record.store_timestamp if record is not None else -1
+
+
+def query_queue_time(store: Store, topic: str, queue_id: int, timestamp: int) -> QueryResult:
+    """ConsumeQueue.getOffsetInQueueByTime (4.9): binary search of one file for the unit whose
+    message was stored at ``timestamp``, else the nearer neighbour.
+
+    The broker picks the first file whose *mtime* is at or after the time; mtimes do not survive
+    copying a store, so the first file whose last unit's message was stored at or after it is
+    taken (the same file on a store that was never copied)."""
+    queue = _queue(store, topic, queue_id)
+    result = QueryResult({"mode": "queue-time", "topic": topic, "queue_id": queue_id,
+                          "time": timestamp})
+    first, end = queue_bounds(store, queue)
+    result.details["queue"] = {"min_offset": first, "max_offset": end}
+    units_per_file = store.cq_units_per_file
+    min_phy = store.commitlog.min_offset
+    unit_size = cq_fmt.CQ_STORE_UNIT_SIZE
+    min_logic = (first if first is not None else 0) * unit_size
+    with RecordReader(store.commitlog) as reader:
+        chosen, units = None, None
+        for seg in queue.segments:
+            seg_units = _valid_units(seg.path, units_per_file)
+            if not len(seg_units):
+                continue
+            chosen, units = seg, seg_units
+            last_time = _store_time_of(reader, seg_units["commitlog_offset"][-1])
+            if last_time >= timestamp:
+                break
+        if chosen is None:
+            raise NotFound(f"{topic}/{queue_id}: the queue holds no valid unit")
+        low = max(0, min_logic - chosen.base_offset)
+        high = (len(units) - 1) * unit_size
+        left = right = target = -1
+        left_time = right_time = -1
+        while high >= low:
+            mid = (low + high) // (2 * unit_size) * unit_size
+            phy = int(units["commitlog_offset"][mid // unit_size])
+            if phy < min_phy:
+                low, left = mid + unit_size, mid
+                continue
+            stored = _store_time_of(reader, phy)
+            if stored < 0:
+                raise NotFound(f"{topic}/{queue_id}: the unit at queue offset "
+                               f"{(chosen.base_offset + mid) // unit_size} points at CommitLog "
+                               f"offset {phy}, where no message is readable (the broker "
+                               f"answers 0)")
+            if stored == timestamp:
+                target = mid
+                break
+            if stored > timestamp:
+                high, right, right_time = mid - unit_size, mid, stored
+            else:
+                low, left, left_time = mid + unit_size, mid, stored
+        if target != -1:
+            pick = target
+        elif left_time == -1:
+            pick = right
+        elif right_time == -1:
+            pick = left
+        else:
+            pick = right if abs(timestamp - left_time) > abs(timestamp - right_time) else left
+        if pick < 0:
+            raise NotFound(f"{topic}/{queue_id}: no unit of {chosen.name} points into the "
+                           f"CommitLog")
+        queue_offset = (chosen.base_offset + pick) // unit_size
+    found = query_queue_offset(store, topic, queue_id, queue_offset)
+    result.found = found.found
+    result.notes += found.notes
+    result.details["queue_offset"] = queue_offset
+    result.details["consume_queue_file"] = store.relative(chosen.path)
+    result.details["unit"] = found.details.get("unit")
+    return result

@@ -1,0 +1,204 @@
+"""Turning a stage into a :class:`~mqtool.repair.transaction.RepairPlan`: each staged file compared
+with the store's (byte ranges, ConsumeQueue units and index entries gained or lost) and the
+reason every operation is reported with."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..recovery import BATCH_CONSUME_QUEUE, CONSUME_QUEUE, QueueKind, RecoveryPlan
+from ..store import Store
+from .files import diff_ranges
+from .transaction import FileOp, RepairPlan, Stage
+from .index import _index_entry_batches
+
+
+# --- turning the stage into a plan -------------------------------------------------------------------
+
+_QUEUE_KINDS = {k.directory: k for k in (CONSUME_QUEUE, BATCH_CONSUME_QUEUE)}
+
+
+def _kind_of(rel: str) -> str:
+    first = rel.split("/", 1)[0]
+    if first == "abort.bak":
+        return "abort"
+    if first in ("commitlog", "consumequeue", "batchconsumequeue", "index", "checkpoint", "abort",
+                 "compaction"):
+        return first
+    return "other"
+
+
+def _cq_unit_delta(old: Path | None, new: Path | None, upf: int, ranges: list[list[int]],
+                   kind: QueueKind = CONSUME_QUEUE) -> tuple[int, int]:
+    """(units removed, units added) between two versions of a queue file, looking only at
+    the units the changed byte ranges touch."""
+    removed = added = 0
+    unit = kind.unit_size
+    limit = upf * unit
+    for lo, hi in ranges:
+        first, last = lo // unit, min(hi, limit) // unit + (1 if min(hi, limit) % unit else 0)
+        if first >= last:
+            continue
+        a = _units_between(old, first, last, kind)
+        b = _units_between(new, first, last, kind)
+        changed = a != b
+        removed += int((changed & kind.valid(a)).sum())
+        added += int((changed & kind.valid(b)).sum())
+    return removed, added
+
+
+def _units_between(path: Path | None, first: int, last: int, kind: QueueKind) -> np.ndarray:
+    """Units [first, last) of a queue file, zeros where the file has none."""
+    raw = bytearray((last - first) * kind.unit_size)
+    if path is not None:
+        with open(path, "rb") as fh:
+            fh.seek(first * kind.unit_size)
+            data = fh.read(len(raw))
+        raw[:len(data)] = data
+    return np.frombuffer(bytes(raw), kind.dtype)
+
+
+def _index_entry_delta(old: Path | None, new: Path | None, slots: int,
+                       entries: int) -> tuple[int, int]:
+    """(entries removed, entries added): entries are appended, so what differs is what follows
+    the longest common prefix."""
+    a = _index_entry_batches(old, slots, entries) if old is not None else iter(())
+    b = _index_entry_batches(new, slots, entries) if new is not None else iter(())
+    same = total_a = total_b = 0
+    diverged = False
+    pending_a = pending_b = None
+    while True:
+        if pending_a is None:
+            pending_a = next(a, None)
+            if pending_a is not None:
+                total_a += len(pending_a)
+                pending_a = pending_a.copy()
+        if pending_b is None:
+            pending_b = next(b, None)
+            if pending_b is not None:
+                total_b += len(pending_b)
+                pending_b = pending_b.copy()
+        if pending_a is None or pending_b is None:
+            break
+        if not diverged:
+            n = min(len(pending_a), len(pending_b))
+            mismatch = np.flatnonzero(pending_a[:n] != pending_b[:n])
+            if len(mismatch):
+                same += int(mismatch[0])
+                diverged = True
+            else:
+                same += n
+        n = min(len(pending_a), len(pending_b))
+        pending_a = pending_a[n:] if len(pending_a) > n else None
+        pending_b = pending_b[n:] if len(pending_b) > n else None
+    for batch in a:
+        total_a += len(batch)
+    for batch in b:
+        total_b += len(batch)
+    return total_a - same, total_b - same
+
+
+def build_plan(command: str, store: Store, stage: Stage, *, cl_ops: list[FileOp],
+               extra_ops: list[FileOp], lost: list[str], notes: list[str], data_loss: bool,
+               recovery: RecoveryPlan | None, options: dict, summary_extra: dict,
+               index_geometry: tuple[int, int] | None = None) -> RepairPlan:
+    """Compare the stage with the store: one operation per file that really changes."""
+    ops: list[FileOp] = list(cl_ops)
+    upf = store.cq_units_per_file
+    slots, entries = index_geometry or (store.index_slots, store.index_entries)
+    cq_removed = cq_added = idx_removed = idx_added = 0
+    for rel in sorted(stage.staged | stage.deleted):
+        original = store.root / rel
+        old = original if original.is_file() else None
+        new = stage.path(rel) if rel in stage.staged else None
+        if old is None and new is None:
+            continue
+        kind = _kind_of(rel)
+        if old is not None and new is not None:
+            ranges = diff_ranges(old, new)
+            if not ranges:
+                new.unlink()
+                continue
+        else:
+            ranges = diff_ranges(old, new)
+        detail = {}
+        reason = None
+        if kind in _QUEUE_KINDS:
+            queue_kind = _QUEUE_KINDS[kind]
+            removed, added = _cq_unit_delta(
+                old, new, store.bcq_units_per_file if queue_kind.batch else upf, ranges,
+                queue_kind)
+            cq_removed += removed
+            cq_added += added
+            detail = {"units_removed": removed, "units_added": added}
+            if old is not None and new is not None and command != "rebuild-queues":
+                reason = ("units of dispatched records written" if added and not removed else
+                          "units pointing at or past the end removed" if removed and not added
+                          else "units removed and written" if removed else
+                          "stale bytes past the queue's end erased")
+        elif kind == "index":
+            removed, added = _index_entry_delta(old, new, slots, entries)
+            idx_removed += removed
+            idx_added += added
+            detail = {"entries_removed": removed, "entries_added": added}
+        old_size = old.stat().st_size if old is not None else None
+        if new is None:
+            ops.append(FileOp("delete", rel, kind, old_size, None, ranges,
+                              _reason(kind, "delete", command), detail=detail))
+        else:
+            ops.append(FileOp("write", rel, kind, old_size, new.stat().st_size, ranges,
+                              reason or _SERVICE_REASONS.get(rel)
+                              or _reason(kind, "create" if old is None else "change", command),
+                              stage_file=str(new), detail=detail))
+    ops.extend(extra_ops)
+    summary = {
+        **_file_counts(ops),
+        "cq_units_removed": cq_removed, "cq_units_added": cq_added,
+        "index_entries_removed": idx_removed, "index_entries_added": idx_added,
+    }
+    summary.update(summary_extra)
+    return RepairPlan(command, store.root, ops, summary, lost, notes, data_loss and bool(ops),
+                      recovery, stage.root, options)
+
+
+def _file_counts(ops: list[FileOp]) -> dict:
+    return {"files_created": sum(1 for op in ops if op.action == "create"),
+            "files_changed": sum(1 for op in ops if op.action == "change"),
+            "files_deleted": sum(1 for op in ops if op.action == "delete"),
+            "bytes_changed": sum(op.bytes_changed for op in ops if op.action == "change"),
+            "bytes_deleted": sum(op.old_size or 0 for op in ops if op.action == "delete")}
+
+
+_REASONS = {
+    ("consumequeue", "delete"): "ConsumeQueue file past the recovered end",
+    ("consumequeue", "create"): "new ConsumeQueue file for dispatched records",
+    ("consumequeue", "change"): "ConsumeQueue units truncated / dispatched",
+    ("batchconsumequeue", "delete"): "BatchConsumeQueue file past the recovered end",
+    ("batchconsumequeue", "create"): "new BatchConsumeQueue file for dispatched records",
+    ("batchconsumequeue", "change"): "BatchConsumeQueue units truncated / dispatched",
+    ("index", "delete"): "IndexFile dropped (abnormal load, or rebuilt)",
+    ("index", "create"): "IndexFile built by re-dispatch",
+    ("index", "change"): "IndexFile continued / rebuilt",
+    ("checkpoint", "change"): "checkpoint timestamps / confirm offset",
+    ("checkpoint", "create"): "checkpoint (the broker creates a zeroed one)",
+}
+# the 5.x bookkeeping files recover writes (see _stage_5x_service_files)
+_SERVICE_REASONS = {
+    "abort.bak": "the 5.x start copies abort here (the crashed broker's PID)",
+    "compaction/position-checkpoint": "compaction position checkpoint the 5.x shutdown persists",
+    "compaction/position-checkpoint.bak": "the 5.x shutdown keeps the previous compaction "
+                                          "position checkpoint",
+}
+
+
+def _reason(kind: str, action: str, command: str) -> str:
+    if command == "rebuild-queues" and kind == "consumequeue":
+        return {"delete": "ConsumeQueue file not produced by the rebuild",
+                "create": "ConsumeQueue file regenerated from the CommitLog",
+                "change": "ConsumeQueue file regenerated from the CommitLog"}[action]
+    if command == "rebuild-index" and kind == "index":
+        return {"delete": "IndexFile replaced by the rebuild",
+                "create": "IndexFile regenerated from the CommitLog",
+                "change": "IndexFile regenerated from the CommitLog"}[action]
+    return _REASONS.get((kind, action), f"{kind} {action}")

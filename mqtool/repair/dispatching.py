@@ -1,0 +1,354 @@
+"""The broker's dispatch, offline: which CommitLog records are dispatched (scanned up to the
+recovered end, judged with the broker's rules) and the ConsumeQueue units and index entries each
+one makes, written through the staged writers."""
+from __future__ import annotations
+
+import itertools
+import mmap
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import codec as _codec
+from ..formats import codecs
+from ..formats import commitlog as cl_fmt
+from ..formats import consumequeue as cq_fmt
+from ..recovery import BrokerRules, FileJudge, FileVerdict
+from ..scan import MessageRecord, RecordBatch, Scanner, TopicTable, scan_buffer
+from ..store import MappedFile, Segment, Store
+from .writers import RepairIndexWriter, StagedBatchConsumeQueueWriter, StagedConsumeQueueWriter
+
+
+_UNIT = cq_fmt.CQ_STORE_UNIT_SIZE
+_NOT, _COMMIT = cl_fmt.TRANSACTION_NOT_TYPE, cl_fmt.TRANSACTION_COMMIT_TYPE
+_ROLLBACK = cl_fmt.TRANSACTION_ROLLBACK_TYPE
+_TYPE_MASK = cl_fmt.TRANSACTION_TYPE_MASK
+_BLANK_MAGIC = cl_fmt.BLANK_MAGIC_CODE.to_bytes(4, "big")
+_RELEASE_STEP = 64 << 20
+
+
+# --- scanning records to dispatch ------------------------------------------------------------------
+
+def _segment_records(seg: Segment, start: int, stop: int):
+    """Message records of one segment whose offset is in [start, stop), in order; a blank ends
+    the segment (the broker moves to the next file)."""
+    with MappedFile(seg.path) as mf:
+        buf = mf.data
+        pos = max(0, start - seg.base_offset)
+        limit = min(len(buf), max(0, stop - seg.base_offset))
+        if pos >= limit:
+            return
+        first_scan = 0
+        if pos:
+            head = bytes(buf[pos:pos + 8])
+            if len(head) < 8 or head[4:8] == _BLANK_MAGIC or head == bytes(8):
+                return
+            first_scan = pos
+        events = scan_buffer(buf, seg.base_offset, name=seg.name, start=first_scan, stop=limit,
+                             check_crc=False, resync=False)
+        first = True
+        released = 0
+        for event in events:
+            done = event.offset - seg.base_offset
+            if done - released >= _RELEASE_STEP and isinstance(buf, mmap.mmap):
+                # pages already read leave the resident set (they stay in the page cache), so a
+                # 1 GiB file does not count as 1 GiB of memory
+                cut = done - done % mmap.PAGESIZE
+                buf.madvise(mmap.MADV_DONTNEED, 0, cut)
+                released = cut
+            if type(event) is not MessageRecord:
+                return
+            if first and first_scan and event.offset != seg.base_offset + pos:
+                # the record at the start position failed the resynchronisation test (a
+                # damaged PHYSICALOFFSET): read the file from its start instead
+                events.close()
+                yield from _records_from_file_start(buf, seg, pos, limit)
+                return
+            first = False
+            if event.offset - seg.base_offset >= limit:
+                return
+            yield event
+
+
+def _records_from_file_start(buf, seg: Segment, pos: int, limit: int):
+    for event in scan_buffer(buf, seg.base_offset, name=seg.name, start=0, stop=limit,
+                             check_crc=False, resync=False):
+        if type(event) is not MessageRecord:
+            return
+        if event.offset - seg.base_offset >= pos:
+            yield event
+
+
+def iter_records(store: Store, start: int, stop: int, progress=None):
+    """Records in [start, stop) the way the broker's recovery/reput walks them: file by file,
+    a blank record moves to the next file, anything unreadable ends the walk."""
+    for seg in store.commitlog.segments:
+        if seg.base_offset + seg.length <= start:
+            continue
+        if seg.base_offset >= stop:
+            break
+        done = max(start, seg.base_offset)
+        for rec in _segment_records(seg, start, stop):
+            if progress is not None and rec.offset - done >= 1 << 22:
+                progress.update(rec.offset - done)
+                done = rec.offset
+            yield rec
+        if progress is not None:
+            end = min(stop, seg.base_offset + seg.length)
+            if end > done:
+                progress.update(end - done)
+
+
+def judged_records(store: Store, segments: list[Segment], start_index: int, rules: BrokerRules,
+                   verdicts: dict[int, FileVerdict], progress=None) -> "_JudgedRecords":
+    """The records abnormal recovery dispatches, found by the same scan that decides where it
+    stops: each file's events go to the broker's judge (:class:`FileJudge`, CRCs included) and
+    the records it accepts are yielded, so the CommitLog is read once. Each file's verdict lands
+    in ``verdicts`` for :func:`predict_recovery`."""
+    return _JudgedRecords(store, segments, start_index, rules, verdicts, progress)
+
+
+class _JudgedRecords:
+    """judged_records' records: iterated one by one, or read by :func:`dispatch` as the
+    scanner's record batches (cut where the judge stops)."""
+
+    def __init__(self, store, segments, start_index, rules, verdicts, progress):
+        self.store, self.segments, self.start_index = store, segments, start_index
+        self.rules, self.verdicts, self.progress = rules, verdicts, progress
+
+    def __iter__(self):
+        for batch in self.batches(TopicTable()):
+            yield from batch.records()
+
+    def batches(self, topics: TopicTable):
+        """The same records as RecordBatches, each valid until the next is asked for."""
+        scanner = Scanner(self.store.commitlog, check_crc=self.rules.check_crc, resync=True)
+        for i in range(self.start_index, len(self.segments)):
+            seg = self.segments[i]
+            judge = FileJudge(seg, self.rules)
+            for event in scanner.scan_segment_batches(seg, progress=self.progress,
+                                                      topics=topics):
+                if type(event) is not RecordBatch:
+                    judge.feed(event)
+                    continue
+                # the judge accepts a leading run of records; once stopped it only counts
+                accepted = 0
+                for rec in event.records():
+                    judge.feed(rec)
+                    if not judge.stopped:
+                        accepted += 1
+                if accepted:
+                    yield event if accepted == len(event) else event.head(accepted)
+            self.verdicts[seg.base_offset] = judge.verdict
+            if not (judge.verdict.continues and i + 1 < len(self.segments)):
+                return
+
+
+@dataclass
+class DispatchStats:
+    records: int = 0
+    cq_offered: int = 0
+    cq_written: int = 0
+    last_cq_timestamp: int | None = None
+    last_offset: int | None = None
+    last_timestamp: int | None = None
+
+
+def dispatch(store: Store, start: int, stop: int, *, cq: StagedConsumeQueueWriter | None,
+             cq_from: int, index: RepairIndexWriter | None, index_from: int,
+             schedule_loaded: bool = True, queues: set | None = None,
+             progress=None, records=None,
+             bcq: StagedBatchConsumeQueueWriter | None = None) -> DispatchStats:
+    """The broker's doDispatch for every record in [start, stop) (or of ``records``):
+    CommitLogDispatcherBuildConsumeQueue for records at or after ``cq_from`` (optionally only for
+    ``queues``; records of ``bcq``'s batch topics go to their BatchConsumeQueues, or nowhere
+    without ``bcq``), BuildIndex for records at or after ``index_from``. The writers deduplicate
+    as the broker's do.
+
+    Records are taken a chunk at a time so that the properties every record needs (TAGS, the
+    index keys) are parsed and hashed with numpy for the whole chunk."""
+    stats = DispatchStats()
+    batch_topics = bcq.topics if bcq is not None else {
+        q.topic for q in store.batch_consume_queues}
+    if records is None:
+        records = iter_records(store, start, stop, progress)
+    topics = TopicTable()
+    prefixes: dict[int, int] = {}
+    batches = records.batches(topics) if isinstance(records, _JudgedRecords) \
+        else _record_batches(records, topics)
+    for batch in batches:
+        offsets = batch.offsets
+        props = _DispatchProperties(batch)
+        _dispatch_queues(batch, offsets, props, stats, cq=cq, bcq=bcq, cq_from=cq_from,
+                         queues=queues, batch_topics=batch_topics,
+                         schedule_loaded=schedule_loaded)
+        if index is not None:
+            _dispatch_index(batch, offsets, props, index, index_from, prefixes)
+        stats.records += len(batch)
+        stats.last_offset = int(offsets[-1])
+        stats.last_timestamp = int(batch.store_timestamp[-1])
+    return stats
+
+
+_DISPATCH_CHUNK = 4096
+_KEY_SEPARATOR = ord(" ")
+
+
+def _record_batches(records, topics: TopicTable):
+    """MessageRecords as RecordBatches of up to _DISPATCH_CHUNK records."""
+    records = iter(records)
+    while True:
+        chunk = list(itertools.islice(records, _DISPATCH_CHUNK))
+        if not chunk:
+            return
+        yield RecordBatch.from_records(chunk, 0, topics)
+
+
+class _DispatchProperties:
+    """The properties dispatch reads, parsed for a whole batch when first asked for."""
+
+    def __init__(self, batch: RecordBatch):
+        self.batch = batch
+        self.data = self.values = None
+
+    def spans(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        if self.data is None:
+            self.data, begins = _codec.property_blob(*self.batch.properties_source())
+            self.values = _codec.property_values(self.data, begins, ("TAGS", "UNIQ_KEY", "KEYS"))
+        return self.values[name]
+
+    def decoded(self, i: int) -> dict[str, str]:
+        """All properties of one record (what the rare cases read)."""
+        return codecs.decode_properties(self.batch.properties_raw(i))
+
+    def tags_hashes(self) -> np.ndarray:
+        """hashCode of each record's TAGS, 0 without: tags_code outside SCHEDULE_TOPIC."""
+        starts, ends = self.spans("TAGS")   # parses the batch's properties
+        return _codec.string_hash_codes(self.data, starts, ends)
+
+
+def _dispatch_queues(batch: RecordBatch, offsets: np.ndarray, props: _DispatchProperties,
+                     stats: DispatchStats, *, cq, bcq, cq_from: int, queues, batch_topics,
+                     schedule_loaded: bool) -> None:
+    """CommitLogDispatcherBuildConsumeQueue for the records of a batch, in order."""
+    sizes, stamps = batch.total_size, batch.store_timestamp
+    tran = batch.sys_flag & _TYPE_MASK
+    names = batch.topics.names
+    queued = (offsets >= cq_from) & ((tran == _NOT) | (tran == _COMMIT))
+    if queues is not None:
+        rows = np.flatnonzero(queued)
+        queued[rows] = [(names[t], q) in queues for t, q in
+                        zip(batch.topic_id[rows].tolist(), batch.queue_id[rows].tolist())]
+    batch_ids = [t for t in map(batch.topics.find, batch_topics) if t is not None] \
+        if batch_topics else []
+    in_batch_topic = np.isin(batch.topic_id, batch_ids)
+    to_bcq = queued & in_batch_topic if bcq is not None else np.zeros(len(batch), dtype=bool)
+    to_cq = queued & ~in_batch_topic if cq is not None else np.zeros(len(batch), dtype=bool)
+    offered = np.flatnonzero(to_bcq | to_cq)
+    if len(offered) == 0:
+        return
+    # putMessagePositionInfoWrapper sets logicsMsgTimestamp even for a repeated unit
+    stats.last_cq_timestamp = int(stamps[offered[-1]])
+    live = to_bcq
+    cq_rows = np.flatnonzero(to_cq)
+    if len(cq_rows):
+        stats.cq_offered += len(cq_rows)
+        # a queue's state only grows (max_physic, write_pos), so a record it already covers
+        # when the batch starts is skipped by the loop below too; states are asked for in
+        # record order (that order lists the queues)
+        keys = (batch.topic_id[cq_rows].astype(np.int64) << 32) | (batch.queue_id[cq_rows]
+                                                                    & 0xFFFFFFFF)
+        _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+        max_physic = np.empty(len(first), dtype=np.int64)
+        write_pos = np.empty(len(first), dtype=np.int64)
+        has_pos = np.zeros(len(first), dtype=bool)
+        for u in np.argsort(first, kind="stable").tolist():
+            row = int(cq_rows[first[u]])
+            state = cq.state(names[batch.topic_id[row]], int(batch.queue_id[row]))
+            max_physic[u] = state["max_physic"]
+            if state["write_pos"] is not None:
+                write_pos[u], has_pos[u] = state["write_pos"], True
+        inverse = inverse.reshape(-1)
+        covered = (offsets[cq_rows] + sizes[cq_rows] <= max_physic[inverse]) | (
+            has_pos[inverse] & (batch.queue_offset[cq_rows] * _UNIT < write_pos[inverse]))
+        live = live.copy()
+        live[cq_rows[~covered]] = True
+    rows = np.flatnonzero(live)
+    if len(rows) == 0:
+        return
+    schedule = batch.topics.find(codecs.SCHEDULE_TOPIC)
+    hashes = props.tags_hashes() if to_cq[rows].any() else None
+    for i, topic_id, queue_id, offset, size, queue_offset, stamp in zip(
+            rows.tolist(), batch.topic_id[rows].tolist(), batch.queue_id[rows].tolist(),
+            offsets[rows].tolist(), sizes[rows].tolist(), batch.queue_offset[rows].tolist(),
+            stamps[rows].tolist()):
+        topic = names[topic_id]
+        if to_bcq[i]:
+            record_props = props.decoded(i)
+            if bcq.put(topic, queue_id, offset, size,
+                       codecs.tags_code(topic, record_props, stamp), stamp,
+                       *codecs.batch_position(record_props, queue_offset)):
+                stats.cq_written += 1
+            continue
+        state = cq.state(topic, queue_id)
+        write_pos = state["write_pos"]
+        if offset + size <= state["max_physic"] or (
+                write_pos is not None and queue_offset * _UNIT < write_pos):
+            continue
+        if topic_id == schedule:
+            record_props = props.decoded(i)
+            if schedule_loaded:
+                code = codecs.tags_code(topic, record_props, stamp)
+            else:
+                # 4.9 recovers before ScheduleMessageService.load(): maxDelayLevel is still 0,
+                # so the level clamps to 0 and the unit keeps the TAGS hash instead of the
+                # delivery time (crash-lost-small/recovered shows it)
+                tags = record_props.get("TAGS")
+                code = codecs.java_string_hash(tags) if tags else 0
+        else:
+            code = int(hashes[i])
+        if cq.put(topic, queue_id, offset, size, code, queue_offset):
+            stats.cq_written += 1
+
+
+def _dispatch_index(batch: RecordBatch, offsets: np.ndarray, props: _DispatchProperties,
+                    index: RepairIndexWriter, index_from: int, prefixes: dict[int, int]) -> None:
+    """BuildIndex for the records of a batch: UNIQ_KEY then each KEYS item of every record,
+    hashed as ``topic#key`` together and put in that order."""
+    wanted = (offsets >= index_from) & ((batch.sys_flag & _TYPE_MASK) != _ROLLBACK)
+    # offsets grow through the dispatch, so only records before the writer's last one (a
+    # seeded file's) are already indexed
+    if index.has_file:
+        wanted &= offsets >= index.end_phy_offset
+    rows = np.flatnonzero(wanted)
+    if len(rows) == 0 or not index.enabled:
+        return
+    uniq = tuple(a[rows] for a in props.spans("UNIQ_KEY"))   # parses the batch's properties
+    keys = tuple(a[rows] for a in props.spans("KEYS"))
+    owner, starts, ends = _codec.index_key_spans(props.data, uniq, keys, _KEY_SEPARATOR)
+    if len(owner) == 0:
+        return
+    topic_ids = batch.topic_id[rows]
+    for t in np.unique(topic_ids[owner]).tolist():
+        if t not in prefixes:
+            prefixes[t] = codecs.index_key_prefix_hash(batch.topics.names[t])
+    prefix_of = np.zeros(int(topic_ids.max()) + 1, dtype=np.uint32)
+    for t, h in prefixes.items():
+        if t < len(prefix_of):
+            prefix_of[t] = h
+    hashes = _codec.index_key_hashes(props.data, starts, ends, prefix_of[topic_ids[owner]])
+    # keys held back by an earlier build_index go first
+    index.put_held()
+    index.put_many(hashes, offsets[rows][owner], batch.store_timestamp[rows][owner])
+
+
+def last_record_before(store: Store, offset: int):
+    """The last message record that starts before ``offset`` (None if there is none)."""
+    earlier = [s for s in store.commitlog.segments if s.base_offset < offset]
+    for seg in reversed(earlier):
+        last = None
+        for rec in _segment_records(seg, seg.base_offset, offset):
+            last = rec
+        if last is not None:
+            return last
+    return None

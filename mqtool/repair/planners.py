@@ -1,0 +1,552 @@
+"""The per-command planners: recover, truncate, rebuild-queues and rebuild-index each fill a stage
+with the files the command produces and return the plan; nothing in the store is touched."""
+from __future__ import annotations
+
+import contextlib
+import itertools
+from pathlib import Path
+
+from ..recovery import (BATCH_CONSUME_QUEUE, VERSION_49, VERSION_532, BrokerRules, FileVerdict,
+                        RecoveryPlan, predict_recovery, queue_kinds)
+from ..passport import store_passport
+from ..scan import MessageRecord, scan_buffer
+from ..store import MappedFile, Segment, Store
+from .files import _queue_rel
+from .transaction import DigestCache, RepairError, RepairPlan, Stage
+from .writers import StagedBatchConsumeQueueWriter, StagedConsumeQueueWriter
+from .dispatching import DispatchStats, dispatch, iter_records, judged_records, last_record_before
+from .index import (_count_entries, _finish_index, _last_full_end_timestamp, read_index_states,
+                    _setup_index)
+from .queues import (_finish_queues, _fix_queue_file_sizes, _queue_view, queues_with_holes,
+                     _recover_queues, _seed_writers, _settle_queues, _truncate_queues)
+from .commitlog import commitlog_gaps, _commitlog_ops
+from .bookkeeping import _abort_op, _stage_5x_service_files, _stage_checkpoint
+from .changes import build_plan, _file_counts
+
+
+def _bar(progress, desc: str, total: int):
+    """A progress bar from the caller's factory ``progress(desc, total)``, or a null context."""
+    if progress is None:
+        return contextlib.nullcontext(None)
+    return progress(desc, total)
+
+
+def _commitlog_bytes(store: Store, start: int = 0, stop: int | None = None) -> int:
+    total = 0
+    for seg in store.commitlog.segments:
+        lo = max(start, seg.base_offset)
+        hi = seg.base_offset + seg.length if stop is None else min(stop, seg.base_offset + seg.length)
+        total += max(0, hi - lo)
+    return total
+
+
+def _predict(store: Store, progress, **kwargs) -> RecoveryPlan:
+    with _bar(progress, "scan", _commitlog_bytes(store)) as bar:
+        return predict_recovery(store, progress=bar, **kwargs)
+
+
+def _dispatch_with_bar(store: Store, start: int, stop: int, progress, **kwargs) -> "DispatchStats":
+    with _bar(progress, "dispatch", _commitlog_bytes(store, start, stop)) as bar:
+        return dispatch(store, start, stop, progress=bar, **kwargs)
+
+
+# --- recover ------------------------------------------------------------------------------------------
+
+def _starts_with_zeros(path: Path) -> bool:
+    with open(path, "rb") as fh:
+        head = fh.read(8)
+    return len(head) == 8 and head == bytes(8)
+
+
+def _unscanned(segment: Segment) -> FileVerdict:
+    """A placeholder verdict: lets predict_recovery choose the start file without scanning."""
+    return FileVerdict(segment.base_offset, segment.name, segment.base_offset, "end-of-file")
+
+
+def plan_recover(store: Store, stage: Stage, *, mode: str = "auto", broker_version: str = "auto",
+                 check_crc: bool = True, message_index_safe: bool = False,
+                 force_verify_prop_crc: bool = False, reindex_all: bool = False,
+                 keep_stale: bool = False, progress=None) -> RepairPlan:
+    """The broker's startup recovery (spec §7), offline: see the module docstring.
+
+    Abnormal recovery dispatches every record its scan accepts, so there the scan and the
+    dispatch are one pass (:func:`judged_records`); normal recovery first predicts where the scan
+    ends, then dispatches the (usually short) range the broker re-dispatches."""
+    rules_options = dict(mode=mode, broker_version=broker_version, check_crc=check_crc,
+                         message_index_safe=message_index_safe,
+                         force_verify_prop_crc=force_verify_prop_crc)
+    segments = store.commitlog.segments
+    passport = store_passport(store)
+    if broker_version == "auto":
+        rules_options["broker_version"] = passport["recovery_rules"]
+    first = predict_recovery(store, file_verdicts={s.base_offset: _unscanned(s) for s in segments},
+                             **rules_options)
+    version = first.broker_version
+    abnormal = first.mode == "abnormal"
+    upf = store.cq_units_per_file
+    notes: list[str] = []
+    lost: list[str] = []
+    options = {**rules_options, "broker_version": version, "reindex_all": reindex_all,
+               "keep_stale": keep_stale,
+               "broker_version_from": "passport" if broker_version == "auto"
+               else "--broker-version"}
+    _fix_queue_file_sizes(stage, store, version, notes)
+    if not segments:
+        plan = _recover_without_commitlog(store, stage, first, notes, options)
+        plan.passport = passport
+        return plan
+
+    # files the repair will most likely delete (an abnormal load's IndexFiles, preallocated
+    # CommitLog files) are hashed for the backup by a thread while the scan runs
+    digests = DigestCache()
+    if stage.for_apply:
+        digests.prefetch([seg.path for seg in segments[1:] if _starts_with_zeros(seg.path)]
+                         + [store.root / "index" / name for name in first.index_files_deleted])
+    ckpt = store.read_checkpoint() if store.checkpoint_path.is_file() else None
+    index_ts = ckpt.index_msg_timestamp if ckpt is not None else 0
+    min_offset = store.commitlog.min_offset
+    states, max_phy_cq = _recover_queues(stage, store, upf)
+    cq_writer = StagedConsumeQueueWriter(stage, upf)
+    bupf = store.bcq_units_per_file
+    batch_states, max_phy_bcq = _recover_queues(stage, store, bupf, BATCH_CONSUME_QUEUE)
+    # getMaxPhyOffsetInConsumeQueue spans both kinds (a BatchConsumeQueue's is a record start)
+    max_phy_cq = max(max_phy_cq, max_phy_bcq)
+    bcq_writer = StagedBatchConsumeQueueWriter(stage, bupf,
+                                               {q.topic for q in store.batch_consume_queues})
+    stats = DispatchStats()
+    schedule_loaded = not (abnormal and version == VERSION_49)
+    setup = None
+    if abnormal:
+        # every record accepted from the start file on is dispatched, before the ConsumeQueue
+        # truncation; the index goes in the same pass unless a kept IndexFile may reach past
+        # the recovered end (then it is rebuilt under its name once that end is known)
+        cq_from = index_from = first.start_offset
+        kept = [s for s in read_index_states(store) if s.name not in first.index_files_deleted]
+        index_inline = keep_stale or reindex_all or all(
+            s.index_count <= 1 or s.end_phy_offset < first.start_offset for s in kept)
+        if index_inline:
+            setup = _setup_index(stage, store, deleted=list(first.index_files_deleted), cut=None,
+                                 reindex_all=reindex_all, index_msg_timestamp=index_ts)
+            if setup.dispatch_from is not None:
+                index_from = min(index_from, setup.dispatch_from)
+        _seed_writers(cq_writer, states, bcq_writer, batch_states)
+        usable = segments[:-1] if (version != VERSION_49 and segments[-1].length == 0) \
+            else segments
+        start_index = next(i for i, seg in enumerate(usable) if seg.name == first.start_file)
+        rules = BrokerRules(version, check_crc, force_verify_prop_crc, True)
+        verdicts: dict[int, FileVerdict] = {}
+        early = index_from < first.start_offset
+        with _bar(progress, "scan + dispatch", _commitlog_bytes(store, first.start_offset)) as bar:
+            records = judged_records(store, usable, start_index, rules, verdicts, bar)
+            if early:
+                # a full reindex starts before the start file: those records first
+                records = itertools.chain(iter_records(store, index_from, first.start_offset),
+                                          records)
+            stats = dispatch(store, 0, 0, cq=cq_writer, cq_from=cq_from,
+                             index=setup.writer if setup else None, index_from=index_from,
+                             schedule_loaded=schedule_loaded, records=records, bcq=bcq_writer)
+        rp = _predict(store, progress, file_verdicts=verdicts, **rules_options)
+        po = rp.process_offset
+        if setup is None:
+            setup = _setup_index(stage, store, deleted=list(rp.index_files_deleted),
+                                 cut=None if keep_stale else po, reindex_all=reindex_all,
+                                 index_msg_timestamp=index_ts)
+            index_from = min(index_from, setup.dispatch_from if setup.dispatch_from is not None
+                             else po)
+            if index_from < po:
+                _dispatch_with_bar(store, index_from, po, progress, cq=None, cq_from=po,
+                                   index=setup.writer, index_from=index_from)
+    else:
+        rp = _predict(store, progress, **rules_options)
+        po = rp.process_offset
+        # 4.9 and 5.0-5.3.1 truncate the queues before any dispatch (4.9 reputs in start());
+        # 5.3.2+ dispatches inside recoverNormally, before truncating
+        if max_phy_cq >= po and version != VERSION_532:
+            _truncate_queues(stage, store, upf, po, states)
+            _truncate_queues(stage, store, bupf, po, batch_states, BATCH_CONSUME_QUEUE)
+        if version == VERSION_49:
+            cq_from = max([min_offset] + [s.max_physic for s in states.values()])
+        elif version == VERSION_532:
+            cq_from = max(min_offset, max_phy_cq + 1)
+        else:
+            cq_from = po
+        cq_from = min(cq_from, po)
+        setup = _setup_index(stage, store, deleted=list(rp.index_files_deleted),
+                             cut=None if keep_stale else po, reindex_all=reindex_all,
+                             index_msg_timestamp=index_ts)
+        index_from = cq_from
+        if setup.dispatch_from is not None:
+            index_from = min(index_from, setup.dispatch_from)
+        index_from = min(index_from, po)
+        _seed_writers(cq_writer, states, bcq_writer, batch_states)
+        start = min(cq_from, index_from)
+        if start < po:
+            stats = _dispatch_with_bar(store, start, po, progress, cq=cq_writer, cq_from=cq_from,
+                                       index=setup.writer, index_from=index_from,
+                                       schedule_loaded=schedule_loaded, bcq=bcq_writer)
+    notes[:0] = rp.notes
+    if rp.refuses_to_start:
+        notes.append("the broker would refuse to start (" + "; ".join(rp.refuses_to_start)
+                     + "); mqtool resizes those files first")
+
+    deleted_cl = list(rp.commitlog_files_deleted)
+    if version != VERSION_49 and segments[-1].length == 0 and segments[-1].name not in deleted_cl:
+        deleted_cl.append(segments[-1].name)
+    cl_ops = _commitlog_ops(store, cut=po, delete_names=deleted_cl, erase_tail=not keep_stale,
+                            pad=True, reason="recover")
+    if stage.for_apply:
+        digests.prefetch([store.commitlog.directory / name for name in deleted_cl]
+                         + [store.root / "index" / name for name in rp.index_files_deleted])
+
+    # abnormal recovery and 5.3.2+ truncate the queues after dispatching into them
+    truncate_at = po if max_phy_cq >= po and (abnormal or version == VERSION_532) else None
+    _settle_queues(stage, store, cq_writer, states, upf, truncate_at, keep_stale)
+    _settle_queues(stage, store, bcq_writer, batch_states, bupf, truncate_at, keep_stale)
+    _finish_index(stage, store, setup.writer)
+    if stage.for_apply:
+        digests.prefetch(stage.path(f"index/{name}") for name in setup.writer.created)
+    regenerated = _regenerate_queues_with_holes(stage, store, upf, po, notes, progress)
+    for start_gap, end_gap in commitlog_gaps(store):
+        if start_gap < po:
+            notes.append(f"CommitLog files are missing between {start_gap:,} and {end_gap:,} "
+                         f"({end_gap - start_gap:,} bytes): the broker reads on past the gap, "
+                         "so ConsumeQueue units and index entries pointing into it stay "
+                         f"dangling; 'mqtool truncate --to {start_gap}' cuts the store there "
+                         "instead")
+
+    # the checkpoint the broker writes at shutdown
+    index_value = None
+    if setup.writer.rolled:
+        index_value = setup.writer.index_msg_timestamp
+    elif setup.rebuilt or reindex_all:
+        index_value = _last_full_end_timestamp(stage, store, setup.writer)
+    cap = None if keep_stale else _checkpoint_cap(store, stats, po, notes)
+    _stage_checkpoint(stage, store, version=version, logics=stats.last_cq_timestamp,
+                      index=index_value, confirm=rp.confirm_offset, physic_cap=cap,
+                      logics_cap=cap, index_cap=cap)
+
+    # what is lost
+    data_loss = False
+    if rp.messages_lost or rp.bytes_dropped:
+        data_loss = True
+        lost.append(f"{rp.messages_lost:,} message(s) at or past processOffset {po:,} "
+                    f"({rp.bytes_dropped:,} bytes; first at {rp.first_lost_offset}; "
+                    f"stop: {rp.stop_reason})")
+    for name in deleted_cl:
+        # what these files held is counted in the messages above (a preallocated file is empty)
+        notes.append(f"commitlog/{name} is deleted: it starts past processOffset {po:,}")
+    entries_lost = 0
+    if setup.deleted and not reindex_all:
+        idx_low = min(index_from, po)
+        for name in setup.deleted:
+            path = store.root / "index" / name
+            if path.exists():
+                entries_lost += _count_entries(
+                    path, store.index_slots, store.index_entries,
+                    lambda e: (e["phy_offset"] < idx_low) & (e["phy_offset"] >= min_offset))
+    if entries_lost:
+        data_loss = True
+        lost.append(f"{entries_lost:,} index entr(y/ies) of the deleted IndexFile(s) point at "
+                    f"messages before the re-dispatch start {index_from:,} and are not rebuilt "
+                    "(--reindex-all rebuilds them)")
+    if keep_stale and rp.index_entries_stale:
+        notes.append(f"{rp.index_entries_stale:,} index entr(y/ies) still point past processOffset "
+                     "(--keep-stale; queryMessage skips them)")
+    if keep_stale:
+        notes.append("--keep-stale: bytes past the recovered end are left as the broker leaves "
+                     "them")
+    extra = _recover_summary(rp)
+    extra.update({"records_dispatched": stats.records, "cq_units_written": stats.cq_written,
+                  "queues_regenerated": regenerated,
+                  "index_entries_not_rebuilt": entries_lost,
+                  "index_files_rebuilt_in_place": setup.rebuilt})
+    service = _stage_5x_service_files(stage, store) if version != VERSION_49 else set()
+    plan = build_plan("recover", store, stage, cl_ops=cl_ops, extra_ops=_abort_op(store),
+                      lost=lost, notes=notes, data_loss=data_loss, recovery=rp, options=options,
+                      summary_extra=extra)
+    plan.digests = digests
+    plan.passport = passport
+    _drop_if_only(plan, service)
+    return plan
+
+
+def _drop_if_only(plan: RepairPlan, service: set[str]) -> None:
+    """A store that needs no recovery is left alone: the broker's bookkeeping files are written
+    only along with a real change, so a second run finds nothing to do."""
+    if plan.ops and all(op.path in service for op in plan.ops):
+        plan.ops = []
+        plan.summary.update(_file_counts(plan.ops))
+
+
+def _recover_without_commitlog(store: Store, stage: Stage, rp: RecoveryPlan, notes: list[str],
+                               options: dict) -> RepairPlan:
+    """recoverNormally/Abnormally without a CommitLog file: every ConsumeQueue is destroyed."""
+    for queue in store.consume_queues:
+        for seg in queue.segments:
+            stage.delete(_queue_rel(queue.topic, queue.queue_id, seg.name))
+    lost = []
+    if rp.cq_units_truncated:
+        lost.append(f"{rp.cq_units_truncated:,} ConsumeQueue unit(s): there is no CommitLog")
+    return build_plan("recover", store, stage, cl_ops=[], extra_ops=_abort_op(store), lost=lost,
+                      notes=list(rp.notes) + notes, data_loss=bool(rp.cq_units_truncated),
+                      recovery=rp, options=options, summary_extra=_recover_summary(rp))
+
+
+def _regenerate_queues_with_holes(stage: Stage, store: Store, upf: int, po: int, notes: list[str],
+                                  progress) -> list[str]:
+    """Beyond the broker: a queue with missing files is regenerated from the CommitLog."""
+    holes = queues_with_holes(store)
+    if not holes or not store.commitlog.segments:
+        return []
+    keys = set()
+    for topic, queue_id, why in holes:
+        keys.add((topic, queue_id))
+        view = _queue_view(stage, store, topic, queue_id)
+        for seg in view.segments:
+            stage.delete(_queue_rel(topic, queue_id, seg.name))
+    writer = StagedConsumeQueueWriter(stage, upf)
+    low = store.commitlog.min_offset
+    _dispatch_with_bar(store, low, po, progress, cq=writer, cq_from=low, index=None,
+                       index_from=po, queues=keys)
+    writer.close()
+    regenerated = []
+    for topic, queue_id, why in holes:
+        written = list(stage.path(f"consumequeue/{topic}/{queue_id}").glob("*"))
+        if not written:
+            # no record of the queue below the recovered end: an empty queue (a truncation
+            # deletes files and leaves the directory), nothing is missing
+            continue
+        for path in written:
+            stage.mark_written(_queue_rel(topic, queue_id, path.name))
+        regenerated.append(f"{topic}-{queue_id}")
+        notes.append(f"{topic} queue {queue_id}: {why}; regenerated from the CommitLog")
+    return regenerated
+
+
+def _checkpoint_cap(store: Store, stats: DispatchStats, po: int, notes: list[str]) -> int | None:
+    """Beyond the broker: checkpoint timestamps later than the newest message kept (a clock
+    jump, a copied checkpoint) would make a later abnormal recovery start too late."""
+    ckpt = store.read_checkpoint() if store.checkpoint_path.is_file() else None
+    if ckpt is None:
+        return None
+    highest = max(ckpt.physic_msg_timestamp, ckpt.logics_msg_timestamp, ckpt.index_msg_timestamp)
+    if stats.last_offset is not None and stats.last_timestamp is not None and \
+            highest <= stats.last_timestamp:
+        return None
+    last = last_record_before(store, po)
+    if last is None or highest <= last.store_timestamp:
+        return None
+    notes.append(f"checkpoint timestamps later than the newest kept message "
+                 f"({last.store_timestamp}) are lowered to it")
+    return last.store_timestamp
+
+
+def _recover_summary(rp: RecoveryPlan) -> dict:
+    return {"mode": rp.mode, "broker_version": rp.broker_version,
+            "process_offset": rp.process_offset, "start_file": rp.start_file,
+            "messages_removed": rp.messages_lost, "commitlog_bytes_dropped": rp.bytes_dropped}
+
+
+# --- truncate -----------------------------------------------------------------------------------------
+
+def record_boundaries_ok(store: Store, offset: int) -> tuple[bool, str]:
+    """Is ``offset`` a place a CommitLog can end: a file start, a record start, or the end of the
+    last record before a blank / unwritten space?"""
+    seg = store.commitlog.segment_for(offset)
+    if seg is None:
+        if offset == store.commitlog.min_offset or any(
+                s.base_offset + s.length == offset for s in store.commitlog.segments):
+            return True, ""
+        return False, f"no CommitLog file holds offset {offset:,}"
+    if offset == seg.base_offset:
+        return True, ""
+    with MappedFile(seg.path) as mf:
+        for event in scan_buffer(mf.data, seg.base_offset, name=seg.name, check_crc=False,
+                                 resync=True):
+            if event.offset == offset:
+                return True, ""
+            if type(event) is MessageRecord:
+                if event.offset < offset < event.end:
+                    return False, (f"offset {offset:,} is inside the record at "
+                                   f"{event.offset:,} ({event.total_size} bytes); use "
+                                   f"{event.offset:,} or {event.end:,}")
+                if event.end == offset:
+                    return True, ""
+            elif event.offset > offset:
+                break
+    return False, f"offset {offset:,} is not at a record boundary"
+
+
+def plan_truncate(store: Store, stage: Stage, *, to: int | None = None,
+                  broker_version: str = "auto", mode: str = "auto", check_crc: bool = True,
+                  force_verify_prop_crc: bool = False, progress=None) -> RepairPlan:
+    """Cut the CommitLog at ``to`` (default: the broker's processOffset), with the ConsumeQueue
+    units and index entries pointing at or past it."""
+    rp = _predict(store, progress, mode=mode, broker_version=broker_version, check_crc=check_crc,
+                  force_verify_prop_crc=force_verify_prop_crc)
+    po = rp.process_offset
+    cut = po if to is None else to
+    if cut < 0:
+        raise RepairError("--to must be >= 0")
+    if cut > po:
+        raise RepairError(f"--to {cut:,} is past the broker's recovered end {po:,}: the records "
+                          "there would be dropped anyway (run 'mqtool recover')")
+    if cut < store.commitlog.min_offset:
+        raise RepairError(f"--to {cut:,} is before the first CommitLog file "
+                          f"({store.commitlog.min_offset:,})")
+    ok, why = record_boundaries_ok(store, cut)
+    if not ok:
+        raise RepairError(why)
+    notes: list[str] = []
+    lost: list[str] = []
+    delete_names = [s.name for s in store.commitlog.segments if s.base_offset > cut]
+    cl_ops = _commitlog_ops(store, cut=cut, delete_names=delete_names, erase_tail=True,
+                            pad=False, reason="truncate")
+
+    # messages removed: live records in [cut, po)
+    removed = 0
+    last_kept_ts = None
+    for rec in iter_records(store, cut, po):
+        removed += 1
+    if cut > store.commitlog.min_offset:
+        last = last_record_before(store, cut)
+        last_kept_ts = last.store_timestamp if last is not None else None
+
+    cq_units = 0
+    for kind, _, kind_upf in queue_kinds(store):
+        states, _ = _recover_queues(stage, store, kind_upf, kind)
+        cq_units += _truncate_queues(stage, store, kind_upf, cut, states, kind)
+        _finish_queues(stage, store, kind_upf, {k: s.end for k, s in states.items()},
+                       keep_stale=False, kind=kind)
+
+    ckpt = store.read_checkpoint() if store.checkpoint_path.is_file() else None
+    setup = _setup_index(stage, store, deleted=[], cut=cut, reindex_all=False,
+                         index_msg_timestamp=ckpt.index_msg_timestamp if ckpt else 0)
+    if setup.dispatch_from is not None and setup.dispatch_from < cut:
+        _dispatch_with_bar(store, setup.dispatch_from, cut, progress, cq=None, cq_from=cut,
+                           index=setup.writer, index_from=setup.dispatch_from)
+    _finish_index(stage, store, setup.writer)
+    index_value = None
+    if setup.rebuilt:
+        index_value = (setup.writer.index_msg_timestamp if setup.writer.rolled
+                       else _last_full_end_timestamp(stage, store, setup.writer))
+    cap = last_kept_ts if last_kept_ts is not None else 0
+    _stage_checkpoint(stage, store, version=rp.broker_version, index=index_value,
+                      physic_cap=cap, logics_cap=cap, index_cap=cap, create=False)
+    if removed:
+        lost.append(f"{removed:,} message(s) in [{cut:,}, {po:,})")
+    for name in delete_names:
+        lost.append(f"commitlog/{name}: deleted (starts past {cut:,})")
+    if rp.messages_lost:
+        notes.append(f"{rp.messages_lost:,} record(s) past the recovered end {po:,} were already "
+                     "lost to the broker; their bytes are erased too")
+    plan = build_plan("truncate", store, stage, cl_ops=cl_ops, extra_ops=[], lost=lost,
+                      notes=notes, data_loss=bool(removed) or bool(delete_names and cut < po),
+                      recovery=rp, options={"to": cut}, summary_extra={
+                          "cut": cut, "process_offset": po, "messages_removed": removed,
+                          "cq_units_truncated": cq_units,
+                          "index_files_rebuilt_in_place": setup.rebuilt})
+    return plan
+
+
+# --- rebuild-queues -----------------------------------------------------------------------------------
+
+def plan_rebuild_queues(store: Store, stage: Stage, *, topic: str | None = None,
+                        queue_id: int | None = None, cq_units: int | None = None,
+                        broker_version: str = "auto", progress=None) -> RepairPlan:
+    """ConsumeQueue files regenerated from the CommitLog records up to the recovered end."""
+    rp = _predict(store, progress, broker_version=broker_version)
+    po = rp.process_offset
+    upf = cq_units or store.cq_units_per_file
+    notes: list[str] = []
+
+    def selected(t: str, q: int) -> bool:
+        return (topic is None or t == topic) and (queue_id is None or q == queue_id)
+
+    writer = StagedConsumeQueueWriter(stage, upf)
+    batch_writer = StagedBatchConsumeQueueWriter(stage, store.bcq_units_per_file,
+                                                 {q.topic for q in store.batch_consume_queues})
+    # fresh files: the writers must not continue the store's copies
+    existing = [(kind, q.topic, q.queue_id, s.name) for kind, queues, _ in queue_kinds(store)
+                for q in queues for s in q.segments if selected(q.topic, q.queue_id)]
+    for kind, t, q, name in existing:
+        stage.delete(_queue_rel(t, q, name, kind))
+
+    class _Selected:
+        def __contains__(self, key):
+            return selected(*key)
+
+    stats = _dispatch_with_bar(store, store.commitlog.min_offset, po, progress, cq=writer,
+                               cq_from=store.commitlog.min_offset, index=None, index_from=po,
+                               queues=_Selected(), bcq=batch_writer)
+    produced = set()
+    for w in (writer, batch_writer):
+        w.close()
+        for t, q in w.queue_keys():
+            produced.add((w.kind, t, q))
+            for path in stage.path(f"{w.kind.directory}/{t}/{q}").glob("*"):
+                stage.mark_written(_queue_rel(t, q, path.name, w.kind))
+    # a selected queue without any record keeps its files: deleting them would reset its offsets
+    for kind, t, q, name in existing:
+        if (kind, t, q) not in produced:
+            stage.deleted.discard(_queue_rel(t, q, name, kind))
+    untouched = sorted({(t, q) for kind, t, q, _ in existing if (kind, t, q) not in produced})
+    for t, q in untouched:
+        notes.append(f"{t} queue {q}: no record in the CommitLog (up to {po:,}); files left as "
+                     "they are")
+    if topic is not None and not produced and not existing:
+        raise RepairError(f"no record and no ConsumeQueue of topic {topic!r}"
+                          + (f" queue {queue_id}" if queue_id is not None else ""))
+    if not cq_units and not store.inferred_cq_units_per_file:
+        notes.append(f"no ConsumeQueue file to infer the units per file from: {upf} (the "
+                     "broker's default) is used; pass --cq-units to match the broker's "
+                     "mappedFileSizeConsumeQueue")
+    if cq_units and store.inferred_cq_units_per_file and cq_units != store.inferred_cq_units_per_file:
+        notes.append(f"--cq-units {cq_units} differs from the store's {store.inferred_cq_units_per_file}"
+                     " units per file: the broker must run with the same mappedFileSizeConsumeQueue")
+    return build_plan("rebuild-queues", store, stage, cl_ops=[], extra_ops=[], lost=[],
+                      notes=notes, data_loss=False, recovery=rp,
+                      options={"topic": topic, "queue": queue_id, "cq_units": upf},
+                      summary_extra={"process_offset": po, "records_scanned": stats.records,
+                                     "queues_rebuilt": len(produced)})
+
+
+# --- rebuild-index ------------------------------------------------------------------------------------
+
+def plan_rebuild_index(store: Store, stage: Stage, *, slots: int | None = None,
+                       entries: int | None = None, broker_version: str = "auto",
+                       progress=None) -> RepairPlan:
+    """Every IndexFile regenerated from the CommitLog records up to the recovered end."""
+    rp = _predict(store, progress, broker_version=broker_version)
+    po = rp.process_offset
+    slots_given, entries_given = slots is not None, entries is not None
+    slots = slots or store.index_slots
+    entries = entries or store.index_entries
+    if slots < 1 or entries < 2:
+        raise RepairError("--slots must be >= 1 and --entries >= 2")
+    setup = _setup_index(stage, store, deleted=[], cut=None, reindex_all=True,
+                         index_msg_timestamp=0, slots=slots, entries=entries)
+    stats = _dispatch_with_bar(store, store.commitlog.min_offset, po, progress, cq=None,
+                               cq_from=po, index=setup.writer,
+                               index_from=store.commitlog.min_offset)
+    _finish_index(stage, store, setup.writer)
+    _stage_checkpoint(stage, store, version=rp.broker_version,
+                      index=setup.writer.index_msg_timestamp, create=False)
+    notes = []
+    if not store.index_files and not (slots_given and entries_given):
+        notes.append(f"no IndexFile to infer the geometry from: {slots} slots x {entries} "
+                     "entries (the broker's defaults unless given) are used; pass --slots and "
+                     "--entries to match maxHashSlotNum/maxIndexNum")
+    if (slots, entries) != (store.index_slots, store.index_entries):
+        notes.append(f"new geometry {slots} slots x {entries} entries: the broker must run with "
+                     "maxHashSlotNum/maxIndexNum set to match")
+    return build_plan("rebuild-index", store, stage, cl_ops=[], extra_ops=[], lost=[],
+                      notes=notes, data_loss=False, recovery=rp,
+                      options={"slots": slots, "entries": entries},
+                      summary_extra={"process_offset": po, "records_scanned": stats.records,
+                                     "index_files": list(setup.writer.files)},
+                      index_geometry=(slots, entries))
+
+
+PLANNERS = {"recover": plan_recover, "truncate": plan_truncate,
+            "rebuild-queues": plan_rebuild_queues, "rebuild-index": plan_rebuild_index}

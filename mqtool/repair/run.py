@@ -1,0 +1,162 @@
+"""Running a repair command end to end: finish an interrupted repair, plan on a stage, then apply
+(or only report, with ``dry_run``), optionally on a copy; and ``undo``."""
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import backup as bk
+from ..errors import StoreLockedError
+from ..store import Store
+from .transaction import (RepairError, RepairPlan, Stage, apply_plan, refuse_if_locked,
+                          remove_stale_stages, resume_pending)
+from .planners import PLANNERS
+
+
+# --- orchestration ----------------------------------------------------------------------------------
+
+
+@dataclass
+class RepairResult:
+    plan: RepairPlan | None
+    status: str                      # nothing to do | planned | repaired
+    backup: Path | None = None
+    out: Path | None = None
+    resumed: dict | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def data_loss(self) -> bool:
+        lost = self.plan is not None and self.plan.data_loss and self.status != "nothing to do"
+        return lost or bool(self.resumed and self.resumed.get("data_loss"))
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.data_loss else 0
+
+    def to_dict(self) -> dict:
+        data = {"status": self.status, "exit_code": self.exit_code, "data_loss": self.data_loss,
+                "backup": str(self.backup) if self.backup else None,
+                "out": str(self.out) if self.out else None, "warnings": self.warnings}
+        if self.resumed is not None:
+            data["resumed"] = {"backup": self.resumed.get("backup_dir"),
+                               "command": self.resumed.get("command"),
+                               "data_loss": self.resumed.get("data_loss"),
+                               "summary": self.resumed.get("summary")}
+        if self.plan is not None:
+            data.update(self.plan.to_dict())
+        return data
+
+
+def _copy_store(source: Path, dest: Path) -> None:
+    ignore = shutil.ignore_patterns(bk.BACKUP_DIR, bk.STAGE_PREFIX + "*", bk.PENDING)
+    shutil.copytree(source, dest, ignore=ignore, dirs_exist_ok=True)
+
+
+def _check_backup_dir(store_root: Path, backup_dir: Path) -> Path:
+    backup_dir = backup_dir.absolute()
+    if backup_dir.exists() and (not backup_dir.is_dir() or any(backup_dir.iterdir())):
+        raise RepairError(f"--backup-dir {backup_dir}: exists and is not an empty folder")
+    for data_dir in ("commitlog", "consumequeue", "index", "batchconsumequeue"):
+        inside = (store_root / data_dir).resolve()
+        if backup_dir.resolve() == inside or inside in backup_dir.resolve().parents:
+            raise RepairError(f"--backup-dir {backup_dir}: inside {data_dir}/, which the broker "
+                              "loads; choose a folder outside the store's data directories")
+    return backup_dir
+
+
+def run_repair(command: str, store_path: Path, *, dry_run: bool = False,
+               backup_dir: Path | None = None, out: Path | None = None,
+               store_options: dict | None = None, progress=None, argv=None,
+               **options) -> RepairResult:
+    """Plan ``command`` on a store and, unless ``dry_run``, back up and apply it (on a copy with
+    ``out``). Refuses (exit 3) a store whose lock a live process holds."""
+    store_options = store_options or {}
+    source = Path(store_path).absolute()
+    if Store(source, **store_options).is_bare_commitlog:
+        raise RepairError(f"{source}: a bare CommitLog directory; {command} needs the store root "
+                          "(the folder holding commitlog/, consumequeue/, index/, checkpoint)")
+    warnings: list[str] = []
+    locked = (source / "lock").is_file() and Store(source, **store_options).lock_held()
+    if out is not None:
+        out = Path(out)
+        if out.exists() and (not out.is_dir() or any(out.iterdir())):
+            raise RepairError(f"--out {out}: exists and is not an empty folder")
+        if out.resolve() == source.resolve() or source.resolve() in out.resolve().parents:
+            raise RepairError("--out must be outside the store")
+        if locked:
+            warnings.append(f"{source}: a live process holds the lock; the copy may be "
+                            "inconsistent")
+    elif locked and not dry_run:
+        raise StoreLockedError(f"{source}: a live process (a running broker?) holds the store's "
+                               f"lock file; refusing to {command} it (stop the broker, or use "
+                               "--dry-run / --out)")
+    elif locked:
+        warnings.append(f"{source}: a live process holds the lock; the plan may be stale")
+
+    if backup_dir is not None and not dry_run and out is None:
+        backup_dir = _check_backup_dir(source, Path(backup_dir))
+    resumed = None
+    if not dry_run and out is None:
+        resumed = resume_pending(source)
+        remove_stale_stages(source)
+    elif bk.read_pending(source) is not None:
+        warnings.append("an interrupted repair is pending; it is finished before anything else "
+                        "when a repair runs without --dry-run")
+    target = source
+    if out is not None and not dry_run:
+        out.mkdir(parents=True, exist_ok=True)
+        _copy_store(source, out)
+        target = out
+    stamp = bk.utc_stamp()
+    if dry_run:
+        stage_root = Path(tempfile.mkdtemp(prefix="mqtool-stage-"))
+    else:
+        stage_root = target / f"{bk.STAGE_PREFIX}{stamp}"
+    stage = Stage(target, stage_root, for_apply=not dry_run)
+    try:
+        store = Store(target, **store_options)
+        plan = PLANNERS[command](store, stage, progress=progress, **options)
+    except BaseException:
+        stage.cleanup()
+        raise
+    try:
+        return _finish_repair(plan, stage, target, dry_run=dry_run, out=out,
+                              backup_dir=backup_dir, stamp=stamp, argv=argv, resumed=resumed,
+                              warnings=warnings)
+    finally:
+        plan.digests.close()
+
+
+def _finish_repair(plan: RepairPlan, stage: Stage, target: Path, *, dry_run: bool,
+                   out: Path | None, backup_dir: Path | None, stamp: str, argv, resumed,
+                   warnings: list[str]) -> RepairResult:
+    if plan.nothing_to_do:
+        stage.cleanup()
+        return RepairResult(plan, "nothing to do", out=out if out is not None and not dry_run
+                            else None, resumed=resumed, warnings=warnings)
+    if dry_run:
+        stage.cleanup()
+        plan.stage = None
+        return RepairResult(plan, "planned", resumed=resumed, warnings=warnings)
+    if out is not None:
+        apply_plan(plan, backup_dir=None, argv=argv)
+        return RepairResult(plan, "repaired", out=out, resumed=resumed, warnings=warnings)
+    if backup_dir is None:
+        backup_dir = target / bk.BACKUP_DIR / stamp
+    try:
+        used = apply_plan(plan, backup_dir=backup_dir, argv=argv)
+    except BaseException:
+        if bk.read_pending(target) is None:
+            stage.cleanup()
+        raise
+    return RepairResult(plan, "repaired", backup=used, resumed=resumed, warnings=warnings)
+
+
+def run_undo(backup: Path, *, force: bool = False, dry_run: bool = False) -> bk.UndoReport:
+    def check(root: Path) -> None:
+        if not dry_run:
+            refuse_if_locked(root)
+    return bk.undo_backup(backup, force=force, dry_run=dry_run, check_lock=check)

@@ -1,0 +1,449 @@
+"""The repair transaction: what a plan is made of (:class:`FileOp`, :class:`RepairPlan`), the stage
+folder its new files are computed into (:class:`Stage`), and applying it - backup first, a
+journal naming the backup, operations in a fixed order, each idempotent - plus finishing an
+interrupted repair, clearing stale stages and refusing a store whose lock a live process holds."""
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import backup as bk
+from ..errors import MqtoolError, StoreLockedError
+from ..recovery import RecoveryPlan
+from ..writer import fsync_dir
+from .files import _CHUNK
+
+
+KILL_ENV = "MQTOOL_TEST_KILL_AFTER_STEP"
+MAX_LISTED_RANGES = 64
+
+# apply order: CommitLog first (the broker deletes the same files), the abort file last
+_ORDER = {("commitlog", "edit"): 1, ("commitlog", "delete"): 2,
+          ("consumequeue", "delete"): 3, ("consumequeue", "write"): 4,
+          ("batchconsumequeue", "delete"): 3, ("batchconsumequeue", "write"): 4, ("index", "delete"): 5,
+          ("index", "write"): 6, ("checkpoint", "write"): 7, ("abort", "delete"): 9}
+
+
+class RepairError(MqtoolError):
+    """A repair that cannot be planned as asked (bad --to offset, unusable --out folder...)."""
+
+
+class DigestCache:
+    """sha256 of files the repair will delete, computed by a background thread while the plan is
+    being made (hashlib releases the GIL, so the hashing of a 1 GiB preallocated file overlaps
+    the dispatch instead of adding to it). A digest is used only if the file is unchanged."""
+
+    def __init__(self):
+        self._pool = None
+        self._futures: dict[str, tuple[int, int, object]] = {}
+
+    def prefetch(self, paths) -> None:
+        import concurrent.futures
+        for path in paths:
+            path = Path(path)
+            if not path.is_file() or str(path) in self._futures:
+                continue
+            if self._pool is None:
+                self._pool = concurrent.futures.ThreadPoolExecutor(1, "mqtool-sha256")
+            st = path.stat()
+            self._futures[str(path)] = (st.st_size, st.st_mtime_ns,
+                                        self._pool.submit(bk.sha256_file, path))
+
+    def get(self, path: Path) -> str | None:
+        entry = self._futures.get(str(path))
+        if entry is None:
+            return None
+        size, mtime, future = entry
+        st = Path(path).stat()
+        if (st.st_size, st.st_mtime_ns) != (size, mtime):
+            return None
+        return future.result()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+
+# --- the plan --------------------------------------------------------------------------------------
+
+@dataclass
+class FileOp:
+    """One change to one file of the store."""
+
+    op: str                     # write (new content from the stage) | edit (in place) | delete
+    path: str                   # relative to the store root, '/'-separated
+    kind: str                   # commitlog | consumequeue | index | checkpoint | abort
+    old_size: int | None        # None: the file is created
+    new_size: int | None        # None: the file is deleted
+    ranges: list[list[int]]     # [start, end) byte ranges that change or go away
+    reason: str
+    start: int | None = None    # edit: bytes [start, end) become zeros, then size new_size
+    end: int | None = None
+    stage_file: str | None = None
+    detail: dict = field(default_factory=dict)
+
+    @property
+    def action(self) -> str:
+        if self.op == "delete":
+            return "delete"
+        if self.old_size is None:
+            return "create"
+        return "change"
+
+    @property
+    def bytes_changed(self) -> int:
+        return sum(e - s for s, e in self.ranges)
+
+    def to_dict(self) -> dict:
+        ranges = self.ranges
+        data = {"action": self.action, "op": self.op, "path": self.path, "kind": self.kind,
+                "old_size": self.old_size, "new_size": self.new_size,
+                "bytes_changed": self.bytes_changed, "reason": self.reason,
+                "ranges": ranges[:MAX_LISTED_RANGES]}
+        if len(ranges) > MAX_LISTED_RANGES:
+            data["ranges_total"] = len(ranges)
+        data.update(self.detail)
+        return data
+
+
+@dataclass
+class RepairPlan:
+    """What a repair command will change; built without touching the store."""
+
+    command: str
+    store: Path
+    ops: list[FileOp]
+    summary: dict
+    lost: list[str]
+    notes: list[str]
+    data_loss: bool
+    recovery: RecoveryPlan | None = None
+    stage: Path | None = None
+    options: dict = field(default_factory=dict)
+    digests: DigestCache = field(default_factory=DigestCache, repr=False)
+    passport: dict | None = None   # recover: what wrote the store, before its rules are applied
+
+    @property
+    def nothing_to_do(self) -> bool:
+        return not self.ops
+
+    def ordered_ops(self) -> list[FileOp]:
+        return sorted(self.ops, key=lambda op: (_ORDER.get((op.kind, op.op), 8), op.path))
+
+    def to_dict(self) -> dict:
+        data = {"command": self.command, "store": str(self.store), "options": self.options,
+                "nothing_to_do": self.nothing_to_do, "data_loss": self.data_loss,
+                "summary": self.summary, "lost": self.lost, "notes": self.notes,
+                "files": [op.to_dict() for op in self.ordered_ops()]}
+        if self.recovery is not None:
+            data["recovery"] = self.recovery.to_dict()
+        if self.passport is not None:
+            data["passport"] = self.passport
+        return data
+
+
+# --- the stage -------------------------------------------------------------------------------------
+
+class Stage:
+    """New file contents, next to (never inside) the store's data directories."""
+
+    def __init__(self, store_root: Path, root: Path, for_apply: bool = False):
+        self.store_root = Path(store_root)
+        self.root = Path(root)
+        self.for_apply = for_apply   # False for --dry-run: nothing is prepared for a backup
+        self.files = self.root / "files"
+        self.files.mkdir(parents=True, exist_ok=True)
+        self.staged: set[str] = set()
+        self.deleted: set[str] = set()
+
+    def path(self, rel: str) -> Path:
+        return self.files / rel
+
+    def copy_in(self, rel: str) -> Path:
+        """The staged copy of a store file (the original's bytes unless it was deleted)."""
+        target = self.path(rel)
+        if rel in self.staged:
+            return target
+        target.parent.mkdir(parents=True, exist_ok=True)
+        source = self.store_root / rel
+        if rel not in self.deleted and source.is_file():
+            sparse_copy(source, target)
+        self.staged.add(rel)
+        return target
+
+    def mark_written(self, rel: str) -> None:
+        self.staged.add(rel)
+
+    def delete(self, rel: str) -> None:
+        self.deleted.add(rel)
+        if rel in self.staged:
+            self.staged.discard(rel)
+            try:
+                self.path(rel).unlink()
+            except FileNotFoundError:
+                pass
+
+    def current(self, rel: str) -> Path | None:
+        """Where the file's content is after the changes so far (None: gone)."""
+        if rel in self.staged:
+            return self.path(rel)
+        if rel in self.deleted:
+            return None
+        source = self.store_root / rel
+        return source if source.exists() else None
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def sparse_copy(source: Path, target: Path) -> None:
+    """Copy a file leaving its zero blocks as holes: a 6 MB ConsumeQueue file that holds a few
+    units costs a few KB to stage and to fsync, not 6 MB."""
+    block_size = 1 << 16
+    zeros = bytes(block_size)
+    with open(source, "rb") as src, open(target, "wb") as dst:
+        size = os.fstat(src.fileno()).st_size
+        pos = 0
+        while True:
+            block = src.read(block_size)
+            if not block:
+                break
+            if block != (zeros if len(block) == block_size else bytes(len(block))):
+                dst.seek(pos)
+                dst.write(block)
+            pos += len(block)
+        dst.truncate(size)
+
+
+# --- apply ---------------------------------------------------------------------------------------------
+
+def _kill_point(step: int) -> None:
+    """Test hook: SIGKILL this process after ``step`` (-1: backup data saved, manifest not yet
+    written; 0: journal written, nothing changed; n: n operations applied)."""
+    wanted = os.environ.get(KILL_ENV)
+    if wanted is not None and wanted.strip() == str(step):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _zeros_sha256(length: int) -> str:
+    import hashlib
+    digest = hashlib.sha256()
+    block = bytes(min(_CHUNK, max(length, 0)))
+    remaining = length
+    while remaining > 0:
+        n = min(len(block), remaining)
+        digest.update(block[:n])
+        remaining -= n
+    return digest.hexdigest()
+
+
+def _op_record(op: FileOp, index: int, store_root: Path, backup_dir: Path | None,
+               blob, digests: DigestCache | None = None) -> dict:
+    """The manifest entry of one operation, with the original bytes saved first."""
+    record = {"n": index, "op": op.op, "path": op.path, "kind": op.kind,
+              "old_size": op.old_size, "new_size": op.new_size, "reason": op.reason,
+              "ranges": op.ranges[:MAX_LISTED_RANGES], "saved": []}
+    path = store_root / op.path
+    blob_name = f"data/{index}.bin"
+    if op.old_size is not None and path.exists():
+        record["mode"] = path.stat().st_mode & 0o7777
+    if op.op == "write":
+        record["stage_file"] = op.stage_file
+        known = digests.get(Path(op.stage_file)) if digests is not None else None
+        record["new_sha256"] = known or bk.sha256_file(Path(op.stage_file))
+        if op.old_size is not None:
+            if blob is not None:
+                record["saved"], record["old_sha256"] = bk.save_range(path, 0, op.old_size, blob,
+                                                                      blob_name)
+            else:
+                record["old_sha256"] = bk.sha256_file(path)
+    elif op.op == "delete":
+        known = digests.get(path) if digests is not None else None
+        if blob is not None:
+            record["saved"], record["old_sha256"] = bk.save_range(path, 0, op.old_size or 0,
+                                                                  blob, blob_name, known)
+        else:
+            record["old_sha256"] = known or bk.sha256_file(path)
+    if op.op == "edit":
+        # bytes [start, end) become zeros, then the file takes new_size
+        record.update(start=op.start, end=op.end)
+        record["old_file_sha256"], record["new_file_sha256"] = bk.in_place_digests(
+            path, op.start, op.end, op.new_size)
+        if blob is not None:
+            saved, _ = bk.save_range(path, op.start, min(op.end, op.old_size), blob, blob_name)
+            if op.new_size < op.old_size:
+                tail, _ = bk.save_range(path, max(op.new_size, op.end), op.old_size, blob,
+                                        blob_name)
+                saved += tail
+            record["saved"] = saved
+    return record
+
+
+def _apply_one(store_root: Path, record: dict) -> None:
+    """One operation; running it again after it completed changes nothing."""
+    path = store_root / record["path"]
+    op = record["op"]
+    if op == "write":
+        staged = Path(record["stage_file"])
+        if not staged.exists():
+            if path.exists() and bk.sha256_file(path) == record["new_sha256"]:
+                return
+            raise bk.BackupError(f"{staged}: the staged content of {record['path']} is gone and the "
+                                 "file does not hold it; undo the backup instead")
+        if record.get("mode") is not None:
+            os.chmod(staged, record["mode"])
+        bk.fsync_file(staged)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.replace(staged, path)
+        except OSError as err:
+            if err.errno != errno.EXDEV:
+                raise
+            tmp = path.with_name(f".{path.name}.mqtool-tmp")
+            shutil.copyfile(staged, tmp)
+            bk.fsync_file(tmp)
+            os.replace(tmp, path)
+            staged.unlink()
+        fsync_dir(path.parent)
+    elif op == "delete":
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            return
+        fsync_dir(path.parent)
+    elif op == "edit":
+        with open(path, "r+b") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            pos, end = record["start"], min(record["end"], size)
+            fh.seek(pos)
+            while pos < end:
+                n = min(_CHUNK, end - pos)
+                fh.write(bytes(n))
+                pos += n
+            if size != record["new_size"]:
+                fh.truncate(record["new_size"])
+            fh.flush()
+            os.fsync(fh.fileno())
+    else:
+        raise bk.BackupError(f"unknown operation {op!r} in the manifest")
+
+
+def _dirs_created(store_root: Path, ops: list[FileOp]) -> list[str]:
+    created = set()
+    for op in ops:
+        if op.op != "write":
+            continue
+        parent = (store_root / op.path).parent
+        while not parent.exists() and parent != store_root:
+            created.add(parent.relative_to(store_root).as_posix())
+            parent = parent.parent
+    return sorted(created)
+
+
+def apply_plan(plan: RepairPlan, *, backup_dir: Path | None, argv: list[str] | None = None,
+               progress=None) -> Path | None:
+    """Back up, then apply every operation of ``plan`` in order. ``backup_dir=None`` (a repaired
+    copy made with --out) skips the backup and the journal."""
+    store_root = Path(plan.store)
+    ops = plan.ordered_ops()
+    manifest = {"format": bk.MANIFEST_FORMAT, "command": plan.command, "argv": argv or [],
+                "created": bk.utc_stamp(), "store": str(store_root.resolve()),
+                "status": "prepared", "stage": str(plan.stage) if plan.stage else None,
+                "data_loss": plan.data_loss, "summary": plan.summary, "lost": plan.lost,
+                "dirs_created": _dirs_created(store_root, ops), "ops": []}
+    blob = None
+    if backup_dir is not None:
+        backup_dir = Path(backup_dir)
+        if backup_dir.exists() and any(backup_dir.iterdir()):
+            raise RepairError(f"{backup_dir}: backup folder exists and is not empty")
+        (backup_dir / "data").mkdir(parents=True, exist_ok=True)
+    for i, op in enumerate(ops, 1):
+        if backup_dir is not None:
+            with open(backup_dir / f"data/{i}.bin", "wb") as blob:
+                record = _op_record(op, i, store_root, backup_dir, blob, plan.digests)
+                blob.flush()
+                os.fsync(blob.fileno())
+            if not record["saved"]:
+                (backup_dir / f"data/{i}.bin").unlink()
+        else:
+            record = _op_record(op, i, store_root, None, None, plan.digests)
+        manifest["ops"].append(record)
+        if progress is not None:
+            progress.update(1)
+    if backup_dir is not None:
+        fsync_dir(backup_dir / "data")
+        _kill_point(-1)
+        bk.write_json_atomically(backup_dir / bk.MANIFEST, manifest)
+        fsync_dir(backup_dir.parent)
+        bk.write_pending(store_root, backup_dir)
+    _kill_point(0)
+    for step, record in enumerate(manifest["ops"], 1):
+        _apply_one(store_root, record)
+        _kill_point(step)
+    if backup_dir is not None:
+        manifest["status"] = "applied"
+        manifest["applied"] = bk.utc_stamp()
+        bk.write_json_atomically(backup_dir / bk.MANIFEST, manifest)
+        bk.clear_pending(store_root)
+    if plan.stage is not None:
+        shutil.rmtree(plan.stage, ignore_errors=True)
+    return backup_dir
+
+
+def resume_pending(store_root: Path) -> dict | None:
+    """Finish a repair that was interrupted after its backup was complete. Returns its manifest
+    (None when nothing was pending)."""
+    pending = bk.read_pending(store_root)
+    if pending is None:
+        return None
+    manifest_path = Path(pending["manifest"])
+    manifest = bk.load_manifest(manifest_path.parent)
+    manifest["backup_dir"] = str(manifest_path.parent)
+    if manifest.get("status") == "applied":
+        bk.clear_pending(store_root)
+        return manifest
+    for record in manifest["ops"]:
+        _apply_one(Path(store_root), record)
+    manifest["status"] = "applied"
+    manifest["applied"] = bk.utc_stamp()
+    manifest["resumed"] = True
+    bk.write_json_atomically(manifest_path, manifest)
+    bk.clear_pending(store_root)
+    stage = manifest.get("stage")
+    if stage:
+        shutil.rmtree(stage, ignore_errors=True)
+    manifest["backup_dir"] = str(manifest_path.parent)
+    return manifest
+
+
+def remove_stale_stages(store_root: Path) -> None:
+    """Stage folders left by a repair killed before its backup was complete: nothing in the store
+    was changed by them, and no journal refers to them."""
+    pending = bk.read_pending(store_root)
+    keep = None
+    if pending is not None:
+        try:
+            keep = bk.load_manifest(Path(pending["manifest"]).parent).get("stage")
+        except bk.BackupError:
+            keep = None
+    for path in Path(store_root).glob(bk.STAGE_PREFIX + "*"):
+        if path.is_dir() and str(path) != keep:
+            shutil.rmtree(path, ignore_errors=True)
+    # a default backup folder without a manifest belongs to a repair killed while it was still
+    # copying: it never changed the store
+    for path in (Path(store_root) / bk.BACKUP_DIR).glob("*"):
+        if path.is_dir() and not (path / bk.MANIFEST).exists():
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def refuse_if_locked(root: Path) -> None:
+    store_lock = Path(root) / "lock"
+    from ..store import lock_holder
+    if store_lock.is_file() and lock_holder(store_lock):
+        raise StoreLockedError(f"{root}: a live process (a running broker?) holds the store's "
+                               "lock file; stop it before repairing the store")

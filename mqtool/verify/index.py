@@ -1,0 +1,274 @@
+"""IndexFile structure checked with numpy over whole files: header, hash slots and chains, entries
+(their order, their reach into the CommitLog), and the entries no key lookup can reach."""
+from __future__ import annotations
+
+import array
+import collections
+import os
+
+import numpy as np
+
+from ..errors import ParseError
+from ..formats import indexfile as idx_fmt
+from ..recovery import INDEX_ENTRY_DTYPE, INDEX_HEADER_DTYPE
+from ..scan import message_at
+from ..store import Store
+from ..vocabulary import ERROR, WARNING
+from .findings import _Sink, _finding
+from .context import _IndexInfo
+from .commitlog import _KeyHashes
+from .queues import _inside_segments
+
+
+_MAX_CHAIN_WALK_ENTRIES = 5_000_000   # the exact walk keeps ~17 bytes an entry
+_INDEX_CHUNK = 1 << 18          # entries read at a time (5 MiB)
+_MAX_LISTED_INDEX = 50
+
+
+def _walk_chains(slot_values: np.ndarray, hashes: np.ndarray, prev: np.ndarray, td: np.ndarray,
+                 count: int, slots: int) -> np.ndarray:
+    """Entry numbers a lookup of their own hash cannot reach, walking every slot chain as
+    IndexFile.selectPhyOffset does (it stops on timeDiff < 0, and on a prev_index <= 0, past
+    indexCount or equal to the current entry)."""
+    n = len(hashes)
+    reach = np.zeros(n, dtype=bool)
+    # array('i') indexing is fast and costs 4 bytes an entry (a list would cost ~36)
+    hash_at = array.array("i", hashes.astype(np.int32).tobytes())
+    prev_at = array.array("i", prev.astype(np.int32).tobytes())
+    td_at = array.array("i", td.astype(np.int32).tobytes())
+    for slot in np.flatnonzero(slot_values > 0).tolist():
+        nxt = int(slot_values[slot])
+        if nxt > count:
+            continue
+        seen = set()
+        while 0 < nxt < n and nxt not in seen:
+            seen.add(nxt)
+            if td_at[nxt] < 0:
+                break
+            if hash_at[nxt] >= 0 and hash_at[nxt] % slots == slot:
+                reach[nxt] = True
+            p = prev_at[nxt]
+            if p <= 0 or p > count or p == nxt:
+                break
+            nxt = p
+    reach[0] = True
+    return np.flatnonzero(~reach)
+
+
+def _read_entries(fd: int, start: int, lo: int, hi: int) -> np.ndarray:
+    raw = os.pread(fd, (hi - lo) * idx_fmt.INDEX_ENTRY_SIZE, start + lo * idx_fmt.INDEX_ENTRY_SIZE)
+    return np.frombuffer(raw, INDEX_ENTRY_DTYPE, len(raw) // idx_fmt.INDEX_ENTRY_SIZE)
+
+
+def _check_index_structure(store: Store, info, starts, ends, min_offset: int, sink: _Sink,
+                           deferred: list, blind: list) -> _IndexInfo | None:
+    """Header, slots and entries of one IndexFile, read in chunks (memory: a bitmap and the hash
+    column, 5 bytes an entry, not the 420 MB file)."""
+    slots, entries = store.index_slots, store.index_entries
+    rel = store.relative(info.path)
+    expected_size = idx_fmt.index_file_size(slots, entries)
+    if info.length != expected_size:
+        sink.add(_finding("IDX_HEADER", rel, 0,
+                          f"{info.length} bytes, expected {expected_size} for {slots} slots and "
+                          f"{entries} entries"))
+    with open(info.path, "rb") as fh:
+        fd = fh.fileno()
+        raw = os.pread(fd, idx_fmt.INDEX_HEADER_SIZE, 0)
+        if len(raw) < idx_fmt.INDEX_HEADER_SIZE:
+            return None
+        header = np.frombuffer(raw, INDEX_HEADER_DTYPE, 1)[0]
+        n_slots = max(0, min(slots, (info.length - idx_fmt.INDEX_HEADER_SIZE) // 4))
+        slot_values = np.frombuffer(os.pread(fd, 4 * n_slots, idx_fmt.INDEX_HEADER_SIZE),
+                                    ">i4").astype(np.int32)
+        count = int(header["index_count"])
+        entries_start = idx_fmt.entry_position(slots, 0)
+        available = max(0, (info.length - entries_start) // idx_fmt.INDEX_ENTRY_SIZE)
+        n = max(0, min(count, entries, available))
+        if count < 1 or count > entries:
+            sink.add(_finding("IDX_HEADER", rel, 36, f"indexCount {count} is outside 1..{entries}"))
+        nonzero = int((slot_values != 0).sum())
+        hsc = int(header["hash_slot_count"])
+        if hsc != nonzero:
+            sink.add(_finding("IDX_HEADER", rel, 32,
+                              f"hashSlotCount {hsc} but {nonzero} slots are in use",
+                              severity=WARNING if hsc <= slots else ERROR))
+        bad_slots = np.flatnonzero((slot_values < 0) | (slot_values >= max(count, 1))
+                                   & (slot_values != 0))
+        for s in bad_slots[:_MAX_LISTED_INDEX].tolist():
+            sink.add(_finding("IDX_DANGLING", rel, idx_fmt.slot_position(s),
+                              f"slot {s} holds {int(slot_values[s])}, past indexCount {count}"))
+
+        def entry_pos(number: int) -> int:
+            return entries_start + idx_fmt.INDEX_ENTRY_SIZE * number
+
+        hashes = np.zeros(n, dtype=np.int32)
+        referenced = np.zeros(n, dtype=bool)
+        referenced_count = 0
+        regular_chains = True
+        first_phy = last_phy = previous_phy = None
+        in_order = True
+        live_lo = live_hi = inside_lo = inside_hi = None
+        listed = collections.Counter()
+        outside_total = 0
+        for lo in range(0, n, _INDEX_CHUNK):
+            hi = min(n, lo + _INDEX_CHUNK)
+            chunk = _read_entries(fd, entries_start, lo, hi)
+            numbers = np.arange(lo, lo + len(chunk))
+            h = chunk["key_hash"].astype(np.int32)
+            hashes[lo:lo + len(chunk)] = h
+            prev = chunk["prev_index"].astype(np.int64)
+            td = chunk["time_diff"]
+            real = numbers >= 1
+            bad_prev = real & ((prev < 0) | (prev > count) | ((prev >= numbers) & (prev != 0)))
+            for i in np.flatnonzero(bad_prev).tolist():
+                if listed["prev"] < _MAX_LISTED_INDEX:
+                    listed["prev"] += 1
+                    sink.add(_finding("IDX_DANGLING", rel, entry_pos(lo + i),
+                                      f"entry {lo + i} has prev_index {int(prev[i])}: "
+                                      + ("the chain loops" if 0 < prev[i] <= count
+                                         else "past indexCount")))
+            for i in np.flatnonzero(real & (td < 0)).tolist():
+                if listed["td"] < _MAX_LISTED_INDEX:
+                    listed["td"] += 1
+                    sink.add(_finding("IDX_DANGLING", rel, entry_pos(lo + i),
+                                      f"entry {lo + i} has a negative timeDiff {int(td[i])}: "
+                                      f"lookups stop there"))
+            # Every entry referenced exactly once (by its slot or one later entry of the same
+            # slot), links going strictly backwards, no negative timeDiff: then each chain is a
+            # path from its slot's head and every entry is found by its own hash.
+            has_prev = real & (prev > 0)
+            backwards = has_prev & (prev < numbers)
+            if regular_chains:
+                targets = prev[backwards]
+                if (bad_prev.any() or np.any(has_prev & ~backwards) or np.any(td[real] < 0)
+                        or np.any(h[real] < 0)
+                        or np.any(hashes[targets] % slots != h[backwards] % slots)
+                        or referenced[targets].any()):
+                    regular_chains = False
+                else:
+                    referenced[targets] = True
+                    referenced_count += len(targets)
+                    # fewer new marks than targets: an entry is the target of two links
+                    if np.count_nonzero(referenced) != referenced_count:
+                        regular_chains = False
+            phys = chunk["phy_offset"][real].astype(np.int64)
+            if len(phys) == 0:
+                continue
+            if first_phy is None:
+                first_phy = int(phys[0])
+            last_phy = int(phys[-1])
+            if (previous_phy is not None and phys[0] < previous_phy) or np.any(np.diff(phys) < 0):
+                in_order = False
+            previous_phy = last_phy
+            live = phys >= min_offset
+            outside = (phys < 0) | (live & ~_inside_segments(phys, starts, ends))
+            first_number = lo + int(np.argmax(real))
+            for j in np.flatnonzero(outside).tolist():
+                outside_total += 1
+                if outside_total <= _MAX_LISTED_INDEX:
+                    deferred.append(_finding(
+                        "IDX_DANGLING", rel, entry_pos(first_number + j),
+                        f"entry {first_number + j} points at CommitLog offset {int(phys[j])}, "
+                        f"where no CommitLog file is", commitlog_offset=int(phys[j])))
+            if live.any():
+                lo_live, hi_live = int(phys[live].min()), int(phys[live].max())
+                live_lo = lo_live if live_lo is None else min(live_lo, lo_live)
+                live_hi = hi_live if live_hi is None else max(live_hi, hi_live)
+            good = phys[live & ~outside]
+            if len(good):
+                inside_lo = int(good.min()) if inside_lo is None else min(inside_lo, int(good.min()))
+                inside_hi = int(good.max()) if inside_hi is None else max(inside_hi, int(good.max()))
+        if outside_total > _MAX_LISTED_INDEX:
+            sink.add_suppressed("IDX_DANGLING", outside_total - _MAX_LISTED_INDEX)
+
+        if n > 1:
+            head_slots = np.flatnonzero((slot_values > 0) & (slot_values < n))
+            heads = slot_values[head_slots]
+            if regular_chains and (referenced[heads].any()
+                                   or np.any(hashes[heads] % slots != head_slots)):
+                regular_chains = False
+            referenced[heads] = True
+            if regular_chains and np.count_nonzero(referenced) != referenced_count + len(heads):
+                regular_chains = False      # two slots hold the same entry
+            if regular_chains and not referenced[1:].all():
+                regular_chains = False
+            if not regular_chains:
+                _report_unreachable(fd, rel, entries_start, slot_values, hashes, n, count, slots,
+                                    sink)
+        del hashes, referenced
+
+        if first_phy is not None:
+            checks = ((16, "beginPhyOffset", int(header["begin_phy_offset"]), first_phy, WARNING),
+                      (24, "endPhyOffset", int(header["end_phy_offset"]), last_phy, ERROR))
+            for pos, name, value, actual, severity in checks:
+                if value != actual:
+                    sink.add(_finding("IDX_HEADER", rel, pos,
+                                      f"{name} {value} but the {'first' if pos == 16 else 'last'} "
+                                      f"entry points at {actual}", severity=severity))
+            for pos, name, value, phy in ((0, "beginTimestamp", int(header["begin_timestamp"]),
+                                           first_phy),
+                                          (8, "endTimestamp", int(header["end_timestamp"]),
+                                           last_phy)):
+                try:
+                    record = message_at(store.commitlog, phy, check_crc=False)
+                except ParseError:
+                    continue
+                if record.store_timestamp != value:
+                    sink.add(_finding("IDX_HEADER", rel, pos,
+                                      f"{name} {value} but the record at {phy} was stored at "
+                                      f"{record.store_timestamp}"))
+        if live_lo is None:
+            return None
+        if not in_order:
+            # not in CommitLog order: cannot be merged with the scan; check entries one by one,
+            # and do not look for the keys of the records it covers (its entries are not pulled)
+            _check_index_entries_slowly(store, rel, _read_entries(fd, entries_start, 0,
+                                                                  min(n, 10_001)),
+                                        entries_start, sink)
+            if inside_lo is not None:
+                blind.append((inside_lo, inside_hi))
+            return None
+    return _IndexInfo(info.name, rel, str(info.path), slots, entries_start, n, live_lo, last_phy)
+
+
+def _report_unreachable(fd: int, rel: str, entries_start: int, slot_values, hashes, n: int,
+                        count: int, slots: int, sink: _Sink) -> None:
+    if n > _MAX_CHAIN_WALK_ENTRIES:
+        sink.add(_finding("IDX_MISSING_KEY", rel, entries_start,
+                          f"the hash chains are irregular; {n} entries are too many to walk "
+                          f"one by one, so unreachable entries are not listed", severity=WARNING))
+        return
+    prev = np.zeros(n, dtype=np.int32)
+    td = np.zeros(n, dtype=np.int32)
+    for lo in range(0, n, _INDEX_CHUNK):
+        chunk = _read_entries(fd, entries_start, lo, min(n, lo + _INDEX_CHUNK))
+        prev[lo:lo + len(chunk)] = chunk["prev_index"]
+        td[lo:lo + len(chunk)] = chunk["time_diff"]
+    unreachable = _walk_chains(slot_values, hashes, prev, td, count, slots)
+    for i in unreachable[:200].tolist():
+        entry = _read_entries(fd, entries_start, i, i + 1)[0]
+        sink.add(_finding("IDX_MISSING_KEY", rel, entries_start + idx_fmt.INDEX_ENTRY_SIZE * i,
+                          f"entry {i} (hash {int(entry['key_hash'])}, offset "
+                          f"{int(entry['phy_offset'])}) cannot be reached from slot "
+                          f"{int(entry['key_hash']) % slots}",
+                          commitlog_offset=int(entry["phy_offset"])))
+    if len(unreachable) > 200:
+        sink.add_suppressed("IDX_MISSING_KEY", len(unreachable) - 200)
+
+
+def _check_index_entries_slowly(store: Store, rel: str, table, entries_start: int, sink: _Sink,
+                                limit: int = 10_000) -> None:
+    hashes = _KeyHashes()
+    for i, (key_hash, phy, _, _) in enumerate(table.tolist()[1:limit + 1], start=1):
+        try:
+            record = message_at(store.commitlog, phy, check_crc=False)
+        except ParseError as err:
+            if store.commitlog.segment_for(phy) is not None:
+                sink.add(_finding("IDX_DANGLING", rel, entries_start + 20 * i,
+                                  f"entry {i} points at {phy}, where no record starts "
+                                  f"({err.detail})", commitlog_offset=phy))
+            continue
+        if key_hash not in hashes.index_hashes(record, record.properties):
+            sink.add(_finding("IDX_HASH_MISMATCH", rel, entries_start + 20 * i,
+                              f"entry {i} hash {key_hash} matches no key of the record at {phy}",
+                              commitlog_offset=phy, topic=record.topic))
