@@ -85,8 +85,8 @@ used slots and entries; --follow-slot walks one slot's chain and stops at loops 
 indexCount), the checkpoint (fields with UTC times), abort, lock or a config file.
 
 Messages can be filtered by topic, queue, CommitLog offset range, store time range, a KEYS item
-or UNIQ_KEY. Compressed bodies (sysFlag 0x1) are decompressed: zlib always, LZ4 and ZSTD when the
-lz4 or zstandard package is installed; otherwise the stored bytes are shown and
+or UNIQ_KEY. Compressed bodies (sysFlag 0x1) are decompressed, zlib, LZ4 and ZSTD alike (the lz4
+and zstandard packages come with mqtool); a body that does not decompress is shown as stored and
 body_decompress_error says why.
 
 A record the broker would not accept (bad magic, lengths that do not add up, a record running
