@@ -13,7 +13,7 @@ from mqtool.store import Store
 from mqtool.timer import check_timer_store, iter_timerlog, iter_timerwheel
 from mqtool.writer import Message, StoreWriter, TimerWriter
 
-SLOTS_TOTAL = 600
+SLOTS_TOTAL = timer_fmt.DEFAULT_SLOTS_TOTAL  # the broker refuses any other wheel size
 BASE_MS = 1_800_000_000_000
 
 
@@ -86,6 +86,12 @@ def test_check_finds_nothing_on_a_good_store(timer_store):
     assert check_timer_store(Store(timer_store[0])) == []
 
 
+def used_first_unit(root, slot) -> int:
+    """File position of the first unit of ``slot`` (every unit here lives in the first file)."""
+    return min(u["file_offset"] for u in units_of(root) if u["deliver_time_ms"] // 1000 ==
+               slot["time_slot"])
+
+
 def test_check_names_damaged_units_and_slots(timer_store):
     root, expected = timer_store
     log = sorted((root / "timerlog").iterdir())[0]
@@ -99,9 +105,11 @@ def test_check_names_damaged_units_and_slots(timer_store):
     wheel[at + 16:at + 24] = struct.pack(">q", 999_999)    # lastPos to nowhere
     (root / "timerwheel").write_bytes(bytes(wheel))
     found = {(f["code"], f["file"], f["offset"]) for f in check_timer_store(Store(root))}
+    # the slot's units are now on no chain: the broker's dequeue never reaches them
     assert found == {("TIMER_MAGIC", f"timerlog/{log.name}", 52),
                      ("TIMER_DANGLING", f"timerlog/{log.name}", 104),
-                     ("TIMER_SLOT_POINTER", "timerwheel", at)}
+                     ("TIMER_SLOT_POINTER", "timerwheel", at),
+                     ("TIMER_UNREACHABLE", f"timerlog/{log.name}", used_first_unit(root, used))}
 
 
 def test_dump_reads_each_timer_file(timer_store, mqtool):
