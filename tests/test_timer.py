@@ -1,16 +1,21 @@
 """The 5.x timer store: written by the one writer, dumped and checked."""
 from __future__ import annotations
 
+import gzip
 import json
+import shutil
 import struct
+from pathlib import Path
 
 import pytest
 
 from mqtool.formats import codecs
 from mqtool.formats import timer as timer_fmt
+from mqtool.recovery import predict_recovery
 from mqtool.scan import Scanner
 from mqtool.store import Store
 from mqtool.timer import check_timer_store, iter_timerlog, iter_timerwheel
+from mqtool.timers import timer_report
 from mqtool.writer import Message, StoreWriter, TimerWriter
 
 SLOTS_TOTAL = timer_fmt.DEFAULT_SLOTS_TOTAL  # the broker refuses any other wheel size
@@ -142,3 +147,170 @@ def test_verify_includes_the_timer_checks(timer_store, mqtool):
     found = [(f["code"], f["offset"]) for f in json.loads(proc.stdout)["findings"]
              if f["code"].startswith("TIMER_")]
     assert found == [("TIMER_MAGIC", 52)]
+
+
+# --- the real 5.3.3 broker's timer store (v5-timer-crash) ------------------------------------------
+
+def _broker_timers() -> dict:
+    from conftest import SHARED_STORES
+    with gzip.open(SHARED_STORES / "v5-timer-crash" / "timer.json.gz", "rt") as fh:
+        return json.load(fh)
+
+
+def _broker_pending(slots: list[dict]) -> list[tuple]:
+    """timer.json's pending slots as comparable tuples: slot, then each unit newest first with
+    the message it points at."""
+    out = []
+    for slot in slots:
+        units = []
+        for item in slot["unitsNewestFirst"]:
+            (pos, size, prev, magic, write_ms, delay, offset_py, size_py, topic_hash, reserved,
+             deliver_ms) = item["unit"]
+            m = item["message"]
+            units.append((pos, size, prev, magic, write_ms, delay, offset_py, size_py, topic_hash,
+                          deliver_ms, m["topic"], m["queueId"], m["queueOffset"],
+                          m["commitLogOffset"], m["realTopic"], int(m["realQueueId"]),
+                          m["uniqKey"], m["keys"], int(m["timerOutMs"]),
+                          int(m["timerDeliverMs"]) if m["timerDeliverMs"] else None,
+                          int(m["timerDelaySec"]) if m["timerDelaySec"] else None))
+        out.append((slot["slotTimeMs"], slot["firstPos"], slot["lastPos"], slot["num"], units))
+    return out
+
+
+def _our_pending(report: dict) -> list[tuple]:
+    return [(s["slot_time_ms"], s["first_pos"], s["last_pos"], s["num"],
+             [(t["timerlog_offset"], t["size"], t["prev_pos"], t["magic"], t["write_time_ms"],
+               t["delay_ms"], t["commitlog_offset"], t["commitlog_size"], t["real_topic_hash"],
+               t["deliver_time_ms"], t["topic"], t["queue_id"], t["queue_offset"],
+               t["commitlog_offset"], t["real_topic"], t["real_queue_id"], t["uniq_key"],
+               t["keys"], t["timer_out_ms"], t["timer_deliver_ms"], t["timer_delay_sec"])
+              for t in s["timers"]])
+            for s in report["pending_slots"]]
+
+
+@pytest.mark.parametrize("which", ["store", "recovered"])
+def test_pending_timers_equal_the_brokers(v5_timer_crash_unpacked, which):
+    broker = _broker_timers()[which]
+    report = timer_report(Store(v5_timer_crash_unpacked / which))
+    assert report["pending_count"] == broker["pendingUnitCount"] == 306
+    assert _our_pending(report) == _broker_pending(broker["pendingSlots"])
+    ckpt = broker["timerCheckpoint"]
+    assert report["checkpoint"] == {
+        "last_read_time_ms": ckpt["lastReadTimeMs"],
+        "last_timer_log_flush_pos": ckpt["lastTimerLogFlushPos"],
+        "last_timer_queue_offset": ckpt["lastTimerQueueOffset"],
+        "master_timer_queue_offset": ckpt["masterTimerQueueOffset"],
+        "state_version": ckpt["dataVersion"]["stateVersion"],
+        "data_version_timestamp": ckpt["dataVersion"]["timestamp"],
+        "data_version_counter": ckpt["dataVersion"]["counter"]}
+    assert report["timerlog"]["units"] == broker["timerLogFiles"][0]["units"]
+    assert report["wheel"]["size"] == broker["timerWheelFileSize"]
+    assert report["wheel"]["used_slots"] == len(broker["timerWheelSlots"])
+
+
+def test_every_unit_and_used_slot_equals_the_brokers(v5_timer_crash_unpacked):
+    broker = _broker_timers()["store"]
+    root = v5_timer_crash_unpacked / "store"
+    units = [(u["timerlog_offset"], u["size"], u["prev_pos"], u["magic"], u["curr_write_time_ms"],
+              u["delay_ms"], u["commitlog_offset"], u["commitlog_size"], u["real_topic_hash"],
+              u["reserved"], u["deliver_time_ms"]) for u in units_of(root)]
+    assert units == [tuple(row) for row in broker["timerLogFiles"][0]["unitRows"]]
+    slots = [(s["slot"], s["time_slot"] * 1000, s["first_pos"], s["last_pos"], s["num"],
+              s["magic"]) for s in iter_timerwheel(root / "timerwheel")]
+    assert slots == [tuple(row) for row in broker["timerWheelSlots"]]
+
+
+def test_delivered_timers_and_their_copies_equal_the_brokers(v5_timer_crash_unpacked):
+    data = _broker_timers()
+    report = timer_report(Store(v5_timer_crash_unpacked / "store"))
+    assert report["delivered_count"] == data["recordsInTimerTopic"] - 306 == 207
+    ours = sorted((t["delivered_copy"]["commitlog_offset"], t["uniq_key"])
+                  for t in report["delivered"])
+    assert ours == sorted((c["commitLogOffset"], c["uniqKey"])
+                          for c in data["deliveredCopiesInStore"])
+    assert not any(t["delivered_copy"]["lost_on_recovery"] for t in report["delivered"])
+
+
+def test_next_start_prediction_agrees_with_the_running_broker(v5_timer_crash_unpacked):
+    """recoveryRuntime is what the broker itself had in memory after starting on store/."""
+    runtime = _broker_timers()["recoveryRuntime"]
+    report = timer_report(Store(v5_timer_crash_unpacked / "store"),
+                          start_ms=runtime["currReadTimeMs"])
+    nxt = report["next_start"]
+    assert nxt["timerlog_kept_end"] == runtime["timerLogMaxOffset"]
+    assert nxt["timer_queue_reread_from"] == runtime["queueOffset"]
+    assert nxt["dequeue_reads_from_ms"] == runtime["currReadTimeMs"]
+    assert nxt["refuses_to_start"] == [] and nxt["lost"] == []
+    assert nxt["fates"] == {"delivered-when-due": runtime["dequeueBehindMessages"]}
+    assert report["not_in_timerlog"] == [] and report["unreachable_units"] == []
+    # eight days later the wheel has wrapped past every slot: all of them are skipped
+    late = timer_report(Store(v5_timer_crash_unpacked / "store"),
+                        start_ms=runtime["currReadTimeMs"] + 8 * 86_400_000)
+    assert late["next_start"]["fates"] == {"lost-slot-skipped": 306}
+
+
+@pytest.mark.parametrize("which", ["store", "recovered"])
+def test_the_brokers_timer_files_have_no_findings(v5_timer_crash_unpacked, which):
+    store = Store(v5_timer_crash_unpacked / which)
+    assert check_timer_store(store, plan=predict_recovery(store)) == []
+
+
+def _damaged_copy(v5_timer_crash_unpacked, tmp_path) -> Path:
+    root = tmp_path / "store"
+    shutil.copytree(v5_timer_crash_unpacked / "store", root)
+    return root
+
+
+def test_timers_whose_message_recovery_truncates_are_lost(v5_timer_crash_unpacked, tmp_path,
+                                                          mqtool):
+    """One body byte of a pending timer's own message changed: the broker's CRC check stops the
+    CommitLog recovery there (abnormal recovery starts at the last file, which holds it), so
+    that timer and every pending one stored after it is lost."""
+    from conftest import SHARED_STORES
+    root = _damaged_copy(v5_timer_crash_unpacked, tmp_path)
+    pending = [u for s in _broker_timers()["store"]["pendingSlots"] for u in s["unitsNewestFirst"]]
+    victim = sorted(u["message"]["commitLogOffset"] for u in pending)[-20]
+    with gzip.open(SHARED_STORES / "v5-timer-crash" / "dump.json.gz", "rt") as fh:
+        record = next(m for m in json.load(fh)["messages"] if m["fileBasedOffset"] == victim)
+    segment = root / "commitlog" / record["file"]
+    data = bytearray(segment.read_bytes())
+    data[record["layout"]["bodyPos"]] ^= 0xFF  # bodyPos is a position in the file
+    segment.write_bytes(bytes(data))
+    expected = sorted(u["message"]["uniqKey"] for u in pending
+                      if u["message"]["commitLogOffset"] >= victim)
+
+    report = timer_report(Store(root))
+    lost = report["next_start"]["lost"]
+    assert sorted(t["uniq_key"] for t in lost) == expected
+    assert {t["next_start"] for t in lost} == {"lost-message-truncated"}
+    store = Store(root)
+    found = [f for f in check_timer_store(store, plan=predict_recovery(store))
+             if f["code"] == "TIMER_LOST"]
+    assert sorted(f["commitlog_offset"] for f in found) == sorted(
+        u["message"]["commitLogOffset"] for u in pending if u["message"]["commitLogOffset"] >= victim)
+
+    proc = mqtool("timers", root, "--json")
+    assert proc.returncode == 1, proc.stderr
+    assert len(json.loads(proc.stdout)["next_start"]["lost"]) == len(expected)
+    proc = mqtool("timers", root)
+    assert proc.returncode == 1 and proc.stderr.count("lost: UNIQ_KEY") == len(expected)
+
+
+def test_timers_table_and_json_on_the_broker_store(v5_timer_crash_unpacked, mqtool):
+    root = v5_timer_crash_unpacked / "store"
+    proc = mqtool("timers", root, "--at", "2026-11-25T00:02:00Z")
+    assert proc.returncode == 0, proc.stderr
+    broker = _broker_timers()["store"]
+    for slot in broker["pendingSlots"]:
+        for item in slot["unitsNewestFirst"]:
+            assert item["message"]["uniqKey"] in proc.stdout
+    assert "306 delivered-when-due" in proc.stderr
+    proc = mqtool("timers", root, "--json", "--at", "1795564920000")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["pending_count"] == 306
+
+
+def test_timers_refuses_a_store_without_timers(fixture_store, mqtool):
+    proc = mqtool("timers", fixture_store)
+    assert proc.returncode == 2 and proc.stderr.startswith("mqtool: error: ")
+    assert proc.stderr.count("\n") == 1
