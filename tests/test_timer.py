@@ -314,3 +314,110 @@ def test_timers_refuses_a_store_without_timers(fixture_store, mqtool):
     proc = mqtool("timers", fixture_store)
     assert proc.returncode == 2 and proc.stderr.startswith("mqtool: error: ")
     assert proc.stderr.count("\n") == 1
+
+
+# --- bad input: findings or one-line errors, never a traceback -------------------------------------
+
+def _codes(root) -> set[str]:
+    return {f["code"] for f in check_timer_store(Store(root))}
+
+
+def _cli_survives(mqtool, root) -> tuple:
+    """timers (table and JSON) and verify on a damaged store: no traceback, a documented code."""
+    table = mqtool("timers", root, "--at", str(BASE_MS))
+    as_json = mqtool("timers", root, "--json", "--at", str(BASE_MS))
+    verify = mqtool("verify", "--json", root)
+    for proc in (table, as_json, verify):
+        assert proc.returncode in (0, 1, 2), proc.stderr
+        if proc.returncode == 2:
+            assert proc.stderr.startswith("mqtool: error: ") and proc.stderr.count("\n") == 1
+    return table, as_json, verify
+
+
+def test_a_wheel_of_the_wrong_size_is_one_finding_and_refuses_the_start(timer_store, mqtool):
+    root, _ = timer_store
+    with open(root / "timerwheel", "r+b") as fh:
+        fh.truncate(1000 * timer_fmt.TIMERWHEEL_SLOT_SIZE)
+    assert _codes(root) == {"TIMER_WHEEL_SIZE"}
+    table, as_json, verify = _cli_survives(mqtool, root)
+    assert table.returncode == 1 and "refuses to start" in table.stderr
+    report = json.loads(as_json.stdout)
+    assert report["next_start"]["refuses_to_start"] and report["pending_count"] == 0
+    assert verify.returncode == 1
+    assert "TIMER_WHEEL_SIZE" in {f["code"] for f in json.loads(verify.stdout)["findings"]}
+
+
+def test_a_missing_wheel_is_a_finding(timer_store, mqtool):
+    root, _ = timer_store
+    (root / "timerwheel").unlink()
+    assert _codes(root) == {"TIMER_WHEEL_SIZE"}
+    _cli_survives(mqtool, root)
+
+
+def test_a_unit_pointing_past_the_commitlog(timer_store, mqtool):
+    root, expected = timer_store
+    log = sorted((root / "timerlog").iterdir())[0]
+    data = bytearray(log.read_bytes())
+    data[3 * 52 + 28:3 * 52 + 36] = struct.pack(">q", 10 ** 12)
+    log.write_bytes(bytes(data))
+    found = check_timer_store(Store(root))
+    assert [(f["code"], f["offset"], f["commitlog_offset"]) for f in found] == \
+        [("TIMER_DANGLING", 3 * 52, 10 ** 12)]
+    assert "past the CommitLog" in found[0]["message"]
+    _, as_json, _ = _cli_survives(mqtool, root)
+    assert as_json.returncode == 1
+    lost = json.loads(as_json.stdout)["next_start"]["lost"]
+    assert [(t["timerlog_offset"], t["next_start"]) for t in lost] == \
+        [(expected[3][0], "lost-message-missing")]
+
+
+def test_a_torn_timerlog_file(timer_store, mqtool):
+    root, _ = timer_store
+    last = sorted((root / "timerlog").iterdir())[-1]
+    with open(last, "r+b") as fh:
+        fh.truncate(2 * 52 + 20)
+    found = check_timer_store(Store(root))
+    assert ("TIMER_TORN", f"timerlog/{last.name}", 2 * 52) in \
+        {(f["code"], f["file"], f["offset"]) for f in found}
+    assert "TIMER_FILE_SIZE" in {f["code"] for f in found}
+    _cli_survives(mqtool, root)
+
+
+def test_a_short_or_missing_timer_checkpoint(timer_store, mqtool):
+    root, _ = timer_store
+    check = root / "config" / "timercheck"
+    check.write_bytes(check.read_bytes()[:20])
+    assert _codes(root) == {"TIMER_CKPT"}
+    _cli_survives(mqtool, root)
+    check.unlink()
+    assert _codes(root) == {"TIMER_CKPT"}
+    _cli_survives(mqtool, root)
+
+
+def test_a_slot_pointing_at_a_unit_of_another_second(timer_store, mqtool):
+    root, expected = timer_store
+    wheel = bytearray((root / "timerwheel").read_bytes())
+    slots = list(iter_timerwheel(root / "timerwheel"))
+    victim = slots[0]
+    stranger = next(pos for pos, _, _, deliver in expected
+                    if deliver // 1000 != victim["time_slot"])
+    at = victim["file_offset"]
+    wheel[at + 16:at + 24] = struct.pack(">q", stranger)   # lastPos
+    (root / "timerwheel").write_bytes(bytes(wheel))
+    found = [(f["code"], f["offset"]) for f in check_timer_store(Store(root))]
+    assert ("TIMER_SLOT_TIME", at) in found
+    _cli_survives(mqtool, root)
+
+
+def test_garbage_in_every_timer_file(timer_store, mqtool):
+    root, _ = timer_store
+    import random
+    rng = random.Random(17)
+    for path in sorted((root / "timerlog").iterdir()):
+        path.write_bytes(bytes(rng.getrandbits(8) for _ in range(path.stat().st_size)))
+    wheel = bytearray((root / "timerwheel").read_bytes())
+    for at in range(0, 64 * 32):
+        wheel[at] = rng.getrandbits(8)
+    (root / "timerwheel").write_bytes(bytes(wheel))
+    check_timer_store(Store(root))   # must not raise
+    _cli_survives(mqtool, root)
