@@ -421,3 +421,31 @@ def test_garbage_in_every_timer_file(timer_store, mqtool):
     (root / "timerwheel").write_bytes(bytes(wheel))
     check_timer_store(Store(root))   # must not raise
     _cli_survives(mqtool, root)
+
+
+def test_export_pending_timers_writes_the_brokers_pending_messages(v5_timer_crash_unpacked,
+                                                                   tmp_path, mqtool):
+    from conftest import SHARED_STORES
+    out = tmp_path / "pending.jsonl"
+    proc = mqtool("export", v5_timer_crash_unpacked / "store", "--pending-timers", "--out", out,
+                  "--no-decompress")
+    assert proc.returncode == 0, proc.stderr
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    pending = {u["message"]["commitLogOffset"]: u for s in _broker_timers()["store"]["pendingSlots"]
+               for u in s["unitsNewestFirst"]}
+    assert sorted(r["commitlog_offset"] for r in rows) == sorted(pending)
+    with gzip.open(SHARED_STORES / "v5-timer-crash" / "dump.json.gz", "rt") as fh:
+        bodies = {m["fileBasedOffset"]: m["body"] for m in json.load(fh)["messages"]}
+    for row in rows:
+        expected = pending[row["commitlog_offset"]]
+        assert (row["kind"], row["real_topic"], row["real_queue_id"], row["uniq_key"]) == \
+            ("timer", expected["message"]["realTopic"], int(expected["message"]["realQueueId"]),
+             expected["message"]["uniqKey"])
+        assert row["deliver_timestamp"] == row["pending_timer"]["deliver_time_ms"] == \
+            expected["unit"][-1]
+        assert row["body"] == bodies[row["commitlog_offset"]]
+
+
+def test_export_pending_timers_of_a_store_without_timers(fixture_store, mqtool):
+    proc = mqtool("export", fixture_store, "--pending-timers")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
