@@ -193,8 +193,9 @@ records of a batch topic that no unit references (BCQ_MISSING).
 files of another size (TIMER_FILE_SIZE) or ending inside a unit (TIMER_TORN); a missing wheel or
 one of the wrong size (TIMER_WHEEL_SIZE: the broker refuses to start); slots at the wrong index
 or chaining units of another second (TIMER_SLOT_TIME), pointing nowhere (TIMER_SLOT_POINTER),
-whose chain does not reach firstPos (TIMER_SLOT_CHAIN); pending units no slot leads to
-(TIMER_UNREACHABLE); pending timers whose message recovery truncates (TIMER_LOST); a missing,
+whose chain does not reach firstPos (TIMER_SLOT_CHAIN); pending units no slot leads to, even
+after the broker's load re-links its last TimerLog file (TIMER_UNREACHABLE), or only then
+(TIMER_WHEEL_BEHIND, a warning: the wheel was not flushed before a crash); pending timers whose message recovery truncates (TIMER_LOST); a missing,
 short or ahead config/timercheck (TIMER_CKPT).
 
 Store: checkpoint later than the newest message (CKPT_AHEAD) or missing (CKPT_MISSING), an

@@ -6,8 +6,8 @@ PAGES = {
         "description": """\
 Reads the 5.x timer store (timerlog/, timerwheel and config/timercheck) the way the broker's
 dequeue does, with no broker running: every wheel slot due at or after the checkpoint's
-lastReadTimeMs is pending; its chain is walked from lastPos back through prevPos (while at or
-after firstPos), and each TimerLog unit's rmq_sys_wheel_timer message is read from the CommitLog
+lastReadTimeMs is pending; its chain is walked from lastPos back through prevPos to -1, and
+each TimerLog unit's rmq_sys_wheel_timer message is read from the CommitLog
 for its real topic and queue (REAL_TOPIC, REAL_QID), UNIQ_KEY, KEYS and TIMER_OUT_MS. Units in
 earlier slots have been delivered; their delivered copy (same UNIQ_KEY, with TIMER_DEQUEUE_MS)
 is looked up in the CommitLog.
@@ -15,8 +15,9 @@ is looked up in the CommitLog.
 Then it predicts what the broker's next start does with each pending timer
 (TimerMessageStore.recover, then the dequeue): the CommitLog recovery (as mqtool-verify(1)
 predicts it) may truncate a timer's message, and the timer is lost; the TimerLog recovery cuts
-the log at its first bad unit and re-reads the timer topic's queue from the offset after the last
-kept unit; the dequeue starts at lastReadTimeMs but never earlier than 7 days minus 60 slots
+the log at its first bad unit, puts the units of its last file back on their slots (after a
+crash the wheel on disk can lag the TimerLog: those timers are listed as relinked) and re-reads
+the timer topic's queue from the offset after the last kept unit; the dequeue starts at lastReadTimeMs but never earlier than 7 days minus 60 slots
 before the start (older slots are skipped); slots due before the start are delivered at once.
 A wheel file of the wrong size makes the broker refuse to start.
 
@@ -36,7 +37,7 @@ real_queue_id, uniq_key, keys, tags, timer_out_ms, timer_deliver_ms, timer_delay
 next_start with next_start_detail), delivered_count, delivered_copies_found, delivered (with
 delivered_copy), not_in_timerlog (timer-topic records no unit points at), unreachable_units,
 next_start (assumed_start_ms, refuses_to_start, commitlog_process_offset, timerlog_kept_end,
-timer_queue_reread_from, dequeue_reads_from_ms, fates, lost) and problems.
+timer_queue_reread_from, dequeue_reads_from_ms, relinked, fates, lost) and problems.
 
 next_start is one of delivered-when-due, delivered-at-start, re-enqueued-from-queue, cancelled,
 rolled-forward, lost-message-truncated, lost-message-missing, lost-timerlog-cut,

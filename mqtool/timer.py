@@ -7,6 +7,7 @@ the CommitLog. What the timers mean (pending, delivered, their fate at the next 
 :mod:`mqtool.timers`."""
 from __future__ import annotations
 
+import struct
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,8 +19,8 @@ from .codec import TIMERLOG_BLANK, TIMERLOG_UNIT, numpy_dtype
 from .errors import MqtoolError, ParseError
 from .formats import commitlog as cl_fmt
 from .formats import timer as timer_fmt
-from .scan import message_at
-from .store import MappedFile, Store, _offset_files, parse_at
+from .scan import MessageRecord, decode_message
+from .store import CommitLog, MappedFile, Store, _offset_files, parse_at
 
 if TYPE_CHECKING:
     from .recovery import RecoveryPlan
@@ -177,10 +178,11 @@ def load_timer_store(store: Store) -> TimerStore:
 
 
 def walk_slot(units: dict[int, dict], slot: dict) -> tuple[list[dict], str | None]:
-    """The slot's units newest first: from lastPos back through prevPos while the position is
-    at or after firstPos. The second value says why the walk stopped early, if it did."""
+    """The slot's units newest first, as the broker's dequeue reads them: from lastPos back
+    through prevPos until -1 (firstPos is not consulted; on a sound wheel the walk ends there).
+    The second value says why the walk stopped early, if it did."""
     chain, pos, seen = [], slot["last_pos"], set()
-    while pos >= 0 and pos >= slot["first_pos"]:
+    while pos != -1:
         unit = units.get(pos)
         if unit is None:
             return chain, f"TimerLog offset {pos} holds no unit"
@@ -192,6 +194,89 @@ def walk_slot(units: dict[int, dict], slot: dict) -> tuple[list[dict], str | Non
             return chain, f"the unit at {pos} links forward to {unit['prev_pos']}"
         pos = unit["prev_pos"]
     return chain, None
+
+
+class RecordReader:
+    """The CommitLog records timer units point at, each CommitLog file mapped once (a TimerLog
+    holds a unit per timer message: millions of look-ups on a busy broker)."""
+
+    def __init__(self, commitlog: CommitLog):
+        self.commitlog = commitlog
+        self._mapped: dict[int, MappedFile] = {}
+
+    def at(self, offset: int, size: int | None = None) -> MessageRecord | None:
+        """The record starting at ``offset`` (of ``size`` bytes when given), else None."""
+        seg = self.commitlog.segment_for(offset) if offset >= 0 else None
+        if seg is None:
+            return None
+        mf = self._mapped.get(seg.base_offset)
+        if mf is None:
+            mf = self._mapped[seg.base_offset] = MappedFile(seg.path)
+        try:
+            record = decode_message(mf.data, offset - seg.base_offset, mf.size, seg.base_offset,
+                                    False)
+        except (MqtoolError, struct.error):
+            return None
+        return record if size is None or record.total_size == size else None
+
+    def close(self) -> None:
+        for mf in self._mapped.values():
+            mf.close()
+        self._mapped.clear()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def timerlog_recovery(timers: TimerStore) -> tuple[int, int]:
+    """TimerMessageStore.recoverAndRevise on load: (where its walk starts, where it cuts the
+    log). It starts at the file holding lastTimerLogFlushPos minus one file size and reads unit
+    by unit; a blank ends a file, the first unit of the wrong size or with magic bits above the
+    low four (an all-zero unit is one) ends the log, and later bytes and files are dropped."""
+    files = timers.files
+    if not files:
+        return 0, 0
+    flush = timers.checkpoint["last_timer_log_flush_pos"] if timers.checkpoint else 0
+    begin = max(0, flush - files[-1].size)
+    start = 0
+    for i, f in enumerate(files):
+        if begin >= f.base_offset:
+            start = i
+    for f in files[start:]:
+        for pos in range(f.base_offset, f.base_offset + f.end, UNIT):
+            unit = timers.units.get(pos)
+            if unit is not None and not timer_fmt.magic_passes_recovery(unit["magic"]):
+                return files[start].base_offset, pos
+        if f.end_kind not in ("blank", "end"):
+            return files[start].base_offset, f.base_offset + f.end
+    last = files[-1]
+    return files[start].base_offset, last.base_offset + last.end
+
+
+def revised_slots(timers: TimerStore, begin: int, end: int) -> dict[int, dict]:
+    """The wheel slots the broker's load rewrites (TimerWheel.reviseSlot, forced): for every
+    unit its recovery walks, the slot of the unit's due second gets the unit as lastPos, and as
+    firstPos too when the slot held another second. Returns slot time -> the slot afterwards
+    (only the slots it touches); this is how units written after the last wheel flush of a
+    crashed broker get back on a chain."""
+    count = len(timers.wheel) if timers.wheel_usable else 0
+    revised: dict[int, dict] = {}
+    for pos in sorted(p for p in timers.units if begin <= p < end):
+        unit = timers.units[pos]
+        time_slot = unit["deliver_time_ms"] // timer_fmt.DEFAULT_PRECISION_MS
+        slot = revised.get(time_slot)
+        if slot is None:
+            index = timer_fmt.slot_index(time_slot, count) if count else -1
+            slot = _slot_dict(timers.wheel, index) if count else \
+                {"slot": -1, "time_slot": -1, "first_pos": -1, "last_pos": -1, "num": 0, "magic": 0}
+            if slot["time_slot"] != time_slot:
+                slot.update(time_slot=time_slot, first_pos=pos, num=0, magic=0)
+            revised[time_slot] = slot
+        slot["last_pos"] = pos
+    return revised
 
 
 # --- checks ---------------------------------------------------------------------------------------
@@ -212,7 +297,8 @@ def check_timer_store(store: Store, *, plan: RecoveryPlan | None = None) -> list
 
     timers = load_timer_store(store)
     _check_timerlog_files(timers, add)
-    targets = _check_units(store, timers, add)
+    with RecordReader(store.commitlog) as reader:
+        targets = _check_units(store, timers, reader, add)
     _check_checkpoint(store, timers, add)
     _check_wheel(store, timers, targets, plan, add)
     return findings
@@ -231,7 +317,7 @@ def _check_timerlog_files(timers: TimerStore, add) -> None:
             f"{torn['length']} byte(s) at the end of the file are part of a unit, not a whole one")
 
 
-def _check_units(store: Store, timers: TimerStore, add) -> dict[int, object]:
+def _check_units(store: Store, timers: TimerStore, reader: RecordReader, add) -> dict[int, object]:
     """Unit by unit; returns the CommitLog record each sound unit points at (offset -> record)."""
     targets: dict[int, object] = {}
     commitlog_end = max((s.base_offset + s.length for s in store.commitlog.segments), default=0)
@@ -253,9 +339,8 @@ def _check_units(store: Store, timers: TimerStore, add) -> dict[int, object]:
                 f"TimerLog unit at {position} points at CommitLog offset {offset}, past the "
                 f"CommitLog (it ends at {commitlog_end})", commitlog_offset=offset)
             continue
-        try:
-            target = message_at(store.commitlog, offset, check_crc=False)
-        except MqtoolError:
+        target = reader.at(offset)
+        if target is None:
             add("TIMER_DANGLING", rel, at,
                 f"TimerLog unit at {position} points at CommitLog offset {offset}, where no "
                 "record starts", commitlog_offset=offset)
@@ -348,7 +433,7 @@ def _check_wheel(store: Store, timers: TimerStore, targets: dict, plan, add) -> 
                     f"due at {strays[0]['deliver_time_ms']} ms", count=len(strays))
             if problem is not None or (chain and chain[-1]["timerlog_offset"] != slot["first_pos"]):
                 add("TIMER_SLOT_CHAIN", "timerwheel", at,
-                    f"slot {index}: the walk from lastPos {slot['last_pos']} does not reach "
+                    f"slot {index}: the walk from lastPos {slot['last_pos']} does not end at "
                     f"firstPos {slot['first_pos']}" + (f" ({problem})" if problem else ""),
                     count=len(chain))
             if plan is not None and time_slot * precision >= read_from:
@@ -360,12 +445,30 @@ def _check_wheel(store: Store, timers: TimerStore, targets: dict, plan, add) -> 
                             f"{target.offset} lies past the broker's recovery point "
                             f"{plan.process_offset} and is truncated away",
                             commitlog_offset=target.offset)
-    # a pending unit no slot leads to is never delivered
+    # a pending unit no slot leads to is never delivered, unless the broker's load puts it back
+    # on its slot's chain (units written after the wheel's last flush)
     orphans = [u for pos, u in timers.units.items() if pos not in reached
                and u["size"] == UNIT and u["deliver_time_ms"] >= read_from]
-    if orphans:
-        first = min(orphans, key=lambda u: u["timerlog_offset"])
-        add("TIMER_UNREACHABLE", first["file"], first["file_offset"],
-            f"{len(orphans)} pending TimerLog unit(s) are on no wheel slot's chain (first at "
-            f"{first['timerlog_offset']}, due at {first['deliver_time_ms']} ms): the broker never "
-            "delivers them", count=len(orphans))
+    relinked = reached_after_revision(timers) if orphans else set()
+    lost = [u for u in orphans if u["timerlog_offset"] not in relinked]
+    behind = [u for u in orphans if u["timerlog_offset"] in relinked]
+    for code, units, severity, what in (
+            ("TIMER_UNREACHABLE", lost, ERROR, "the broker never delivers them"),
+            ("TIMER_WHEEL_BEHIND", behind, WARNING, "the broker's load puts them back on their "
+             "slots (the wheel was not flushed after they were written)")):
+        if units:
+            first = min(units, key=lambda u: u["timerlog_offset"])
+            add(code, first["file"], first["file_offset"],
+                f"{len(units)} pending TimerLog unit(s) are on no wheel slot's chain (first at "
+                f"{first['timerlog_offset']}, due at {first['deliver_time_ms']} ms): {what}",
+                severity=severity, count=len(units))
+
+
+def reached_after_revision(timers: TimerStore) -> set[int]:
+    """TimerLog offsets on a slot chain once the broker's load has revised the wheel."""
+    begin, end = timerlog_recovery(timers)
+    reached: set[int] = set()
+    for slot in revised_slots(timers, begin, end).values():
+        chain, _ = walk_slot(timers.units, slot)
+        reached.update(u["timerlog_offset"] for u in chain)
+    return reached

@@ -2,18 +2,21 @@
 broker's next start does with each.
 
 Pending timers are read as the broker's dequeue reads them: every wheel slot due at or after the
-checkpoint's lastReadTimeMs, its chain walked from lastPos back through prevPos (while at or
-after firstPos), each unit's rmq_sys_wheel_timer message fetched from the CommitLog. Units in
+checkpoint's lastReadTimeMs, its chain walked from lastPos back through prevPos to -1 (on a
+sound wheel that ends at firstPos, timer.json's rule), each unit's rmq_sys_wheel_timer message
+fetched from the CommitLog. Units in
 earlier slots have been delivered; the delivered copy (same UNIQ_KEY, with TIMER_DEQUEUE_MS) is
 looked up in the CommitLog.
 
 The next start (TimerMessageStore.recover, then dequeue) is predicted from the files:
 the CommitLog recovery (:func:`mqtool.recovery.predict_recovery`) may truncate a timer's message
 (the timer is then lost: the dequeue finds nothing, or a later record, at its offset); the
-TimerLog recovery cuts the log at its first bad unit and re-reads the timer topic's queue from
-the queue offset after the last kept unit; the read time starts at lastReadTimeMs but never
-earlier than 7 days minus 60 slots before the start (older slots are skipped); slots already
-due are delivered at once."""
+TimerLog recovery cuts the log at its first bad unit, re-links the units of its last file(s) to
+their slots (units written after the wheel's last flush come back) and re-reads the timer
+topic's queue from the queue offset after the last kept unit; the read time starts at
+lastReadTimeMs but never earlier than 7 days minus 60 slots before the start (older slots are
+skipped); slots already due are delivered at once. Not modelled: checkPhyPos's second walk for
+slots pointing past the cut TimerLog, and a master/slave role change."""
 from __future__ import annotations
 
 import time
@@ -22,9 +25,10 @@ from dataclasses import dataclass
 from .errors import MqtoolError
 from .formats import timer as timer_fmt
 from .recovery import RecoveryPlan, predict_recovery
-from .scan import MessageRecord, Scanner, message_at
+from .scan import MessageRecord, Scanner
 from .store import Store
-from .timer import TimerStore, has_timer_store, load_timer_store, used_slots, walk_slot
+from .timer import (RecordReader, TimerStore, has_timer_store, load_timer_store, revised_slots,
+                    timerlog_recovery, used_slots, walk_slot)
 
 PRECISION = timer_fmt.DEFAULT_PRECISION_MS
 _DEQUEUE_MARK = timer_fmt.PROP_TIMER_DEQUEUE_MS.encode()
@@ -56,14 +60,9 @@ def _int(text: str | None) -> int | None:
         return None
 
 
-def _message(store: Store, unit: dict) -> _Message | None:
-    try:
-        record = message_at(store.commitlog, unit["commitlog_offset"], check_crc=False)
-    except MqtoolError:
-        return None
-    if record.total_size != unit["commitlog_size"]:
-        return None
-    return _Message(record, record.properties)
+def _message(reader: RecordReader, unit: dict) -> _Message | None:
+    record = reader.at(unit["commitlog_offset"], unit["commitlog_size"])
+    return None if record is None else _Message(record, record.properties)
 
 
 def _timer_entry(unit: dict, message: _Message | None) -> dict:
@@ -107,39 +106,19 @@ class _NextStart:
     start_ms: int
 
 
-def _timerlog_recovery_end(timers: TimerStore) -> int:
-    """TimerMessageStore.recoverAndRevise: from the file holding (lastTimerLogFlushPos minus a
-    file), unit by unit; a blank ends a file, the first unit of the wrong size or with bits above
-    the low four in its magic ends the log (an all-zero unit counts as such)."""
-    files = timers.files
-    if not files:
-        return 0
-    flush = timers.checkpoint["last_timer_log_flush_pos"] if timers.checkpoint else 0
-    begin = max(0, flush - files[-1].size)
-    start = 0
-    for i, f in enumerate(files):
-        if begin >= f.base_offset:
-            start = i
-    for f in files[start:]:
-        if f.end_kind == "blank":
-            continue
-        return f.base_offset + f.end
-    return files[-1].base_offset + files[-1].size
-
-
-def _predict_next_start(store: Store, timers: TimerStore, plan: RecoveryPlan | None,
+def _predict_next_start(reader: RecordReader, timers: TimerStore, plan: RecoveryPlan | None,
                         start_ms: int, timer_queue_end: int | None) -> _NextStart:
     refuses = list(plan.refuses_to_start) if plan else []
     if timers.wheel is not None and timers.wheel_size and not timers.wheel_usable:
         refuses.append(f"timerwheel is {timers.wheel_size} bytes, not "
                        f"{timer_fmt.TIMERWHEEL_FILE_SIZE}")
-    kept_end = _timerlog_recovery_end(timers)
+    kept_end = timerlog_recovery(timers)[1]
     ckpt = timers.checkpoint or {}
     requeue_from = ckpt.get("last_timer_queue_offset", 0)
     kept = [u for pos, u in timers.units.items() if pos + timer_fmt.TIMERLOG_UNIT_SIZE <= kept_end]
     if kept:
         last = max(kept, key=lambda u: u["timerlog_offset"])
-        message = _message(store, last)
+        message = _message(reader, last)
         alive = message is not None and (plan is None or message.record.end <= plan.process_offset)
         if alive:
             requeue_from = message.record.queue_offset + 1
@@ -211,68 +190,23 @@ def timer_report(store: Store, *, start_ms: int | None = None, broker_version: s
     if plan is None:
         plan = predict_recovery(store, broker_version=broker_version)
     timer_queue_end = plan.queue_end_after_recovery(timer_fmt.TIMER_TOPIC, 0)
-    nxt = _predict_next_start(store, timers, plan, start_ms, timer_queue_end)
     ckpt = timers.checkpoint
     read_ms = ckpt["last_read_time_ms"] if ckpt else 0
-
-    pending_slots, delivered, problems = [], [], []
-    reached: set[int] = set()
-    slots = list(used_slots(timers.wheel)) if timers.wheel_usable else []
-    if timers.wheel is not None and not timers.wheel_usable and timers.wheel_size:
-        problems.append(f"timerwheel is {timers.wheel_size} bytes, not "
-                        f"{timer_fmt.TIMERWHEEL_FILE_SIZE}: its slots are not read")
-    for slot in sorted(slots, key=lambda s: s["time_slot"]):
-        slot_ms = slot["time_slot"] * PRECISION
-        chain, problem = walk_slot(timers.units, slot)
-        if problem:
-            problems.append(f"slot {slot['slot']}: {problem}")
-        entries = [_timer_entry(u, _message(store, u)) for u in chain]
-        reached.update(u["timerlog_offset"] for u in chain)
-        head = {"slot": slot["slot"], "slot_time_ms": slot_ms, "first_pos": slot["first_pos"],
-                "last_pos": slot["last_pos"], "num": slot["num"], "magic": slot["magic"]}
-        if slot_ms >= read_ms:
-            cancelled = {e["cancels_uniq_key"] for e in entries
-                         if e["kind"] == "delete" and e.get("cancels_uniq_key")}
-            for e in entries:
-                e["next_start"], e["next_start_detail"] = _fate(e, slot_ms, nxt, cancelled)
-            pending_slots.append({**head, "timers": entries})
-        else:
-            for e in entries:
-                delivered.append({**e, "slot": slot["slot"], "slot_time_ms": slot_ms})
-
-    copies_found = None
-    awaiting = []
+    with RecordReader(store.commitlog) as reader:
+        nxt = _predict_next_start(reader, timers, plan, start_ms, timer_queue_end)
+        walked = _walk_wheel(timers, reader, nxt, read_ms)
+        relinked = _relinked_by_load(timers, reader, nxt, walked.reached, read_ms)
+    copies_found, awaiting = None, []
     if with_delivered:
-        originals, copies = _commitlog_timer_records(store)
-        copies_found = 0
-        for e in delivered:
-            copy = copies.get(e.get("uniq_key"))
-            e["delivered_copy"] = None if copy is None else {
-                **copy.brief(), "lost_on_recovery": copy.end > plan.process_offset}
-            copies_found += copy is not None
-        # timer-topic records no unit points at: enqueued at the next start when their queue
-        # offset is at or after the re-read point, else never
-        pointed = {u["commitlog_offset"] for u in timers.units.values()}
-        for offset, record in sorted(originals.items()):
-            if offset in pointed:
-                continue
-            props = record.properties
-            live = record.end <= plan.process_offset
-            enqueued = live and nxt.requeue_from is not None \
-                and record.queue_offset >= nxt.requeue_from
-            awaiting.append({**record.brief(), "real_topic": props.get(timer_fmt.PROP_REAL_TOPIC),
-                             "real_queue_id": _int(props.get(timer_fmt.PROP_REAL_QID)),
-                             "uniq_key": props.get("UNIQ_KEY"), "keys": props.get("KEYS"),
-                             "timer_out_ms": _int(props.get(timer_fmt.PROP_TIMER_OUT_MS)),
-                             "next_start": "enqueued-at-start" if enqueued else
-                             FATE_LOST_TRUNCATED if not live else "never-enqueued"})
+        copies_found, awaiting = _look_up_copies(store, timers, walked.delivered, plan, nxt)
 
-    pending = [e for s in pending_slots for e in s["timers"]]
+    pending = [e for s in walked.pending_slots for e in s["timers"]]
     fates: dict[str, int] = {}
-    for e in pending:
+    for e in pending + relinked:
         fates[e["next_start"]] = fates.get(e["next_start"], 0) + 1
-    unreachable = sorted(pos for pos, u in timers.units.items()
-                         if pos not in reached and u["deliver_time_ms"] >= read_ms)
+    unreachable = sorted(pos for pos, u in timers.units.items() if pos not in walked.reached
+                         and u["deliver_time_ms"] >= read_ms
+                         and pos not in {e["timerlog_offset"] for e in relinked})
     return {
         "store": str(store.root),
         "checkpoint": None if ckpt is None else
@@ -280,12 +214,12 @@ def timer_report(store: Store, *, start_ms: int | None = None, broker_version: s
         "timerlog": {"files": [vars(f) for f in timers.files], "units": len(timers.units),
                      "end": timers.timerlog_end},
         "wheel": {"size": timers.wheel_size, "expected_size": timer_fmt.TIMERWHEEL_FILE_SIZE,
-                  "used_slots": len(slots)},
+                  "used_slots": walked.used_slots},
         "pending_count": len(pending),
-        "pending_slots": pending_slots,
-        "delivered_count": len(delivered),
+        "pending_slots": walked.pending_slots,
+        "delivered_count": len(walked.delivered),
         "delivered_copies_found": copies_found,
-        "delivered": delivered,
+        "delivered": walked.delivered,
         "not_in_timerlog": awaiting,
         "unreachable_units": unreachable,
         "next_start": {
@@ -295,11 +229,108 @@ def timer_report(store: Store, *, start_ms: int | None = None, broker_version: s
             "timerlog_kept_end": nxt.timerlog_kept_end,
             "timer_queue_reread_from": nxt.requeue_from,
             "dequeue_reads_from_ms": nxt.read_from_ms,
+            "relinked": relinked,
             "fates": fates,
-            "lost": [e for e in pending if e["next_start"] in LOST_FATES],
+            "lost": [e for e in pending + relinked if e["next_start"] in LOST_FATES],
         },
-        "problems": problems,
+        "problems": walked.problems,
     }
+
+
+@dataclass
+class _Walked:
+    pending_slots: list
+    delivered: list
+    problems: list
+    reached: set
+    used_slots: int
+
+
+def _walk_wheel(timers: TimerStore, reader: RecordReader, nxt: _NextStart,
+                read_ms: int) -> _Walked:
+    """Every used slot of the wheel on disk: due at or after lastReadTimeMs it is pending (with
+    each timer's fate), earlier it has been delivered."""
+    walked = _Walked([], [], [], set(), 0)
+    if timers.wheel is not None and not timers.wheel_usable and timers.wheel_size:
+        walked.problems.append(f"timerwheel is {timers.wheel_size} bytes, not "
+                               f"{timer_fmt.TIMERWHEEL_FILE_SIZE}: its slots are not read")
+        return walked
+    slots = list(used_slots(timers.wheel)) if timers.wheel_usable else []
+    walked.used_slots = len(slots)
+    for slot in sorted(slots, key=lambda s: s["time_slot"]):
+        slot_ms = slot["time_slot"] * PRECISION
+        chain, problem = walk_slot(timers.units, slot)
+        if problem:
+            walked.problems.append(f"slot {slot['slot']}: {problem}")
+        entries = [_timer_entry(u, _message(reader, u)) for u in chain]
+        walked.reached.update(u["timerlog_offset"] for u in chain)
+        if slot_ms >= read_ms:
+            _set_fates(entries, slot_ms, nxt)
+            walked.pending_slots.append({
+                "slot": slot["slot"], "slot_time_ms": slot_ms, "first_pos": slot["first_pos"],
+                "last_pos": slot["last_pos"], "num": slot["num"], "magic": slot["magic"],
+                "timers": entries})
+        else:
+            walked.delivered += [{**e, "slot": slot["slot"], "slot_time_ms": slot_ms}
+                                 for e in entries]
+    return walked
+
+
+def _set_fates(entries: list[dict], slot_ms: int, nxt: _NextStart) -> None:
+    cancelled = {e["cancels_uniq_key"] for e in entries
+                 if e["kind"] == "delete" and e.get("cancels_uniq_key")}
+    for e in entries:
+        e["next_start"], e["next_start_detail"] = _fate(e, slot_ms, nxt, cancelled)
+
+
+def _relinked_by_load(timers: TimerStore, reader: RecordReader, nxt: _NextStart,
+                      reached: set[int], read_ms: int) -> list[dict]:
+    """Pending units on no chain of the wheel on disk that the broker's load puts back on their
+    slot (units written after the wheel's last flush before a crash), with their fates."""
+    if not timers.wheel_usable:
+        return []
+    begin, end = timerlog_recovery(timers)
+    out = []
+    for slot in revised_slots(timers, begin, end).values():
+        slot_ms = slot["time_slot"] * PRECISION
+        if slot_ms < read_ms:
+            continue
+        chain, _ = walk_slot(timers.units, slot)
+        entries = [_timer_entry(u, _message(reader, u)) for u in chain]
+        _set_fates(entries, slot_ms, nxt)
+        out += [{**e, "slot_time_ms": slot_ms} for e in entries
+                if e["timerlog_offset"] not in reached]
+    return sorted(out, key=lambda e: e["timerlog_offset"])
+
+
+def _look_up_copies(store: Store, timers: TimerStore, delivered: list[dict], plan: RecoveryPlan,
+                    nxt: _NextStart) -> tuple[int, list[dict]]:
+    """Each delivered timer's copy in the CommitLog (by UNIQ_KEY), and the timer-topic records
+    no unit points at: enqueued at the next start when their queue offset is at or after the
+    re-read point, else never."""
+    originals, copies = _commitlog_timer_records(store)
+    found = 0
+    for e in delivered:
+        copy = copies.get(e.get("uniq_key"))
+        e["delivered_copy"] = None if copy is None else {
+            **copy.brief(), "lost_on_recovery": copy.end > plan.process_offset}
+        found += copy is not None
+    awaiting = []
+    pointed = {u["commitlog_offset"] for u in timers.units.values()}
+    for offset, record in sorted(originals.items()):
+        if offset in pointed:
+            continue
+        props = record.properties
+        live = record.end <= plan.process_offset
+        enqueued = live and nxt.requeue_from is not None \
+            and record.queue_offset >= nxt.requeue_from
+        awaiting.append({**record.brief(), "real_topic": props.get(timer_fmt.PROP_REAL_TOPIC),
+                         "real_queue_id": _int(props.get(timer_fmt.PROP_REAL_QID)),
+                         "uniq_key": props.get("UNIQ_KEY"), "keys": props.get("KEYS"),
+                         "timer_out_ms": _int(props.get(timer_fmt.PROP_TIMER_OUT_MS)),
+                         "next_start": "enqueued-at-start" if enqueued else
+                         FATE_LOST_TRUNCATED if not live else "never-enqueued"})
+    return found, awaiting
 
 
 def pending_timer_offsets(store: Store, **kwargs) -> dict[int, dict]:

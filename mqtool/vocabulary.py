@@ -70,6 +70,8 @@ CODES: dict[str, tuple[str, str]] = {
     "TIMER_UNREACHABLE": (ERROR, "pending TimerLog units that no wheel slot leads to (never "
                                  "delivered)"),
     "TIMER_LOST": (ERROR, "a pending timer whose message the broker's next start truncates"),
+    "TIMER_WHEEL_BEHIND": (WARNING, "pending TimerLog units on no slot chain that the broker's "
+                                    "load re-links (wheel not flushed)"),
 }
 
 # --- the fixture forge (mqtool.forge) ------------------------------------------------------------

@@ -110,11 +110,13 @@ def test_check_names_damaged_units_and_slots(timer_store):
     wheel[at + 16:at + 24] = struct.pack(">q", 999_999)    # lastPos to nowhere
     (root / "timerwheel").write_bytes(bytes(wheel))
     found = {(f["code"], f["file"], f["offset"]) for f in check_timer_store(Store(root))}
-    # the slot's units are now on no chain: the broker's dequeue never reaches them
+    # the slot's units are now on no chain of the wheel on disk; the broker's load walks the
+    # last TimerLog file again and points the slot at its newest unit there, whose chain leads
+    # back to them
     assert found == {("TIMER_MAGIC", f"timerlog/{log.name}", 52),
                      ("TIMER_DANGLING", f"timerlog/{log.name}", 104),
                      ("TIMER_SLOT_POINTER", "timerwheel", at),
-                     ("TIMER_UNREACHABLE", f"timerlog/{log.name}", used_first_unit(root, used))}
+                     ("TIMER_WHEEL_BEHIND", f"timerlog/{log.name}", used_first_unit(root, used))}
 
 
 def test_dump_reads_each_timer_file(timer_store, mqtool):
@@ -449,3 +451,27 @@ def test_export_pending_timers_writes_the_brokers_pending_messages(v5_timer_cras
 def test_export_pending_timers_of_a_store_without_timers(fixture_store, mqtool):
     proc = mqtool("export", fixture_store, "--pending-timers")
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+
+
+def test_units_written_after_the_last_wheel_flush_are_relinked_by_the_load(timer_store, mqtool):
+    """A crash before the wheel's flush: the slot of the newest unit is still empty on disk.
+    The broker's load walks the last TimerLog file again and puts the slot back, so its timers
+    are delivered, not lost."""
+    root, expected = timer_store
+    newest_pos, _, _, newest_due = expected[-1]
+    second = newest_due // 1000
+    in_slot = [pos for pos, _, _, due in expected if due // 1000 == second]
+    wheel = bytearray((root / "timerwheel").read_bytes())
+    at = timer_fmt.slot_index(second, 2 * SLOTS_TOTAL) * timer_fmt.TIMERWHEEL_SLOT_SIZE
+    wheel[at:at + timer_fmt.TIMERWHEEL_SLOT_SIZE] = bytes(timer_fmt.TIMERWHEEL_SLOT_SIZE)
+    (root / "timerwheel").write_bytes(bytes(wheel))
+
+    found = check_timer_store(Store(root))
+    assert [(f["code"], f["severity"], f["count"]) for f in found] == \
+        [("TIMER_WHEEL_BEHIND", "warning", len(in_slot))]
+    report = timer_report(Store(root), start_ms=BASE_MS)
+    assert report["pending_count"] == len(expected) - len(in_slot)
+    relinked = report["next_start"]["relinked"]
+    assert sorted(t["timerlog_offset"] for t in relinked) == sorted(in_slot)
+    assert {t["next_start"] for t in relinked} == {"delivered-when-due"}
+    assert report["next_start"]["lost"] == [] and report["unreachable_units"] == []
