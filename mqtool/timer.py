@@ -117,15 +117,18 @@ class TimerStore:
     files: list[TimerLogFile] = field(default_factory=list)
     units: dict[int, dict] = field(default_factory=dict)     # TimerLog offset -> unit
     torn: list[dict] = field(default_factory=list)           # partial units at a file's end
-    wheel: np.ndarray | None = None                          # None: no timerwheel file
-    wheel_size: int | None = None
+    # the wheel the broker works with: the file, or all empty slots when the file is missing or
+    # empty (the broker creates/extends it); None when its size makes the broker refuse to start
+    wheel: np.ndarray | None = None
+    wheel_size: int | None = None                            # on disk; None: no file
     checkpoint: dict | None = None                           # None: missing or unreadable
     checkpoint_size: int | None = None
 
     @property
-    def wheel_usable(self) -> bool:
-        """The broker maps a wheel of exactly 2 x 7 days of slots (an empty file it extends)."""
-        return self.wheel is not None and self.wheel_size == timer_fmt.TIMERWHEEL_FILE_SIZE
+    def wheel_refused(self) -> bool:
+        """The broker maps a wheel of exactly 2 x 7 days of slots (a missing or empty file it
+        creates); any other size stops its start."""
+        return self.wheel_size not in (None, 0, timer_fmt.TIMERWHEEL_FILE_SIZE)
 
     @property
     def timerlog_end(self) -> int:
@@ -166,7 +169,10 @@ def load_timer_store(store: Store) -> TimerStore:
     wheel = store.root / "timerwheel"
     if wheel.is_file():
         timers.wheel_size = wheel.stat().st_size
+    if timers.wheel_size == timer_fmt.TIMERWHEEL_FILE_SIZE:
         timers.wheel = read_wheel(wheel)
+    elif not timers.wheel_refused:
+        timers.wheel = np.zeros(2 * timer_fmt.DEFAULT_SLOTS_TOTAL, dtype=WHEEL_DTYPE)
     check = store.root / "config" / "timercheck"
     if check.is_file():
         timers.checkpoint_size = check.stat().st_size
@@ -262,7 +268,7 @@ def revised_slots(timers: TimerStore, begin: int, end: int) -> dict[int, dict]:
     firstPos too when the slot held another second. Returns slot time -> the slot afterwards
     (only the slots it touches); this is how units written after the last wheel flush of a
     crashed broker get back on a chain."""
-    count = len(timers.wheel) if timers.wheel_usable else 0
+    count = len(timers.wheel) if timers.wheel is not None else 0
     revised: dict[int, dict] = {}
     for pos in sorted(p for p in timers.units if begin <= p < end):
         unit = timers.units[pos]
@@ -391,18 +397,16 @@ def _check_checkpoint(store: Store, timers: TimerStore, add) -> None:
 
 
 def _check_wheel(store: Store, timers: TimerStore, targets: dict, plan, add) -> None:
-    if timers.wheel is None:
-        if timers.units:
-            add("TIMER_WHEEL_SIZE", "timerwheel", 0, "timerwheel is missing: the broker starts "
-                "with an empty wheel and no pending timer is delivered")
+    if timers.wheel_refused:
+        add("TIMER_WHEEL_SIZE", "timerwheel", 0,
+            f"timerwheel is {timers.wheel_size} bytes, not {timer_fmt.TIMERWHEEL_FILE_SIZE} "
+            "(2 x 604,800 slots of 32 bytes): the broker refuses to start")
         return
-    if timers.wheel_size != timer_fmt.TIMERWHEEL_FILE_SIZE:
-        if timers.wheel_size:
-            add("TIMER_WHEEL_SIZE", "timerwheel", 0,
-                f"timerwheel is {timers.wheel_size} bytes, not "
-                f"{timer_fmt.TIMERWHEEL_FILE_SIZE} (2 x 604,800 slots of 32 bytes): the broker "
-                "refuses to start")
-        return
+    if not timers.wheel_size and timers.units:
+        # checked on as the empty wheel the broker creates: what is lost shows below
+        add("TIMER_WHEEL_SIZE", "timerwheel", 0,
+            f"timerwheel is {'empty' if timers.wheel_size == 0 else 'missing'}: the broker "
+            "starts with an empty wheel")
     slots = timers.wheel
     count = len(slots)
     precision = timer_fmt.DEFAULT_PRECISION_MS

@@ -109,7 +109,7 @@ class _NextStart:
 def _predict_next_start(reader: RecordReader, timers: TimerStore, plan: RecoveryPlan | None,
                         start_ms: int, timer_queue_end: int | None) -> _NextStart:
     refuses = list(plan.refuses_to_start) if plan else []
-    if timers.wheel is not None and timers.wheel_size and not timers.wheel_usable:
+    if timers.wheel_refused:
         refuses.append(f"timerwheel is {timers.wheel_size} bytes, not "
                        f"{timer_fmt.TIMERWHEEL_FILE_SIZE}")
     kept_end = timerlog_recovery(timers)[1]
@@ -251,11 +251,11 @@ def _walk_wheel(timers: TimerStore, reader: RecordReader, nxt: _NextStart,
     """Every used slot of the wheel on disk: due at or after lastReadTimeMs it is pending (with
     each timer's fate), earlier it has been delivered."""
     walked = _Walked([], [], [], set(), 0)
-    if timers.wheel is not None and not timers.wheel_usable and timers.wheel_size:
+    if timers.wheel_refused:
         walked.problems.append(f"timerwheel is {timers.wheel_size} bytes, not "
                                f"{timer_fmt.TIMERWHEEL_FILE_SIZE}: its slots are not read")
         return walked
-    slots = list(used_slots(timers.wheel)) if timers.wheel_usable else []
+    slots = list(used_slots(timers.wheel)) if timers.wheel is not None else []
     walked.used_slots = len(slots)
     for slot in sorted(slots, key=lambda s: s["time_slot"]):
         slot_ms = slot["time_slot"] * PRECISION
@@ -287,7 +287,7 @@ def _relinked_by_load(timers: TimerStore, reader: RecordReader, nxt: _NextStart,
                       reached: set[int], read_ms: int) -> list[dict]:
     """Pending units on no chain of the wheel on disk that the broker's load puts back on their
     slot (units written after the wheel's last flush before a crash), with their fates."""
-    if not timers.wheel_usable:
+    if timers.wheel is None:
         return []
     begin, end = timerlog_recovery(timers)
     out = []

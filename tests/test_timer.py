@@ -349,11 +349,25 @@ def test_a_wheel_of_the_wrong_size_is_one_finding_and_refuses_the_start(timer_st
     assert "TIMER_WHEEL_SIZE" in {f["code"] for f in json.loads(verify.stdout)["findings"]}
 
 
-def test_a_missing_wheel_is_a_finding(timer_store, mqtool):
-    root, _ = timer_store
-    (root / "timerwheel").unlink()
-    assert _codes(root) == {"TIMER_WHEEL_SIZE"}
-    _cli_survives(mqtool, root)
+@pytest.mark.parametrize("how", ["missing", "empty"])
+def test_a_missing_or_empty_wheel(timer_store, mqtool, how):
+    """The broker starts with an empty wheel; its load re-links the units of the TimerLog's last
+    two files (it walks from the file holding lastTimerLogFlushPos minus a file size). Every
+    timer here is due in one of four seconds that also have units there, so all come back."""
+    root, expected = timer_store
+    if how == "missing":
+        (root / "timerwheel").unlink()
+    else:
+        (root / "timerwheel").write_bytes(b"")
+    found = {f["code"]: f for f in check_timer_store(Store(root))}
+    assert set(found) == {"TIMER_WHEEL_SIZE", "TIMER_WHEEL_BEHIND"}
+    assert how in found["TIMER_WHEEL_SIZE"]["message"]
+    assert found["TIMER_WHEEL_BEHIND"]["count"] == len(expected)
+    _, as_json, _ = _cli_survives(mqtool, root)
+    report = json.loads(as_json.stdout)
+    assert report["pending_count"] == 0
+    assert sorted(t["timerlog_offset"] for t in report["next_start"]["relinked"]) == \
+        sorted(pos for pos, _, _, _ in expected)
 
 
 def test_a_unit_pointing_past_the_commitlog(timer_store, mqtool):
