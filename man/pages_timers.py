@@ -39,8 +39,8 @@ delivered_copy), not_in_timerlog (timer-topic records no unit points at), unreac
 next_start (assumed_start_ms, refuses_to_start, commitlog_process_offset, timerlog_kept_end,
 timer_queue_reread_from, dequeue_reads_from_ms, relinked, fates, lost) and problems.
 
-next_start is one of delivered-when-due, delivered-at-start, re-enqueued-from-queue, cancelled,
-rolled-forward, lost-message-truncated, lost-message-missing, lost-timerlog-cut,
+next_start is one of delivered-when-due, delivered-at-start, re-enqueued-from-queue,
+delivered-twice, cancelled, rolled-forward, lost-message-truncated, lost-message-missing, lost-timerlog-cut,
 lost-slot-skipped, broker-refuses-to-start.""",
         "exit": """\
 0 no pending timer is lost.

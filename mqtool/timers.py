@@ -44,6 +44,7 @@ FATE_LOST_MISSING = "lost-message-missing"
 FATE_LOST_TIMERLOG = "lost-timerlog-cut"
 FATE_LOST_SKIPPED = "lost-slot-skipped"
 FATE_NO_START = "broker-refuses-to-start"
+FATE_TWICE = "delivered-twice"
 LOST_FATES = (FATE_LOST_TRUNCATED, FATE_LOST_MISSING, FATE_LOST_TIMERLOG, FATE_LOST_SKIPPED)
 
 
@@ -147,6 +148,7 @@ def _fate(entry: dict, slot_ms: int, nxt: _NextStart, cancelled: set[str]) -> tu
                                      f"its message (queue offset {entry['queue_offset']}) is read "
                                      f"again from queue offset {nxt.requeue_from}")
         return FATE_LOST_TIMERLOG, f"the TimerLog recovery cuts at {nxt.timerlog_kept_end}"
+    twice = nxt.requeue_from is not None and entry.get("queue_offset", -1) >= nxt.requeue_from
     if slot_ms < nxt.read_from_ms:
         return FATE_LOST_SKIPPED, (f"the dequeue starts at {nxt.read_from_ms} ms and never reads "
                                    "this slot")
@@ -156,6 +158,10 @@ def _fate(entry: dict, slot_ms: int, nxt: _NextStart, cancelled: set[str]) -> tu
         return FATE_CANCELLED, "a delete unit in the same slot cancels it"
     if entry["kind"] == "roll":
         return FATE_ROLLED, f"put back into the wheel, due at TIMER_OUT_MS {entry.get('timer_out_ms')}"
+    if twice:
+        return FATE_TWICE, (f"its unit is kept and its message (queue offset "
+                            f"{entry['queue_offset']}) is enqueued again: the timer topic's queue "
+                            f"is re-read from {nxt.requeue_from}")
     if slot_ms < nxt.start_ms:
         return FATE_OVERDUE, "due before the start: delivered as soon as the broker runs"
     return FATE_DUE, "delivered at its due time"

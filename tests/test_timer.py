@@ -41,7 +41,8 @@ def timer_store(tmp_path):
         position = timers.enqueue(offset, size, deliver_ms, write_ms, "TopicTest")
         expected.append((position, offset, size, deliver_ms))
     writer.close()
-    timers.close(last_read_time_ms=BASE_MS)
+    timers.close(last_read_time_ms=BASE_MS, last_timer_queue_offset=len(expected))
+    _set_master_timer_queue_offset(root, len(expected))
     return root, expected
 
 
@@ -489,3 +490,49 @@ def test_units_written_after_the_last_wheel_flush_are_relinked_by_the_load(timer
     assert sorted(t["timerlog_offset"] for t in relinked) == sorted(in_slot)
     assert {t["next_start"] for t in relinked} == {"delivered-when-due"}
     assert report["next_start"]["lost"] == [] and report["unreachable_units"] == []
+
+
+def _set_master_timer_queue_offset(root, value: int) -> None:
+    """The forge leaves masterTimerQueueOffset 0; a broker that enqueued N timers has N."""
+    check = root / "config" / "timercheck"
+    data = bytearray(check.read_bytes())
+    data[24:32] = struct.pack(">q", value)
+    check.write_bytes(bytes(data))
+
+
+def test_a_unit_with_bad_magic_cuts_the_timerlog_and_its_timers_are_read_again(timer_store):
+    """TimerMessageStore.recover stops at the first unit with magic bits above the low four and
+    drops the rest of the TimerLog; then it re-reads rmq_sys_wheel_timer from the queue offset
+    after the last kept unit's message, so the dropped timers are enqueued again."""
+    root, expected = timer_store
+    cut = 20                                     # the first unit of the last file
+    position = expected[cut][0]
+    log = sorted((root / "timerlog").iterdir())[-1]
+    data = bytearray(log.read_bytes())
+    at = position - int(log.name)
+    data[at + 12:at + 16] = struct.pack(">i", 0x10)
+    log.write_bytes(bytes(data))
+
+    assert {(f["code"], f["offset"]) for f in check_timer_store(Store(root))} >= \
+        {("TIMER_MAGIC", at)}
+    report = timer_report(Store(root), start_ms=BASE_MS)
+    nxt = report["next_start"]
+    assert nxt["timerlog_kept_end"] == position
+    assert nxt["timer_queue_reread_from"] == cut   # queue offsets follow the TimerLog order here
+    fates = {t["timerlog_offset"]: t["next_start"] for s in report["pending_slots"]
+             for t in s["timers"]}
+    assert {pos for pos, fate in fates.items() if fate == "re-enqueued-from-queue"} == \
+        {pos for pos, _, _, _ in expected[cut:]}
+    assert {fate for pos, fate in fates.items() if pos < position} == {"delivered-when-due"}
+
+
+def test_a_lagging_master_timer_queue_offset_makes_timers_enqueued_twice(timer_store):
+    """currQueueOffset is capped by masterTimerQueueOffset: messages whose units are kept get a
+    second unit, and their timers fire twice."""
+    root, expected = timer_store
+    _set_master_timer_queue_offset(root, 15)
+    report = timer_report(Store(root), start_ms=BASE_MS)
+    assert report["next_start"]["timer_queue_reread_from"] == 15
+    twice = sorted(t["queue_offset"] for s in report["pending_slots"] for t in s["timers"]
+                   if t["next_start"] == "delivered-twice")
+    assert twice == list(range(15, len(expected)))
