@@ -4,9 +4,9 @@ broker's next start does with each.
 Pending timers are read as the broker's dequeue reads them: every wheel slot due at or after the
 checkpoint's lastReadTimeMs, its chain walked from lastPos back through prevPos to -1 (on a
 sound wheel that ends at firstPos, timer.json's rule), each unit's rmq_sys_wheel_timer message
-fetched from the CommitLog. Units in
-earlier slots have been delivered; the delivered copy (same UNIQ_KEY, with TIMER_DEQUEUE_MS) is
-looked up in the CommitLog.
+fetched from the CommitLog. Units in earlier slots have been delivered; the delivered copy (same
+UNIQ_KEY, with TIMER_DEQUEUE_MS) is looked up in the CommitLog. A cancellation unit (magic
+DELETE) carries TIMER_DEL_UNIQKEY; the dequeue drops the same slot's timers with that UNIQ_KEY.
 
 The next start (TimerMessageStore.recover, then dequeue) is predicted from the files:
 the CommitLog recovery (:func:`mqtool.recovery.predict_recovery`) may truncate a timer's message
