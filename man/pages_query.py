@@ -167,7 +167,8 @@ out with a warning. Messages past the broker's truncation point are exported and
 --live-only leaves them out.
 
 --pending-timers exports only the 5.x timer messages still pending in the timer wheel (the ones
-mqtool-timers(1) lists, lost ones included), to replay them on another broker.""",
+mqtool-timers(1) lists, lost ones included; cancellations and the timers they cancel left out),
+to replay them on another broker.""",
         "arguments": {"store_path": "A store root or a bare CommitLog directory."},
         "output": """\
 JSON lines (--format jsonl, the only format) on stdout or in --out. Each object is the message

@@ -33,8 +33,8 @@ of their copy. The next start's summary and every lost timer go to stderr.
 --json prints one document: checkpoint, timerlog (files with their unit count and where and how
 they end), wheel, pending_count, pending_slots (slot, slot_time_ms, first_pos, last_pos, num,
 magic and timers: the unit's fields, the message's topic, queue_id, queue_offset, real_topic,
-real_queue_id, uniq_key, keys, tags, timer_out_ms, timer_deliver_ms, timer_delay_sec, and
-next_start with next_start_detail), delivered_count, delivered_copies_found, delivered (with
+real_queue_id, uniq_key, keys, tags, timer_out_ms, timer_deliver_ms, timer_delay_sec,
+cancels_uniq_key, cancelled, and next_start with next_start_detail), delivered_count, delivered_copies_found, delivered (with
 delivered_copy), not_in_timerlog (timer-topic records no unit points at), unreachable_units,
 next_start (assumed_start_ms, refuses_to_start, commitlog_process_offset, timerlog_kept_end,
 timer_queue_reread_from, dequeue_reads_from_ms, relinked, fates, lost) and problems.

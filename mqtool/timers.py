@@ -286,6 +286,7 @@ def _set_fates(entries: list[dict], slot_ms: int, nxt: _NextStart) -> None:
     cancelled = {e["cancels_uniq_key"] for e in entries
                  if e["kind"] == "delete" and e.get("cancels_uniq_key")}
     for e in entries:
+        e["cancelled"] = e["kind"] == "delete" or e.get("uniq_key") in cancelled
         e["next_start"], e["next_start_detail"] = _fate(e, slot_ms, nxt, cancelled)
 
 
@@ -340,7 +341,8 @@ def _look_up_copies(store: Store, timers: TimerStore, delivered: list[dict], pla
 
 
 def pending_timer_offsets(store: Store, **kwargs) -> dict[int, dict]:
-    """CommitLog offset -> pending timer entry (what ``export --pending-timers`` writes)."""
+    """CommitLog offset -> pending timer entry (what ``export --pending-timers`` writes): the
+    timers still to fire, without cancellations and the timers they cancel."""
     report = timer_report(store, with_delivered=False, **kwargs)
     return {e["commitlog_offset"]: e for s in report["pending_slots"] for e in s["timers"]
-            if e["kind"] != "delete"}
+            if not e["cancelled"]}

@@ -536,3 +536,36 @@ def test_a_lagging_master_timer_queue_offset_makes_timers_enqueued_twice(timer_s
     twice = sorted(t["queue_offset"] for s in report["pending_slots"] for t in s["timers"]
                    if t["next_start"] == "delivered-twice")
     assert twice == list(range(15, len(expected)))
+
+
+def test_a_cancellation_unit_cancels_its_timer_and_neither_is_exported(tmp_path, mqtool):
+    """A delete unit (magic DEFAULT|DELETE) whose message carries TIMER_DEL_UNIQKEY: the dequeue
+    of that second drops the timer with that UNIQ_KEY."""
+    root = tmp_path / "store"
+    writer = StoreWriter(root, commitlog_file_size=64 * 1024, cq_units_per_file=300,
+                         index_slots=100, index_entries=400, broker_version=5)
+    timers = TimerWriter(root)
+    due = BASE_MS + 5000
+    offsets = []
+    for i, extra in enumerate([{}, {}, {"TIMER_DEL_UNIQKEY": f"{1:032X}"}]):
+        msg = Message(topic=timer_fmt.TIMER_TOPIC, queue_id=0, body=b"t%d" % i,
+                      properties={"REAL_TOPIC": "TopicTest", "REAL_QID": "0",
+                                  "TIMER_OUT_MS": str(due), "UNIQ_KEY": f"{i:032X}", **extra},
+                      born_timestamp=BASE_MS, store_timestamp=BASE_MS)
+        offset, size, _ = writer.put(msg)
+        magic = timer_fmt.MAGIC_DEFAULT | (timer_fmt.MAGIC_DELETE if extra else 0)
+        timers.enqueue(offset, size, due, BASE_MS, "TopicTest", magic=magic)
+        offsets.append(offset)
+    writer.close()
+    timers.close(last_read_time_ms=BASE_MS, last_timer_queue_offset=3)
+    _set_master_timer_queue_offset(root, 3)
+
+    report = timer_report(Store(root), start_ms=BASE_MS)
+    fates = {t["uniq_key"]: (t["kind"], t["next_start"]) for t in report["pending_slots"][0]["timers"]}
+    assert fates == {f"{0:032X}": ("timer", "delivered-when-due"),
+                     f"{1:032X}": ("timer", "cancelled"),
+                     f"{2:032X}": ("delete", "cancelled")}
+    proc = mqtool("export", root, "--pending-timers")
+    assert proc.returncode == 0, proc.stderr
+    assert [json.loads(line)["commitlog_offset"] for line in proc.stdout.splitlines()] == \
+        [offsets[0]]
