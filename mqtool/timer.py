@@ -443,7 +443,7 @@ def _check_wheel(store: Store, timers: TimerStore, targets: dict, plan, add) -> 
             if plan is not None and time_slot * precision >= read_from:
                 for unit in chain:
                     target = targets.get(unit["timerlog_offset"])
-                    if target is not None and target.offset + target.total_size > plan.process_offset:
+                    if target is not None and target.end > plan.process_offset:
                         add("TIMER_LOST", unit["file"], unit["file_offset"],
                             f"pending timer due at {unit['deliver_time_ms']} ms: its message at "
                             f"{target.offset} lies past the broker's recovery point "

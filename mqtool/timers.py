@@ -157,7 +157,8 @@ def _fate(entry: dict, slot_ms: int, nxt: _NextStart, cancelled: set[str]) -> tu
     if entry.get("uniq_key") in cancelled:
         return FATE_CANCELLED, "a delete unit in the same slot cancels it"
     if entry["kind"] == "roll":
-        return FATE_ROLLED, f"put back into the wheel, due at TIMER_OUT_MS {entry.get('timer_out_ms')}"
+        return FATE_ROLLED, ("put back into the wheel, due at TIMER_OUT_MS "
+                             f"{entry.get('timer_out_ms')}")
     if twice:
         return FATE_TWICE, (f"its unit is kept and its message (queue offset "
                             f"{entry['queue_offset']}) is enqueued again: the timer topic's queue "
@@ -167,7 +168,8 @@ def _fate(entry: dict, slot_ms: int, nxt: _NextStart, cancelled: set[str]) -> tu
     return FATE_DUE, "delivered at its due time"
 
 
-def _commitlog_timer_records(store: Store) -> tuple[dict[int, MessageRecord], dict[str, MessageRecord]]:
+def _commitlog_timer_records(store: Store) -> tuple[dict[int, MessageRecord],
+                                                   dict[str, MessageRecord]]:
     """One CommitLog pass: the timer-topic records by offset, and the delivered copies (records
     carrying TIMER_DEQUEUE_MS outside the timer topic) by UNIQ_KEY."""
     originals: dict[int, MessageRecord] = {}

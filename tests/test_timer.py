@@ -152,7 +152,7 @@ def test_verify_includes_the_timer_checks(timer_store, mqtool):
     assert found == [("TIMER_MAGIC", 52)]
 
 
-# --- the real 5.3.3 broker's timer store (v5-timer-crash) ------------------------------------------
+# --- the real 5.3.3 broker's timer store (v5-timer-crash) ---------------------------------------
 
 def _broker_timers() -> dict:
     from conftest import SHARED_STORES
@@ -290,7 +290,8 @@ def test_timers_whose_message_recovery_truncates_are_lost(v5_timer_crash_unpacke
     found = [f for f in check_timer_store(store, plan=predict_recovery(store))
              if f["code"] == "TIMER_LOST"]
     assert sorted(f["commitlog_offset"] for f in found) == sorted(
-        u["message"]["commitLogOffset"] for u in pending if u["message"]["commitLogOffset"] >= victim)
+        u["message"]["commitLogOffset"] for u in pending
+        if u["message"]["commitLogOffset"] >= victim)
 
     proc = mqtool("timers", root, "--json")
     assert proc.returncode == 1, proc.stderr
@@ -319,7 +320,7 @@ def test_timers_refuses_a_store_without_timers(fixture_store, mqtool):
     assert proc.stderr.count("\n") == 1
 
 
-# --- bad input: findings or one-line errors, never a traceback -------------------------------------
+# --- bad input: findings or one-line errors, never a traceback ----------------------------------
 
 def _codes(root) -> set[str]:
     return {f["code"] for f in check_timer_store(Store(root))}
@@ -561,7 +562,8 @@ def test_a_cancellation_unit_cancels_its_timer_and_neither_is_exported(tmp_path,
     _set_master_timer_queue_offset(root, 3)
 
     report = timer_report(Store(root), start_ms=BASE_MS)
-    fates = {t["uniq_key"]: (t["kind"], t["next_start"]) for t in report["pending_slots"][0]["timers"]}
+    fates = {t["uniq_key"]: (t["kind"], t["next_start"])
+             for t in report["pending_slots"][0]["timers"]}
     assert fates == {f"{0:032X}": ("timer", "delivered-when-due"),
                      f"{1:032X}": ("timer", "cancelled"),
                      f"{2:032X}": ("delete", "cancelled")}
