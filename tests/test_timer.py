@@ -571,3 +571,28 @@ def test_a_cancellation_unit_cancels_its_timer_and_neither_is_exported(tmp_path,
     assert proc.returncode == 0, proc.stderr
     assert [json.loads(line)["commitlog_offset"] for line in proc.stdout.splitlines()] == \
         [offsets[0]]
+
+
+def test_a_rolled_unit_goes_back_into_the_wheel(tmp_path):
+    """A timer due beyond the roll window gets a unit with magic DEFAULT|ROLL in an earlier slot;
+    at that slot the broker puts the message back into rmq_sys_wheel_timer rather than
+    delivering it. Its unit's time is not its TIMER_OUT_MS, and that is no mismatch."""
+    root = tmp_path / "store"
+    writer = StoreWriter(root, commitlog_file_size=64 * 1024, cq_units_per_file=300,
+                         index_slots=100, index_entries=400, broker_version=5)
+    timers = TimerWriter(root)
+    roll_at, due = BASE_MS + 5000, BASE_MS + 9 * 86_400_000
+    msg = Message(topic=timer_fmt.TIMER_TOPIC, queue_id=0, body=b"later",
+                  properties={"REAL_TOPIC": "TopicTest", "REAL_QID": "0",
+                              "TIMER_OUT_MS": str(due), "UNIQ_KEY": f"{7:032X}"},
+                  born_timestamp=BASE_MS, store_timestamp=BASE_MS)
+    offset, size, _ = writer.put(msg)
+    timers.enqueue(offset, size, roll_at, BASE_MS, "TopicTest",
+                   magic=timer_fmt.MAGIC_DEFAULT | timer_fmt.MAGIC_ROLL)
+    writer.close()
+    timers.close(last_read_time_ms=BASE_MS, last_timer_queue_offset=1)
+    _set_master_timer_queue_offset(root, 1)
+    assert check_timer_store(Store(root)) == []
+    [timer] = timer_report(Store(root), start_ms=BASE_MS)["pending_slots"][0]["timers"]
+    assert (timer["kind"], timer["next_start"], timer["timer_out_ms"]) == \
+        ("roll", "rolled-forward", due)
