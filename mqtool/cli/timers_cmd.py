@@ -7,8 +7,7 @@ from typing import Optional
 
 import typer
 
-from ..errors import EXIT_FINDINGS, MqtoolError
-from ..vocabulary import BROKER_VERSIONS
+from ..errors import EXIT_FINDINGS
 from . import options as opt
 from .common import emit_json_document, error_boundary, stderr_console, stdout_console
 from .main import app
@@ -47,9 +46,7 @@ def timers_command(
     from ..inspect import parse_time
     from ..timers import timer_report
 
-    if broker_version != "auto" and broker_version not in BROKER_VERSIONS:
-        raise MqtoolError(f"--broker-version must be auto or one of "
-                          f"{', '.join(BROKER_VERSIONS)}, not {broker_version!r}")
+    opt.check_broker_version(broker_version)
     store = opt.open_store(store_path, commitlog_file_size)
     start_ms = parse_time(at) if at is not None else None
     report = timer_report(store, start_ms=start_ms, broker_version=broker_version)
