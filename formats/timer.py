@@ -17,8 +17,26 @@ TIMERWHEEL_SLOT_SIZE = 32
 DEFAULT_TIMERLOG_FILE_SIZE = 100 * 1024 * 1024
 DEFAULT_SLOTS_TOTAL = 7 * 86400
 DEFAULT_PRECISION_MS = 1000
+# the wheel always holds 2 x 7 days of slots, whatever the precision; any other non-zero length
+# makes the broker refuse to start
+TIMERWHEEL_FILE_SIZE = 2 * DEFAULT_SLOTS_TOTAL * TIMERWHEEL_SLOT_SIZE
+# on start the read time is raised to (now - slotsTotal + TIMER_BLANK_SLOTS slots): older slots
+# are never read again
+TIMER_BLANK_SLOTS = 60
 TIMER_CHECKPOINT_SIZE = 4096
 TIMER_TOPIC = "rmq_sys_wheel_timer"
+
+# properties of a timer message (the original in TIMER_TOPIC, and the delivered copy)
+PROP_REAL_TOPIC = "REAL_TOPIC"
+PROP_REAL_QID = "REAL_QID"
+PROP_TIMER_OUT_MS = "TIMER_OUT_MS"            # the due time, floored to the precision
+PROP_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"    # the time the client asked for
+PROP_TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
+PROP_TIMER_DELAY_MS = "TIMER_DELAY_MS"
+PROP_TIMER_ENQUEUE_MS = "TIMER_ENQUEUE_MS"    # set on the delivered copy
+PROP_TIMER_DEQUEUE_MS = "TIMER_DEQUEUE_MS"    # set on the delivered copy
+PROP_TIMER_DEL_UNIQKEY = "TIMER_DEL_UNIQKEY"  # a cancellation: the UNIQ_KEY it cancels
+PROP_TIMER_ROLL_TIMES = "TIMER_ROLL_TIMES"
 
 # TimerLog unit magic bits
 MAGIC_DEFAULT = 1
@@ -70,4 +88,10 @@ def slot_index(time_slot: int, slot_count: int) -> int:
 
 
 def magic_is_valid(magic: int) -> bool:
+    """What the broker writes: DEFAULT, optionally with ROLL and/or DELETE."""
     return magic & MAGIC_BITS == magic and magic & MAGIC_DEFAULT == MAGIC_DEFAULT
+
+
+def magic_passes_recovery(magic: int) -> bool:
+    """TimerMessageStore.isMagicOK: recovery only asks that no bit above the low four is set."""
+    return magic | 0xF == 0xF

@@ -85,8 +85,8 @@ used slots and entries; --follow-slot walks one slot's chain and stops at loops 
 indexCount), the checkpoint (fields with UTC times), abort, lock or a config file.
 
 Messages can be filtered by topic, queue, CommitLog offset range, store time range, a KEYS item
-or UNIQ_KEY. Compressed bodies (sysFlag 0x1) are decompressed: zlib always, LZ4 and ZSTD when the
-lz4 or zstandard package is installed; otherwise the stored bytes are shown and
+or UNIQ_KEY. Compressed bodies (sysFlag 0x1) are decompressed, zlib, LZ4 and ZSTD alike (the lz4
+and zstandard packages come with mqtool); a body that does not decompress is shown as stored and
 body_decompress_error says why.
 
 A record the broker would not accept (bad magic, lengths that do not add up, a record running
@@ -188,8 +188,15 @@ point past indexCount (IDX_DANGLING), entries whose hash matches no key of their
 (BCQ_MISMATCH), not continuing each other's offsets (BCQ_GAP), partial units (BCQ_FILE_SIZE),
 records of a batch topic that no unit references (BCQ_MISSING).
 5.x timer store: TimerLog units of the wrong size (TIMER_UNIT_SIZE), with invalid magic bits
-(TIMER_MAGIC), linking forward (TIMER_PREV_POS) or pointing at no record (TIMER_DANGLING);
-TimerWheel slots at the wrong index or pointing nowhere (TIMER_SLOT_TIME, TIMER_SLOT_POINTER).
+(TIMER_MAGIC), linking forward (TIMER_PREV_POS), pointing past the CommitLog or at no record
+(TIMER_DANGLING) or at a record that is no timer message due then (TIMER_MISMATCH); TimerLog
+files of another size (TIMER_FILE_SIZE) or ending inside a unit (TIMER_TORN); a missing wheel or
+one of the wrong size (TIMER_WHEEL_SIZE: the broker refuses to start); slots at the wrong index
+or chaining units of another second (TIMER_SLOT_TIME), pointing nowhere (TIMER_SLOT_POINTER),
+whose chain does not reach firstPos (TIMER_SLOT_CHAIN); pending units no slot leads to, even
+after the broker's load re-links its last TimerLog file (TIMER_UNREACHABLE), or only then
+(TIMER_WHEEL_BEHIND, a warning: the wheel was not flushed before a crash); pending timers whose message recovery truncates (TIMER_LOST); a missing,
+short or ahead config/timercheck (TIMER_CKPT).
 
 Store: checkpoint later than the newest message (CKPT_AHEAD) or missing (CKPT_MISSING), an
 abort file (ABORT_PRESENT: the last shutdown was abnormal), a lock held by a live process

@@ -164,7 +164,11 @@ so --topic TopicTest includes the delayed messages bound for TopicTest.
 
 The CommitLog is read as salvage reads it (past damage, CRC checked); damaged records are left
 out with a warning. Messages past the broker's truncation point are exported and marked;
---live-only leaves them out.""",
+--live-only leaves them out.
+
+--pending-timers exports only the 5.x timer messages still pending in the timer wheel (the ones
+mqtool-timers(1) lists, lost ones included; cancellations and the timers they cancel left out),
+to replay them on another broker.""",
         "arguments": {"store_path": "A store root or a bare CommitLog directory."},
         "output": """\
 JSON lines (--format jsonl, the only format) on stdout or in --out. Each object is the message
@@ -183,6 +187,9 @@ delivers it (store time plus the level's delay); for a timer message its TIMER_O
 transaction_id: the __transactionId__ property, if any.
 
 beyond_truncation: true when the broker's next start would drop the message.
+
+pending_timer (with --pending-timers): deliver_time_ms, timer_out_ms, timer_deliver_ms,
+timerlog_offset, next_start and next_start_detail, as in mqtool-timers(1).
 
 A summary line (counts by kind) goes to stderr.""",
         "exit": """\

@@ -493,15 +493,24 @@ def export_messages(store: Store, emit: Callable[[dict], None], *,
                     topics: list[str] | None = None, since: int | None = None,
                     until: int | None = None, live_only: bool = False,
                     body_mode: str = "base64", decompress: bool = True,
-                    broker_version: str = "auto", progress=None) -> ExportStats:
+                    broker_version: str = "auto", pending_timers: bool = False,
+                    progress=None) -> ExportStats:
     """Every intact message as the dump's message dict plus :func:`replay_fields` and
     ``beyond_truncation``, in CommitLog order. ``topics`` match the stored or the real topic;
-    ``live_only`` leaves out what the broker's next start would truncate."""
+    ``live_only`` leaves out what the broker's next start would truncate; ``pending_timers``
+    keeps only the timer messages still pending in the timer wheel (:mod:`mqtool.timers`),
+    each with a ``pending_timer`` object (slot, due time, TimerLog offset, next start)."""
     wanted = set(topics) if topics else None
+    pending = None
+    if pending_timers:
+        from .timers import pending_timer_offsets
+        pending = pending_timer_offsets(store, broker_version=broker_version)
     stats = ExportStats()
     one_pass = StorePass(store, broker_version=broker_version, progress=progress)
     for item in one_pass.records():
         record = item.record
+        if pending is not None and record.offset not in pending:
+            continue
         if item.damage is not None:
             stats.damaged_skipped += 1
             continue
@@ -519,6 +528,11 @@ def export_messages(store: Store, emit: Callable[[dict], None], *,
                               body_mode=body_mode, decompress=decompress)
         out.update(extra)
         out["beyond_truncation"] = item.beyond_truncation
+        if pending is not None:
+            timer = pending[record.offset]
+            out["pending_timer"] = {k: timer[k] for k in (
+                "deliver_time_ms", "timer_out_ms", "timer_deliver_ms", "timerlog_offset",
+                "next_start", "next_start_detail")}
         emit(out)
         stats.exported += 1
         stats.beyond_truncation += item.beyond_truncation

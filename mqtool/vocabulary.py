@@ -58,6 +58,20 @@ CODES: dict[str, tuple[str, str]] = {
     "TIMER_DANGLING": (ERROR, "a TimerLog unit points at no record of the size it records"),
     "TIMER_SLOT_TIME": (ERROR, "a TimerWheel slot's time does not match its index or its units"),
     "TIMER_SLOT_POINTER": (ERROR, "a TimerWheel slot points at no TimerLog unit"),
+    "TIMER_SLOT_CHAIN": (ERROR, "a TimerWheel slot's chain does not lead from lastPos to firstPos"),
+    "TIMER_WHEEL_SIZE": (ERROR, "the TimerWheel is missing or not 2 x 604,800 slots (the broker "
+                                "refuses to start)"),
+    "TIMER_FILE_SIZE": (ERROR, "a TimerLog file's size differs from the others'"),
+    "TIMER_TORN": (ERROR, "a TimerLog file ends inside a unit"),
+    "TIMER_MISMATCH": (ERROR, "a TimerLog unit's record is no timer message or is due at "
+                              "another time"),
+    "TIMER_CKPT": (WARNING, "config/timercheck is missing, of the wrong size or ahead of the "
+                            "TimerLog"),
+    "TIMER_UNREACHABLE": (ERROR, "pending TimerLog units that no wheel slot leads to (never "
+                                 "delivered)"),
+    "TIMER_LOST": (ERROR, "a pending timer whose message the broker's next start truncates"),
+    "TIMER_WHEEL_BEHIND": (WARNING, "pending TimerLog units on no slot chain that the broker's "
+                                    "load re-links (wheel not flushed)"),
 }
 
 # --- the fixture forge (mqtool.forge) ------------------------------------------------------------

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -61,6 +62,20 @@ def shared_stores() -> Path:
     if not SHARED_STORES.is_dir():
         pytest.skip("../shared/rocketmq-stores is absent")
     return SHARED_STORES
+
+
+@pytest.fixture(scope="session")
+def v5_timer_crash_unpacked(tmp_path_factory) -> Path:
+    """v5-timer-crash's store.tar.gz and recovered.tar.gz unpacked once per session: the folder
+    holding ``store/`` and ``recovered/`` (shared by tests: copy before changing anything)."""
+    source = SHARED_STORES / "v5-timer-crash"
+    if not (source / "store.tar.gz").is_file():
+        pytest.skip("../shared/rocketmq-stores/v5-timer-crash is absent")
+    dest = tmp_path_factory.mktemp("v5-timer-crash")
+    for name in ("store", "recovered"):
+        with tarfile.open(source / f"{name}.tar.gz") as tar:
+            tar.extractall(dest, filter="data")
+    return dest
 
 
 @pytest.fixture

@@ -312,6 +312,9 @@ def export_command(
     until: Optional[str] = opt.until(),
     live_only: bool = typer.Option(False, "--live-only", help="Leave out messages the broker's "
                                    "next start would truncate."),
+    pending_timers: bool = typer.Option(False, "--pending-timers", help="Only the 5.x timer "
+                                        "messages still pending in the timer wheel (see mqtool "
+                                        "timers), each with its due time, for replay elsewhere."),
     out: Optional[Path] = typer.Option(None, "--out", metavar="FILE.jsonl", help="Write here "
                                        "instead of stdout (never inside the store)."),
     body: Optional[str] = opt.body("base64"),
@@ -337,7 +340,7 @@ def export_command(
         stats = export_messages(store, _writer(stream), topics=topic or None, since=since_ms,
                                 until=until_ms, live_only=live_only, body_mode=body_mode,
                                 decompress=not no_decompress, broker_version=broker_version,
-                                progress=bar)
+                                pending_timers=pending_timers, progress=bar)
     kinds = ", ".join(f"{n} {k}" for k, n in sorted(stats.by_kind.items())) or "none"
     sys.stderr.write(f"mqtool: exported {stats.exported} message(s) ({kinds})\n")
     if stats.damaged_skipped:

@@ -95,7 +95,7 @@ def verify_store(store: Store, *, quick: bool = False, progress=None, broker_ver
         for key, found in r.batch_records.items():
             batch_records.setdefault(key, []).extend(o for o in found if o < plan.process_offset)
     for found in (check_batch_consume_queues(store, batch_records, plan.redispatch_from)
-                  + check_timer_store(store)):
+                  + check_timer_store(store, plan=plan)):
         extra = {k: found[k] for k in ("commitlog_offset", "topic", "queue_id", "count")
                  if k in found}
         sink.add(_finding(found["code"], found["file"], found["offset"], found["message"],
