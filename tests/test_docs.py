@@ -48,6 +48,11 @@ def test_every_option_in_help_appears_in_the_commands_page(path):
     assert missing == [], f"{page.name} lacks {missing}"
 
 
+    # a flag takes no value: its help row must not read like one wanting a <bool>
+    flags = [line for line in help_text.splitlines() if "<bool>" in line]
+    assert flags == [], flags
+
+
 def test_every_command_is_listed_in_mqtool_1():
     text = (MAN / "mqtool.1").read_text()
     for path in COMMANDS:

@@ -20,6 +20,24 @@ from . import (fixture_cmd, inspect_cmds, query_cmds, repair_cmds, spark_cmds, t
                verify_cmd)
 from .common import SETTINGS
 
+
+def _hide_flag_types() -> None:
+    """typer >= 0.2x prints a value type after every option, so an on/off flag such as --json
+    reads "--json <bool>", as if it wanted a value. A flag takes none: show no type for it."""
+    from typer.core import TyperOption
+
+    typed = getattr(TyperOption, "display_type_rich", None)
+    if typed is None:  # older typer shows no types at all
+        return
+
+    def display_type_rich(self, ctx):
+        return None if self.is_flag else typed(self, ctx)
+
+    TyperOption.display_type_rich = display_type_rich
+
+
+_hide_flag_types()
+
 app = typer.Typer(
     name="mqtool",
     help="Forensic and recovery toolkit for Apache RocketMQ broker stores "
