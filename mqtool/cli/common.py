@@ -49,10 +49,16 @@ class Commands:
             app.command(name, **options)(function)
 
 
-def stdout_console() -> Console:
+def stdout_console(**options) -> Console:
+    """The console tables go to. rich's own answer to a reader that went away (`| head`) is
+    exit 1, which reads as "errors found"; a closed pipe ends the output quietly instead."""
     from rich.console import Console
 
-    return Console(highlight=False, soft_wrap=False)
+    class StdoutConsole(Console):
+        def on_broken_pipe(self) -> None:
+            _quiet_broken_pipe()
+
+    return StdoutConsole(**{"highlight": False, "soft_wrap": False, **options})
 
 
 def stderr_console() -> Console:

@@ -8,7 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .. import inspect as lib
-from .common import render_passport
+from .common import render_passport, stdout_console
 
 
 def _human_bytes(n: int | None) -> str:
@@ -418,8 +418,7 @@ class TableRenderer:
         widths, total = self._widths(columns)
         console = self.base_console
         if console.width < total:
-            console = Console(highlight=False, soft_wrap=False, width=total,
-                              force_terminal=console.is_terminal)
+            console = stdout_console(width=total, force_terminal=console.is_terminal)
         table = Table(box=None, pad_edge=False, show_edge=False, padding=(0, 1),
                       header_style="bold", show_header=not self.header_shown)
         for (header, _, _), width in zip(columns, widths):

@@ -71,11 +71,9 @@ def _grid(title: str, *columns: str):
 
 
 def _render(report: dict, show_delivered: bool) -> None:
-    from rich.console import Console
-
     out = stdout_console()
     if not out.is_terminal:  # a pipe gets whole rows, not rows squeezed into 80 columns
-        out = Console(highlight=False, soft_wrap=False, width=240)
+        out = stdout_console(width=240)
     ckpt = report["checkpoint"]
     if ckpt is None:
         out.print("Timer checkpoint: missing or unreadable", markup=False)
