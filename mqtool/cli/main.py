@@ -53,6 +53,7 @@ def main(
 
 # Command modules register themselves on import.
 from . import inspect_cmds, verify_cmd, fixture_cmd, query_cmds, repair_cmds, spark_cmds  # noqa: E402,F401,E501
+from . import consumers_cmd  # noqa: E402,F401
 
 
 def run(argv: list[str] | None = None) -> None:
