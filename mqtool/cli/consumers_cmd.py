@@ -22,6 +22,9 @@ _STATUS_SHORT = {
 }
 
 
+_PIPE_WIDTH = 250
+
+
 def _next_start_cell(row) -> str:
     ns = row.next_start
     text = _STATUS_SHORT.get(ns.status, ns.status)
@@ -43,6 +46,8 @@ def _render(report) -> None:
     from ..inspect import ms_to_iso
 
     out = stdout_console()
+    if not out.is_terminal:
+        out.width = _PIPE_WIDTH   # piped: keep each queue on one line for grep and diff
     out.print(f"store: {report.store}", markup=False, soft_wrap=True)
     out.print(f"next start: {report.broker_version} rules, {report.recovery_mode} recovery",
               markup=False)

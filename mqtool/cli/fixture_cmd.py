@@ -114,7 +114,9 @@ def make(
 @error_boundary
 def damage(
     directory: Path = typer.Argument(..., help="Store to damage (in place)."),
-    kind: DamageKind = typer.Option(..., "--kind", help="Which fault to inject."),
+    kind: DamageKind = typer.Option(..., "--kind", metavar="KIND",
+                                    help="Which fault to inject: "
+                                         + ", ".join(k.value for k in DamageKind) + "."),
     seed: int = typer.Option(0, "--seed", help="Chooses the file, record, byte and bit."),
     file: str = typer.Option(None, "--file",
                              help="Aim at this file (path relative to the store; config-* "
