@@ -224,6 +224,43 @@ def _read_bytes(path: Path) -> bytes:
     return path.read_bytes()
 
 
+# --- the writer's layout ----------------------------------------------------------------------
+
+class JavaBean(dict):
+    """A value fastjson serialises as a bean: fields sorted by name, one per line."""
+
+
+def fastjson_pretty(value, depth: int = 0) -> str:
+    """``JSON.toJSONString(obj, true)`` as fastjson 1.2.x writes it.
+
+    Beans and String-keyed maps put each entry on its own line (tab-indented); maps with Integer
+    keys write them unquoted on one line and only close on a new line; an empty map is ``{}``."""
+    if isinstance(value, JavaBean):
+        inner = "\t" * (depth + 1)
+        fields = [f"\n{inner}{json.dumps(k, ensure_ascii=False)}:{fastjson_pretty(v, depth + 1)}"
+                  for k, v in sorted(value.items())]
+        return "{" + ",".join(fields) + "\n" + "\t" * depth + "}"
+    if isinstance(value, dict):
+        if not value:
+            return "{}"
+        inner = "\t" * (depth + 1)
+        entries = []
+        for k, v in value.items():
+            if isinstance(k, int):
+                entries.append(f"{k}:{fastjson_pretty(v, depth + 1)}")
+            else:
+                entries.append(f"\n{inner}{json.dumps(k, ensure_ascii=False)}:"
+                               f"{fastjson_pretty(v, depth + 1)}")
+        return "{" + ",".join(entries) + "\n" + "\t" * depth + "}"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, (int, float)):
+        return json.dumps(value)
+    return json.dumps(str(value), ensure_ascii=False)
+
+
 # --- ConfigManager.load -----------------------------------------------------------------------
 
 @dataclass

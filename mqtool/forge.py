@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import calendar
 import datetime as _dt
-import json
 import os
 import random
 import re
@@ -32,6 +31,7 @@ from .formats import codecs
 from .formats import commitlog as cl_fmt
 from .formats import consumequeue as cq_fmt
 from .codec import CQ_UNIT as _CQ_UNIT
+from .config import JavaBean, fastjson_pretty
 from .scan import MessageRecord, Scanner
 from .store import Store
 
@@ -415,39 +415,7 @@ class MessageGenerator:
 
 # --- config files (fastjson) --------------------------------------------------------------------
 
-class JavaBean(dict):
-    """A value fastjson serialises as a bean: fields sorted by name, one per line."""
-
-
-def fastjson_pretty(value, depth: int = 0) -> str:
-    """``JSON.toJSONString(obj, true)`` as fastjson 1.2.x writes it.
-
-    Beans and String-keyed maps put each entry on its own line (tab-indented); maps with Integer
-    keys write them unquoted on one line and only close on a new line; an empty map is ``{}``."""
-    if isinstance(value, JavaBean):
-        inner = "\t" * (depth + 1)
-        fields = [f"\n{inner}{json.dumps(k, ensure_ascii=False)}:{fastjson_pretty(v, depth + 1)}"
-                  for k, v in sorted(value.items())]
-        return "{" + ",".join(fields) + "\n" + "\t" * depth + "}"
-    if isinstance(value, dict):
-        if not value:
-            return "{}"
-        inner = "\t" * (depth + 1)
-        entries = []
-        for k, v in value.items():
-            if isinstance(k, int):
-                entries.append(f"{k}:{fastjson_pretty(v, depth + 1)}")
-            else:
-                entries.append(f"\n{inner}{json.dumps(k, ensure_ascii=False)}:"
-                               f"{fastjson_pretty(v, depth + 1)}")
-        return "{" + ",".join(entries) + "\n" + "\t" * depth + "}"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if value is None:
-        return "null"
-    if isinstance(value, (int, float)):
-        return json.dumps(value)
-    return json.dumps(str(value), ensure_ascii=False)
+# JavaBean and fastjson_pretty live with the reader (mqtool.config): one copy of the layout
 
 
 def _write_config(config_dir: Path, name: str, document) -> None:
