@@ -164,7 +164,13 @@ so --topic TopicTest includes the delayed messages bound for TopicTest.
 
 The CommitLog is read as salvage reads it (past damage, CRC checked); damaged records are left
 out with a warning. Messages past the broker's truncation point are exported and marked;
---live-only leaves them out.""",
+--live-only leaves them out.
+
+--unconsumed-by GROUP keeps exactly the messages at or after GROUP's committed offset in each
+queue it has one for (config/consumerOffset.json as the broker loads it, its .bak when the file
+is empty or unreadable; see mqtool-consumers(1)), its retry topic included: what that group had
+not consumed, to replay elsewhere. Delay messages still waiting in SCHEDULE_TOPIC_XXXX are in no
+queue of the group yet and are not included.""",
         "arguments": {"store_path": "A store root or a bare CommitLog directory."},
         "output": """\
 JSON lines (--format jsonl, the only format) on stdout or in --out. Each object is the message

@@ -31,12 +31,12 @@ import numpy as np
 
 from . import config as cfg
 from .codec import BATCH_CQ_DTYPE, CQ_DTYPE
-from .errors import ParseError
+from .errors import MqtoolError, ParseError
 from .formats import codecs
 from .formats import commitlog as cl_fmt
 from .formats import consumequeue as cq_fmt
 from .recovery import BATCH_CONSUME_QUEUE, CONSUME_QUEUE, RecoveryPlan, read_cq_units
-from .scan import RecordBatch, Scanner, TopicTable, message_at
+from .scan import MessageRecord, RecordBatch, Scanner, TopicTable, message_at
 from .store import ConsumeQueue, Store
 from .vocabulary import ERROR, INFO, VERSION_49, WARNING
 
@@ -560,3 +560,45 @@ def consumer_findings(store: Store, plan: RecoveryPlan,
             add("DELAY_OFFSET_AHEAD", delay_file, row.sentence, topic=SCHEDULE_TOPIC,
                 queue_id=row.queue_id, queue_offset=row.offset)
     return findings
+
+
+# --- what a group has not consumed (export --unconsumed-by) --------------------------------------
+
+def committed_offsets(store: Store, group: str,
+                      configs: cfg.StoreConfigs | None = None) -> dict[tuple[str, int], int]:
+    """(topic, queue) -> the group's committed offset, from the file the broker would load.
+    Raises MqtoolError when the broker would load none (RocksDB, unreadable, unknown group)."""
+    configs = configs or cfg.read_store_configs(store.root)
+    if configs.offsets_in_rocksdb:
+        raise MqtoolError(f"{store.root}: consumer offsets are kept in RocksDB (config/"
+                          f"{', config/'.join(configs.rocksdb)}); mqtool does not read RocksDB")
+    load = configs.loads[cfg.CONSUMER_OFFSET]
+    if load.document is None:
+        raise MqtoolError(f"{store.root}: no consumer offsets to read: {load.reason}")
+    table, _ = cfg.offset_table(load.document, load.used or cfg.CONSUMER_OFFSET)
+    positions, groups = {}, set()
+    for topic_group, queues in table.items():
+        topic, owner = cfg.split_topic_group(topic_group)
+        groups.add(owner)
+        if owner == group:
+            positions.update({(topic, qid): offset for qid, offset in queues.items()})
+    if not positions:
+        known = ", ".join(sorted(groups)) or "none"
+        raise MqtoolError(f"group {group!r} has no committed offset in {load.used} (groups: "
+                          f"{known})")
+    return positions
+
+
+def is_unconsumed(record: MessageRecord, positions: dict[tuple[str, int], int]) -> bool:
+    """The record holds a message of one of the group's queues at or after its committed
+    offset (PREPARED/ROLLBACK records are in no queue; an inner batch spans INNER_NUM offsets)."""
+    start = positions.get((record.topic, record.queue_id))
+    if start is None:
+        return False
+    if cl_fmt.transaction_type(record.sys_flag) in (cl_fmt.TRANSACTION_PREPARED_TYPE,
+                                                    cl_fmt.TRANSACTION_ROLLBACK_TYPE):
+        return False
+    span = 1
+    if record.sys_flag & cl_fmt.INNER_BATCH_FLAG:
+        span = max(1, codecs.batch_position(record.properties, record.queue_offset)[1])
+    return record.queue_offset + span > start

@@ -30,6 +30,7 @@ from .errors import MqtoolError
 from .formats import codecs
 from .formats import commitlog as cl_fmt
 from .inspect import message_to_dict
+from .consumers import is_unconsumed
 from .recovery import (BrokerRules, FileJudge, FileVerdict, RecoveryPlan, predict_recovery,
                        resolve_broker_version)
 from .scan import (BlankRecord, CorruptRegion, MessageRecord, Scanner, UnwrittenTail,
@@ -493,10 +494,13 @@ def export_messages(store: Store, emit: Callable[[dict], None], *,
                     topics: list[str] | None = None, since: int | None = None,
                     until: int | None = None, live_only: bool = False,
                     body_mode: str = "base64", decompress: bool = True,
-                    broker_version: str = "auto", progress=None) -> ExportStats:
+                    broker_version: str = "auto", progress=None,
+                    unconsumed: dict[tuple[str, int], int] | None = None) -> ExportStats:
     """Every intact message as the dump's message dict plus :func:`replay_fields` and
     ``beyond_truncation``, in CommitLog order. ``topics`` match the stored or the real topic;
-    ``live_only`` leaves out what the broker's next start would truncate."""
+    ``live_only`` leaves out what the broker's next start would truncate; ``unconsumed``
+    ((topic, queue) -> committed offset, :func:`mqtool.consumers.committed_offsets`) keeps only
+    what that group has not consumed."""
     wanted = set(topics) if topics else None
     stats = ExportStats()
     one_pass = StorePass(store, broker_version=broker_version, progress=progress)
@@ -510,6 +514,8 @@ def export_messages(store: Store, emit: Callable[[dict], None], *,
         if until is not None and record.store_timestamp > until:
             continue
         if live_only and item.beyond_truncation:
+            continue
+        if unconsumed is not None and not is_unconsumed(record, unconsumed):
             continue
         properties = codecs.decode_properties(record.properties_raw)
         extra = replay_fields(record, properties)

@@ -13,6 +13,8 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import SHARED_STORES, shared_store_names
 from mqtool import config as cfg
@@ -131,6 +133,34 @@ def test_wrong_types_and_ranges_are_reported_not_guessed():
     assert cfg.delay_offset_table({"offsetTable": {1: "a", "x": 2, 3: 4}}) == (
         {3: 4}, ["delayOffset.json: level 1: offset \"a\" is not a whole number in Java's long "
                  "range", "delayOffset.json: level \"x\" is not an integer in Java's int range"])
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=20)
+    | st.floats(allow_nan=False, allow_infinity=False),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
+                                                                 max_size=4),
+    max_leaves=20)
+
+
+@settings(max_examples=200, deadline=None)
+@given(JSON_VALUES)
+def test_standard_json_reads_as_json_does(value):
+    text = json.dumps(value)
+    assert cfg.parse_fastjson(text) == json.loads(text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=400), st.integers(0, len(BROKER_PRETTY)))
+def test_any_bytes_give_a_document_or_a_fastjson_error(noise, cut):
+    for data in (noise, BROKER_PRETTY.encode()[:cut] + noise):
+        try:
+            document = cfg.parse_fastjson(data.decode("utf-8", errors="replace"))
+        except cfg.FastjsonError:
+            continue
+        cfg.offset_table(document)
+        cfg.delay_offset_table(document)
+        cfg.topic_names(document)
 
 
 def test_oversized_file_is_unreadable_not_loaded(tmp_path, monkeypatch):
@@ -455,3 +485,57 @@ def test_cli_forge_options(mqtool, tmp_path):
     proc = mqtool("fixture", "make", tmp_path / "t", "-n", "50", "--consumer-group", "G@x:1")
     assert proc.returncode == 2 and "no '@'" in proc.stderr
     assert mqtool("consumers", tmp_path / "missing").returncode == 2
+
+
+# --- export --unconsumed-by and the offsets clamp ----------------------------------------------
+
+def test_export_unconsumed_by_writes_exactly_the_unconsumed(made, mqtool):
+    root, summary = made("groups", consumer_groups=(("GroupB", 5), ("GroupC", -3)))
+    records = _records_by_queue(root)
+    expected = set()
+    for topic in ("TopicTest", "OrderTopic"):
+        for qid in range(2):
+            end = summary["queue_offsets"][topic][str(qid)]
+            expected |= {(topic, qid, o) for o in records[(topic, qid)] if o >= max(0, end - 5)}
+    proc = mqtool("export", "--unconsumed-by", "GroupB", "--body", "none", root)
+    assert proc.returncode == 0, proc.stderr
+    got = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert {(m["topic"], m["queue_id"], m["queue_offset"]) for m in got} == expected
+    assert len(got) == len(expected)
+    assert mqtool("export", "--unconsumed-by", "GroupC", root).stdout == ""
+    proc = mqtool("export", "--unconsumed-by", "Nobody", root)
+    assert proc.returncode == 2 and "GroupA, GroupB, GroupC" in proc.stderr
+
+
+def test_clamp_sets_offsets_past_the_end_to_the_recovered_end(shared_stores, tmp_path):
+    from mqtool.consumers_repair import plan_bak_restores, plan_offset_clamp
+
+    src = shared_stores / "clean-small-damaged"
+    root = tmp_path / "store"
+    shutil.copytree(src / "store", root)
+    written = _disk_queue_ends(load_json(src / "dump.json.gz"))
+    recovered = load_json(src / "recover.json.gz")["consumeQueues"]
+    table = {"TopicTest@GroupX": {q: written[("TopicTest", q)] for q in range(4)},
+             "OrderTopic@GroupY": {q: 1 for q in range(4)}}
+    text = forge.fastjson_pretty(forge.JavaBean(offsetTable=table))
+    write_pair(root / "config", "consumerOffset.json", text.encode(), text.encode())
+    store = Store(root)
+    plan = predict_recovery(store)
+    rewrite = plan_offset_clamp(store, plan)
+    assert rewrite is not None and not rewrite.restored_from_bak
+    new_table = cfg.offset_table(cfg.parse_fastjson(rewrite.content.decode()))[0]
+    for q in range(4):
+        assert new_table["TopicTest@GroupX"][q] == min(written[("TopicTest", q)],
+                                                       recovered["TopicTest"][str(q)]["maxOffset"])
+    assert new_table["OrderTopic@GroupY"] == {q: 1 for q in range(4)}
+    assert {c.queue_id for c in rewrite.changes} == {
+        q for q in range(4) if recovered["TopicTest"][str(q)]["maxOffset"] < written[("TopicTest", q)]}
+    assert plan_bak_restores(store) == []
+    # a truncated main file: the clamp starts from the .bak, and the restore copies it
+    (root / "config" / "consumerOffset.json").write_text(text[:30])
+    rewrite = plan_offset_clamp(store, plan)
+    assert rewrite.restored_from_bak
+    assert cfg.offset_table(cfg.parse_fastjson(rewrite.content.decode()))[0] == new_table
+    restores = plan_bak_restores(store)
+    assert [(r.file, r.content) for r in restores] == [("config/consumerOffset.json",
+                                                        text.encode())]

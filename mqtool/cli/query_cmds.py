@@ -311,6 +311,11 @@ def export_command(
     until: Optional[str] = opt.until(),
     live_only: bool = typer.Option(False, "--live-only", help="Leave out messages the broker's "
                                    "next start would truncate."),
+    unconsumed_by: Optional[str] = typer.Option(None, "--unconsumed-by", metavar="GROUP",
+                                                help="Only the messages at or after GROUP's "
+                                                     "committed offset in each of its queues "
+                                                     "(config/consumerOffset.json, or its .bak "
+                                                     "as the broker would load it)."),
     out: Optional[Path] = typer.Option(None, "--out", metavar="FILE.jsonl", help="Write here "
                                        "instead of stdout (never inside the store)."),
     body: Optional[str] = opt.body("base64"),
@@ -331,12 +336,16 @@ def export_command(
     store = opt.open_store(store_path, commitlog_file_size)
     since_ms = parse_time(since) if since is not None else None
     until_ms = parse_time(until) if until is not None else None
+    positions = None
+    if unconsumed_by is not None:
+        from ..consumers import committed_offsets
+        positions = committed_offsets(store, unconsumed_by)
     total = sum(s.length for s in store.commitlog.segments)
     with _output(out, store) as stream, progress_bar(total, "exporting") as bar:
         stats = export_messages(store, _writer(stream), topics=topic or None, since=since_ms,
                                 until=until_ms, live_only=live_only, body_mode=body_mode,
                                 decompress=not no_decompress, broker_version=broker_version,
-                                progress=bar)
+                                progress=bar, unconsumed=positions)
     kinds = ", ".join(f"{n} {k}" for k, n in sorted(stats.by_kind.items())) or "none"
     sys.stderr.write(f"mqtool: exported {stats.exported} message(s) ({kinds})\n")
     if stats.damaged_skipped:
