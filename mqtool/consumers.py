@@ -38,29 +38,11 @@ from .formats import consumequeue as cq_fmt
 from .recovery import BATCH_CONSUME_QUEUE, CONSUME_QUEUE, RecoveryPlan, read_cq_units
 from .scan import MessageRecord, RecordBatch, Scanner, TopicTable, message_at
 from .store import ConsumeQueue, Store
-from .vocabulary import ERROR, INFO, VERSION_49, WARNING
+from .vocabulary import CONSUMER_CODES, ERROR, VERSION_49, WARNING
 
 SCHEDULE_TOPIC = codecs.SCHEDULE_TOPIC
 
-#: code -> (default severity, meaning); stable, like verify's codes
-CONSUMER_CODES: dict[str, tuple[str, str]] = {
-    "CFG_UNREADABLE": (ERROR, "a config file the broker loads is empty or unparsable (the "
-                              "finding says whether the broker falls back to .bak, starts with "
-                              "an empty table, or refuses to start)"),
-    "CFG_BAD_VALUE": (WARNING, "a config entry is not what the broker writes (wrong type, out of "
-                               "range); mqtool skips it and does not predict its decoding"),
-    "CFG_IN_ROCKSDB": (INFO, "5.x metadata kept in RocksDB under config/: mqtool does not read it"),
-    "CONSUMER_OFFSET_AHEAD": (ERROR, "a committed consumer offset is past its queue's end after the "
-                                     "predicted recovery: the first pull moves the group back"),
-    "CONSUMER_OFFSET_AHEAD_NOW": (WARNING, "a committed consumer offset is past its queue's end on "
-                                           "disk; the next start dispatches the queue up to it"),
-    "CONSUMER_OFFSET_BELOW_MIN": (WARNING, "a committed consumer offset is below its queue's "
-                                           "minimum: messages were deleted before the group read "
-                                           "them"),
-    "TOPIC_NOT_IN_CONFIG": (WARNING, "queues on disk for a topic topics.json does not list"),
-    "DELAY_OFFSET_AHEAD": (WARNING, "a delayOffset.json level is past its SCHEDULE_TOPIC_XXXX "
-                                    "queue's end: the scheduler's load clamps it"),
-}
+# the codes live in mqtool.vocabulary (the CLI lists them without importing numpy)
 
 RULES = {
     "4.9": ("DefaultMessageStore.getMessage (4.9.8): maxOffset == 0 -> NO_MESSAGE_IN_QUEUE, next 0; "

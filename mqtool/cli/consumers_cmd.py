@@ -8,6 +8,7 @@ from typing import Optional
 
 import typer
 
+from ..vocabulary import CONSUMER_CODES
 from . import options as opt
 from .common import emit_json_document, error_boundary, progress_bar, stdout_console
 from .main import app
@@ -107,7 +108,8 @@ _HELP = ("Show every consumer group's committed offsets (config/consumerOffset.j
          "messages and bytes, the store time of the oldest unconsumed message, and what the "
          "broker's next start does to the group (its recovery predicted as verify does; the "
          "first pull's offset correction by the 4.9/5.x getMessage rules). Read-only.\n\n"
-         "Exit status: 0 shown, 2 bad usage or unreadable store.")
+         "Exit status: 0 shown, 2 bad usage or unreadable store.\n\n"
+         f"Finding codes verify reports from the same analysis: {', '.join(CONSUMER_CODES)}.")
 
 
 @app.command("consumers", help=_HELP)
