@@ -159,11 +159,20 @@ def _signed32(value: int) -> int:
     return value - (1 << 32) if value >= 1 << 31 else value
 
 
+def start_predicted(store: Store, plan: RecoveryPlan) -> bool:
+    """False for a DLedger store (entries in dledger-*/data, no commitlog/): the recovery
+    prediction does not model DLedger's own recovery, so queue ends are taken as they are."""
+    return bool(store.commitlog.segments) or not any(store.root.glob("dledger-*"))
+
+
 def queue_bounds(store: Store, plan: RecoveryPlan) -> dict[tuple[str, int], QueueBounds]:
-    """Every queue's bounds now, at the start's load, and after its dispatching."""
+    """Every queue's bounds now, at the start's load, and after its dispatching (the same as
+    now where the start is not predicted, see :func:`start_predicted`)."""
+    predicted = start_predicted(store, plan)
     recovered = {(q.topic, q.queue_id, q.kind): q for q in plan.queue_recoveries}
-    truncated = {(t.topic, t.queue_id, t.kind): t for t in plan.cq_truncations}
-    redispatched = _redispatched_ends(store, plan)
+    truncated = {(t.topic, t.queue_id, t.kind): t for t in plan.cq_truncations} \
+        if predicted else {}
+    redispatched = _redispatched_ends(store, plan) if predicted else {}
     cl_min = store.commitlog.min_offset
     out: dict[tuple[str, int], QueueBounds] = {}
     for queues, kind, upf in ((store.consume_queues, CONSUME_QUEUE, store.cq_units_per_file),
@@ -356,6 +365,7 @@ class ConsumerReport:
     delay: list[DelayRow]
     problems: list[str]
     notes: list[str] = field(default_factory=list)
+    start_predicted: bool = True
 
     def groups(self) -> list[dict]:
         """One summary per group: queues, lag, what the start does."""
@@ -381,7 +391,8 @@ class ConsumerReport:
 
     def to_dict(self) -> dict:
         return {"store": self.store, "broker_version": self.broker_version,
-                "recovery_mode": self.recovery_mode, "offsets_source": self.offsets_source,
+                "recovery_mode": self.recovery_mode, "start_predicted": self.start_predicted,
+                "offsets_source": self.offsets_source,
                 "configs": self.configs, "groups": self.groups(),
                 "queues": [r.to_dict() for r in self.rows],
                 "delay_levels": [d.to_dict() for d in self.delay],
@@ -467,6 +478,10 @@ def consumer_report(store: Store, plan: RecoveryPlan,
     delay_table, found = cfg.delay_offset_table(delay_load.document,
                                                 delay_load.used or cfg.DELAY_OFFSET)
     problems += found
+    predicted = start_predicted(store, plan)
+    if not predicted:
+        notes.append("DLedger store: mqtool does not predict DLedger's recovery, so the queue "
+                      "ends after the next start are taken as the files have them now")
     if plan.refuses_to_start:
         notes.append("the broker refuses to start this store as it is (see verify); the "
                      "outcomes assume it starts")
@@ -476,7 +491,8 @@ def consumer_report(store: Store, plan: RecoveryPlan,
                      "truncated ones")
     return ConsumerReport(str(store.root), plan.broker_version, plan.mode, source,
                           configs.to_dict(), rows,
-                          _delay_rows(store, plan, bounds, delay_table), problems, notes)
+                          _delay_rows(store, plan, bounds, delay_table), problems, notes,
+                          predicted)
 
 
 # --- findings for verify ------------------------------------------------------------------------
@@ -510,16 +526,17 @@ def consumer_findings(store: Store, plan: RecoveryPlan,
     for row in report.rows:
         where = dict(topic=row.topic, queue_id=row.queue_id, queue_offset=row.committed_offset)
         label = f"group {row.group} on {row.topic} queue {row.queue_id}"
-        if row.committed_offset > row.max_after_start:
+        if row.committed_offset > row.max_after_start and report.start_predicted:
             add("CONSUMER_OFFSET_AHEAD", offsets_file,
                 f"{label}: committed offset {row.committed_offset} > queue end "
                 f"{row.max_after_start} after the next start: {row.next_start.sentence}",
                 **where)
         elif row.committed_offset > row.max_offset:
+            then = (f"the next start dispatches the queue to {row.max_after_start}"
+                    if report.start_predicted else "the next start is not predicted (DLedger)")
             add("CONSUMER_OFFSET_AHEAD_NOW", offsets_file,
                 f"{label}: committed offset {row.committed_offset} > queue end {row.max_offset} "
-                f"on disk; the next start dispatches the queue to {row.max_after_start}",
-                **where)
+                f"on disk; {then}", **where)
         if row.below_min:
             add("CONSUMER_OFFSET_BELOW_MIN", offsets_file,
                 f"{label}: committed offset {row.committed_offset} < queue minimum "

@@ -204,6 +204,38 @@ def test_queue_ends_after_the_start_equal_the_broker(name):
     assert checked
 
 
+@pytest.fixture(scope="module")
+def dledger_crash(tmp_path_factory, shared_stores) -> Path:
+    """dledger-crash unpacked once for this module (it ships as store.tar.gz)."""
+    import tarfile
+
+    dest = tmp_path_factory.mktemp("dledger")
+    with tarfile.open(shared_stores / "dledger-crash" / "store.tar.gz") as archive:
+        archive.extractall(dest, filter="data")
+    return dest / "store"
+
+
+def test_dledger_store_is_not_predicted_but_its_queues_are_read(dledger_crash, shared_stores):
+    """mqtool does not model DLedger's recovery: queue ends stay as the files have them, which
+    is what the broker kept in dledger-crash (nothing truncated)."""
+    store = Store(dledger_crash)
+    plan = predict_recovery(store)
+    bounds = queue_bounds(store, plan)
+    recovered = load_json(shared_stores / "dledger-crash" / "recover.json.gz")["consumeQueues"]
+    for topic, queues in recovered.items():
+        for qid, queue in queues.items():
+            b = bounds[(topic, int(qid))]
+            assert (b.min_after_start, b.max_after_start) == (queue["minOffset"],
+                                                              queue["maxOffset"])
+    table = {"TopicTest@G": {0: recovered["TopicTest"]["0"]["maxOffset"] + 4}}
+    write_pair(dledger_crash / "config", "consumerOffset.json",
+               forge.fastjson_pretty(forge.JavaBean(offsetTable=table)).encode(), None)
+    report = consumer_report(store, plan)
+    assert not report.start_predicted and any("DLedger" in n for n in report.notes)
+    codes = [f.code for f in consumer_findings(store, plan, report=report)]
+    assert codes == ["CONSUMER_OFFSET_AHEAD_NOW"]
+
+
 def _disk_queue_ends(dump: dict) -> dict[tuple[str, int], int]:
     """Queue ends of the records the broker decoded in store/ (dispatchable ones only)."""
     ends: dict[tuple[str, int], int] = defaultdict(int)
