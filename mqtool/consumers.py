@@ -35,7 +35,8 @@ from .errors import MqtoolError, ParseError
 from .formats import codecs
 from .formats import commitlog as cl_fmt
 from .formats import consumequeue as cq_fmt
-from .recovery import BATCH_CONSUME_QUEUE, CONSUME_QUEUE, RecoveryPlan, read_cq_units
+from .recovery import (BATCH_CONSUME_QUEUE, CONSUME_QUEUE, RecoveryPlan, queue_kinds,
+                       read_cq_units, recover_consume_queue)
 from .scan import MessageRecord, RecordBatch, Scanner, TopicTable, message_at
 from .store import ConsumeQueue, Store
 from .vocabulary import CONSUMER_CODES, ERROR, VERSION_49, WARNING
@@ -159,17 +160,25 @@ def _signed32(value: int) -> int:
     return value - (1 << 32) if value >= 1 << 31 else value
 
 
-def start_predicted(store: Store, plan: RecoveryPlan) -> bool:
-    """False for a DLedger store (entries in dledger-*/data, no commitlog/): the recovery
-    prediction does not model DLedger's own recovery, so queue ends are taken as they are."""
+def start_predicted(store: Store, plan: RecoveryPlan | None) -> bool:
+    """False without a plan, and for a DLedger store (entries in dledger-*/data, no
+    commitlog/): the recovery prediction does not model DLedger's own recovery. Queue ends are
+    then taken as the files have them."""
+    if plan is None:
+        return False
     return bool(store.commitlog.segments) or not any(store.root.glob("dledger-*"))
 
 
-def queue_bounds(store: Store, plan: RecoveryPlan) -> dict[tuple[str, int], QueueBounds]:
+def queue_bounds(store: Store, plan: RecoveryPlan | None) -> dict[tuple[str, int], QueueBounds]:
     """Every queue's bounds now, at the start's load, and after its dispatching (the same as
     now where the start is not predicted, see :func:`start_predicted`)."""
     predicted = start_predicted(store, plan)
-    recovered = {(q.topic, q.queue_id, q.kind): q for q in plan.queue_recoveries}
+    if plan is not None:
+        recoveries = plan.queue_recoveries
+    else:   # ConsumeQueue.recover alone: where each queue ends as its files are now
+        recoveries = [recover_consume_queue(q, upf, kind) for kind, queues, upf
+                      in queue_kinds(store) for q in queues]
+    recovered = {(q.topic, q.queue_id, q.kind): q for q in recoveries}
     truncated = {(t.topic, t.queue_id, t.kind): t for t in plan.cq_truncations} \
         if predicted else {}
     redispatched = _redispatched_ends(store, plan) if predicted else {}
@@ -357,8 +366,8 @@ class DelayRow:
 @dataclass
 class ConsumerReport:
     store: str
-    broker_version: str
-    recovery_mode: str
+    broker_version: str | None
+    recovery_mode: str | None
     offsets_source: str | None       # the file the broker loads, "rocksdb", or None
     configs: dict
     rows: list[ConsumerRow]
@@ -420,7 +429,8 @@ def _delay_rows(store: Store, plan: RecoveryPlan, bounds, table: dict[int, int])
     rows = []
     # 4.9 loads the scheduler after recover() and before start() re-dispatches: a normal start
     # clamps against the truncated queue; abnormal recovery (and 5.x) dispatched already
-    before_reput = plan.broker_version == VERSION_49 and plan.mode == "normal"
+    before_reput = plan is not None and plan.broker_version == VERSION_49 and \
+        plan.mode == "normal"
     for level in sorted(table):
         offset = table[level]
         qid = level - 1
@@ -440,9 +450,10 @@ def _delay_rows(store: Store, plan: RecoveryPlan, bounds, table: dict[int, int])
     return rows
 
 
-def consumer_report(store: Store, plan: RecoveryPlan,
+def consumer_report(store: Store, plan: RecoveryPlan | None,
                     configs: cfg.StoreConfigs | None = None) -> ConsumerReport:
-    """Every committed offset of every group, against the queues now and after the start."""
+    """Every committed offset of every group, against the queues now and after the start.
+    Without a plan (``info``: no CommitLog scan) the queues are taken as they are now."""
     configs = configs or cfg.read_store_configs(store.root)
     bounds = queue_bounds(store, plan)
     problems: list[str] = []
@@ -479,17 +490,20 @@ def consumer_report(store: Store, plan: RecoveryPlan,
                                                 delay_load.used or cfg.DELAY_OFFSET)
     problems += found
     predicted = start_predicted(store, plan)
-    if not predicted:
+    if plan is None:
+        notes.append("no recovery prediction: the queue ends are taken as the files have them")
+    elif not predicted:
         notes.append("DLedger store: mqtool does not predict DLedger's recovery, so the queue "
                       "ends after the next start are taken as the files have them now")
-    if plan.refuses_to_start:
+    if plan is not None and plan.refuses_to_start:
         notes.append("the broker refuses to start this store as it is (see verify); the "
                      "outcomes assume it starts")
-    if plan.broker_version != VERSION_49 and plan.mode == "normal" and \
+    if plan is not None and plan.broker_version != VERSION_49 and plan.mode == "normal" and \
             plan.redispatch_from is None:
         notes.append("5.0-5.3.1 normal recovery dispatches nothing: queue ends are the "
                      "truncated ones")
-    return ConsumerReport(str(store.root), plan.broker_version, plan.mode, source,
+    return ConsumerReport(str(store.root), plan.broker_version if plan else None,
+                          plan.mode if plan else None, source,
                           configs.to_dict(), rows,
                           _delay_rows(store, plan, bounds, delay_table), problems, notes,
                           predicted)

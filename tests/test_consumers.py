@@ -574,3 +574,19 @@ def test_clamp_sets_offsets_past_the_end_to_the_recovered_end(shared_stores, tmp
     restores = plan_bak_restores(store)
     assert [(r.file, r.content) for r in restores] == [("config/consumerOffset.json",
                                                         text.encode())]
+
+
+def test_info_lines_need_no_prediction(made):
+    from mqtool.consumers import group_summary_lines
+
+    root, summary = made("groups", consumer_groups=(("GroupB", 5), ("GroupC", -3)))
+    store = Store(root)
+    report = consumer_report(store, None)
+    assert not report.start_predicted and report.broker_version is None
+    lag = sum(min(5, summary["queue_offsets"][t][str(q)]) for t in ("TopicTest", "OrderTopic")
+              for q in range(2))
+    lines = group_summary_lines(report)
+    assert [line.split(":")[0] for line in lines] == ["GroupA", "GroupB", "GroupC"]
+    assert f"lag {lag:,} message(s)" in lines[1]
+    with_plan = consumer_report(store, predict_recovery(store))
+    assert [r.lag_bytes for r in report.rows] == [r.lag_bytes for r in with_plan.rows]
