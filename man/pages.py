@@ -57,7 +57,9 @@ queue-offset ranges from the CommitLog beside the ConsumeQueue's own unit counts
 headers; the checkpoint's fields as UTC times and raw milliseconds (4.x: three timestamps, 5.x
 also masterFlushedOffset and confirmPhyOffset); whether an abort file says the last shutdown was
 abnormal; whether a live process holds the lock file; a summary of config/*.json (fastjson with
-unquoted integer keys; the .bak copy is used when the main file is empty or unreadable).
+unquoted integer keys; the .bak copy is used when the main file is empty or unreadable); one
+line per consumer group: its queues and its lag in messages and bytes against the queues as
+they are (mqtool-consumers(1) adds what the broker's next start does to each group).
 
 The CommitLog is scanned without CRC checks (use verify for integrity).
 

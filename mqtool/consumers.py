@@ -415,8 +415,10 @@ def group_summary_lines(report: ConsumerReport) -> list[str]:
     for g in report.groups():
         text = (f"{g['group']}: {g['queues']} queue(s) of {len(g['topics'])} topic(s), lag "
                 f"{g['lag_messages']:,} message(s) / {g['lag_bytes']:,} bytes")
-        if g["moved_back"]:
+        if g["moved_back"] and report.start_predicted:
             text += f"; {g['moved_back']} queue(s) moved back by the next start"
+        elif g["moved_back"]:
+            text += f"; {g['moved_back']} queue(s) with the offset past the queue end"
         if g["unconsumed_dropped"]:
             text += f"; the next start drops {g['unconsumed_dropped']:,} unconsumed message(s)"
         if g["below_min"]:

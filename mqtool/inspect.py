@@ -1059,6 +1059,16 @@ def _config_section(store: Store) -> dict:
     return out
 
 
+def _consumer_groups(store: Store) -> list[dict]:
+    """Per consumer group: queues, lag against the queues as they are (no recovery prediction:
+    ``mqtool consumers`` has the next start's effect)."""
+    from .consumers import consumer_report, group_summary_lines
+
+    report = consumer_report(store, None)
+    return [{**group, "line": line} for group, line in zip(report.groups(),
+                                                            group_summary_lines(report))]
+
+
 def _stray_root_entries(store: Store) -> list[str]:
     if store.is_bare_commitlog:
         return []
@@ -1125,5 +1135,6 @@ def store_info(store: Store, *, check_crc: bool = False, progress=None) -> dict:
         "abort": _abort_section(store),
         "lock": _lock_section(store),
         "config": _config_section(store),
+        "consumer_groups": _consumer_groups(store),
         "stray_files": _stray_root_entries(store),
     }

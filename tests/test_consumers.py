@@ -497,6 +497,11 @@ def test_cli_json_and_table(made, mqtool):
     table = mqtool("consumers", root)
     assert table.returncode == 0 and "GroupC" in table.stdout and "moved back" in table.stdout
     assert "offsets from consumerOffset.json" in table.stderr
+    info = json.loads(mqtool("info", "--json", root).stdout)
+    groups = {g["group"]: g for g in info["consumer_groups"]}
+    assert groups["GroupB"]["lag_messages"] == sum(
+        r["lag_messages"] for r in doc["queues"] if r["group"] == "GroupB")
+    assert "consumer group GroupC" in mqtool("info", root).stdout
 
 
 @pytest.mark.parametrize("case", ["deep", "binary", "long-number"])
