@@ -115,6 +115,8 @@ messages at or past the point where the broker's next start truncates the Commit
 recovery is predicted from the same pass, as verify predicts it; every message says whether it
 lies beyond that point). --beyond-truncation writes only those: what a broker restart would
 throw away. --include-damaged also writes records that decode but fail a check, marked.
+--unconsumed-by GROUP writes only what that consumer group had not consumed, as mqtool
+export --unconsumed-by selects it (the map still covers the whole CommitLog).
 
 It also maps the CommitLog into islands, runs of intact messages, and holes, byte ranges that
 hold no intact message between data (a damaged record, bytes that are no record, a zeroed range,

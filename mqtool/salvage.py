@@ -376,12 +376,14 @@ def _assign_queue_gaps(report: SalvageReport, jumps: list[dict]) -> None:
 def salvage(store: Store, emit: Callable[[dict], None], *, beyond_truncation_only: bool = False,
             include_damaged: bool = False, body_mode: str = "base64", decompress: bool = True,
             broker_version: str = "auto", force_verify_prop_crc: bool = False,
-            progress=None) -> SalvageReport:
+            progress=None, unconsumed: dict[tuple[str, int], int] | None = None
+            ) -> SalvageReport:
     """Hand every intact message (and with ``include_damaged`` the damaged ones, marked) to
     ``emit`` as the dump's message dict plus ``beyond_truncation``; return the map.
 
     With ``beyond_truncation_only`` only messages at or past the broker's truncation point are
-    emitted (the map still covers the whole CommitLog)."""
+    emitted (the map still covers the whole CommitLog); with ``unconsumed`` (see
+    :func:`export_messages`) only what that group has not consumed."""
     report = SalvageReport(str(store.root), resolve_broker_version(store, broker_version))
     one_pass = StorePass(store, broker_version=report.broker_version,
                          force_verify_prop_crc=force_verify_prop_crc, progress=progress,
@@ -408,6 +410,8 @@ def salvage(store: Store, emit: Callable[[dict], None], *, beyond_truncation_onl
             if not include_damaged:
                 continue
         if beyond_truncation_only and not item.beyond_truncation:
+            continue
+        if unconsumed is not None and not is_unconsumed(record, unconsumed):
             continue
         out = message_to_dict(record, item.body, file=item.file, file_offset=item.file_offset,
                               body_mode=body_mode, decompress=decompress)

@@ -595,3 +595,17 @@ def test_info_lines_need_no_prediction(made):
     assert f"lag {lag:,} message(s)" in lines[1]
     with_plan = consumer_report(store, predict_recovery(store))
     assert [r.lag_bytes for r in report.rows] == [r.lag_bytes for r in with_plan.rows]
+
+
+def test_salvage_unconsumed_by_matches_export(made, mqtool, tmp_path):
+    root, _ = made("groups", consumer_groups=(("GroupB", 5), ("GroupC", -3)))
+    exported = mqtool("export", "--unconsumed-by", "GroupB", "--body", "none", root).stdout
+    proc = mqtool("salvage", "--unconsumed-by", "GroupB", "--body", "none", "--out",
+                  tmp_path / "out.jsonl", "--map", tmp_path / "map.json", root)
+    assert proc.returncode == 0, proc.stderr
+    salvaged = (tmp_path / "out.jsonl").read_text().splitlines()
+
+    def keys(lines):
+        return sorted((m["topic"], m["queue_id"], m["queue_offset"])
+                      for m in map(json.loads, lines))
+    assert keys(salvaged) == keys(exported.splitlines()) and salvaged

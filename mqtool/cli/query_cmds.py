@@ -259,6 +259,10 @@ def salvage_command(
     include_damaged: bool = typer.Option(False, "--include-damaged", help="Also write records "
                                          "that decode but fail a check (body CRC, offset), "
                                          "marked with 'damage'."),
+    unconsumed_by: Optional[str] = typer.Option(None, "--unconsumed-by", metavar="GROUP",
+                                                help="Write only the messages GROUP has not "
+                                                     "consumed (at or after its committed "
+                                                     "offset in each of its queues)."),
     body: Optional[str] = opt.body("base64"),
     no_decompress: bool = opt.no_decompress(),
     broker_version: str = opt.broker_version(),
@@ -274,12 +278,17 @@ def salvage_command(
     store = opt.open_store(store_path, commitlog_file_size)
     if map_path is not None:
         check_output_outside(store, map_path)
+    positions = None
+    if unconsumed_by is not None:
+        from ..consumers import committed_offsets
+        positions = committed_offsets(store, unconsumed_by)
     total = sum(s.length for s in store.commitlog.segments)
     with _output(out, store) as stream, progress_bar(total, "salvaging") as bar:
         report = salvage(store, _writer(stream), beyond_truncation_only=beyond_truncation,
                          include_damaged=include_damaged, body_mode=body_mode,
                          decompress=not no_decompress, broker_version=broker_version,
-                         force_verify_prop_crc=force_verify_prop_crc, progress=bar)
+                         force_verify_prop_crc=force_verify_prop_crc, progress=bar,
+                         unconsumed=positions)
     document = report.to_dict()
     if map_path is not None:
         with open(map_path, "w", encoding="utf-8") as fh:
