@@ -9,7 +9,8 @@ ConfigManager.load reads it: fastjson text with unquoted integer map keys, prett
 not, extra keys ignored. When the file is missing or empty (0 bytes), or does not decode, the
 broker loads consumerOffset.json.bak instead; when that is missing or empty too it starts with
 an empty table (every committed offset forgotten), and when the .bak does not decode either it
-refuses to start. mqtool does the same and says, for topics.json, consumerOffset.json,
+refuses to start. A file holding only whitespace or null is not empty and decodes to nothing
+without an error: the broker keeps an empty table and never reads the .bak. mqtool does the same and says, for topics.json, consumerOffset.json,
 subscriptionGroup.json and delayOffset.json, which file the broker uses and why. 5.x stores
 that keep their metadata in RocksDB (config/rdb/, config/consumerOffsets/, config/topics/,
 config/subscriptionGroups/) are recognised and reported; mqtool does not read RocksDB.

@@ -5,7 +5,9 @@ The broker writes them with fastjson: ``Map<Integer, ...>`` keys come out unquot
 with ``ConfigManager.load`` (identical in 4.9 and 5.x):
 
 * the main file is read whole; when it is missing or empty (zero bytes) ``loadBak`` runs;
-* otherwise it is decoded; if decoding throws, ``loadBak`` runs;
+* otherwise it is decoded; if decoding throws, ``loadBak`` runs. Blank text (whitespace only),
+  ``null`` or ``""`` decode to a null bean *without* throwing: the manager keeps its empty
+  table and the ``.bak`` is never read;
 * ``loadBak``: a missing or empty ``.bak`` leaves the table empty and the load *succeeds*; a
   ``.bak`` that decodes is used; one that throws makes the load fail, and the broker refuses to
   start (BrokerController.initialize returns false).
@@ -278,7 +280,7 @@ class FileState:
         if self.state == "empty":
             return f"{self.name} is empty (0 bytes)"
         if self.state == "null":
-            return f"{self.name} holds only null"
+            return f"{self.name} decodes to nothing ({self.error})"
         if self.state == "ok":
             return f"{self.name} decodes ({self.size:,} bytes)"
         return f"{self.name} is {self.state}: {self.error}"
@@ -324,12 +326,19 @@ def _file_state(path: Path) -> tuple[FileState, object]:
         return FileState(name, "unreadable", error=err.strerror or str(err)), None
     if not data:
         return FileState(name, "empty", 0), None
+    text = data.decode("utf-8", errors="replace")
+    if not text.strip(_WHITESPACE):
+        # not empty for ConfigManager, so it is decoded; fastjson's bean reader answers null
+        # for blank input (JavaBeanDeserializer: isBlankInput), without an exception
+        return FileState(name, "null", len(data), "whitespace only"), None
     try:
-        document = parse_fastjson(data.decode("utf-8", errors="replace"))
+        document = parse_fastjson(text)
     except FastjsonError as err:
         return FileState(name, "unparsable", len(data), str(err)), None
-    if document is None:
-        return FileState(name, "null", len(data)), None
+    if document is None or document == "":
+        # a top-level null, or an empty string literal, also decodes to a null bean
+        return FileState(name, "null", len(data), "null" if document is None
+                         else "an empty string"), None
     if not isinstance(document, dict):
         return FileState(name, "unparsable", len(data),
                          f"the top-level value is a {_type_name(document)}, not an object"), None
@@ -345,8 +354,9 @@ def read_config(path: Path) -> ConfigLoad:
         if main.state == "null":
             # decode returns null and the manager keeps its empty table; .bak is not looked at
             return ConfigLoad(name, path, main, None, name, "empty",
-                              f"{name} decodes to null: the broker starts with an empty table "
-                              "and does not read the .bak")
+                              f"{main.sentence()}: the broker starts with an EMPTY table and "
+                              "does not read the .bak (the file is not empty, and decoding it "
+                              "throws nothing)")
         return ConfigLoad(name, path, main, None, name, "main", f"the broker loads {name}",
                           document)
     bak, bak_document = _file_state(path.with_name(name + ".bak"))

@@ -74,7 +74,6 @@ def test_forge_layout_round_trips():
 
 
 HOSTILE = {
-    "whitespace": b"   \n\t",
     "truncated": BROKER_PRETTY.encode()[:40],
     "binary": bytes(range(256)) * 4,
     "zeros": bytes(300),
@@ -110,6 +109,9 @@ def test_hostile_main_falls_back_to_the_bak(tmp_path, case):
     (bytes(50), bytes(50), "refuses", None),
     (b"{", None, "empty", None),
     (b"null", b"{", "empty", "consumerOffset.json"),               # decodes to nothing; no .bak
+    (b"  \n\t ", BROKER_PRETTY.encode(), "empty", "consumerOffset.json"),   # blank: likewise
+    (b'""', BROKER_PRETTY.encode(), "empty", "consumerOffset.json"),
+    (b'"text"', BROKER_PRETTY.encode(), "bak", "consumerOffset.json.bak"),
     (BROKER_PRETTY.encode(), b"{", "main", "consumerOffset.json"),  # a bad .bak is not read
 ])
 def test_config_manager_load_outcomes(tmp_path, main, bak, outcome, used):
