@@ -70,9 +70,9 @@ _BARE_KEY = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*|-?\d+")
 
 
 class _Parser:
-    """Recursive descent over fastjson's text: JSON plus unquoted keys (the integer map keys the
-    broker writes, and identifiers) and single-quoted strings, both accepted by fastjson's
-    default features. Everything else is an error with its position."""
+    """Recursive descent over fastjson's text: JSON plus what fastjson's default parser features
+    accept: unquoted keys (the integer map keys the broker writes, and identifiers),
+    single-quoted strings and extra commas. Everything else is an error with its position."""
 
     def __init__(self, text: str):
         self.text = text
@@ -177,16 +177,26 @@ class _Parser:
             return True
         return False
 
+    def _commas(self) -> bool:
+        """Skip a run of commas (fastjson's default AllowArbitraryCommas accepts extra ones)."""
+        found = False
+        while self._next_is(","):
+            found = True
+        return found
+
     def obj(self, depth: int) -> dict:
         self.pos += 1
         result: dict = {}
+        self._commas()
         if self._next_is("}"):
             return result
         while True:
             key = self.key()
             self.expect(":", "an object")
             result[key] = self.value(depth + 1)   # fastjson's maps keep the last duplicate
-            if self._next_is(","):
+            if self._commas():
+                if self._next_is("}"):
+                    return result
                 continue
             self.expect("}", "an object")
             return result
@@ -194,11 +204,14 @@ class _Parser:
     def array(self, depth: int) -> list:
         self.pos += 1
         result: list = []
+        self._commas()
         if self._next_is("]"):
             return result
         while True:
             result.append(self.value(depth + 1))
-            if self._next_is(","):
+            if self._commas():
+                if self._next_is("]"):
+                    return result
                 continue
             self.expect("]", "an array")
             return result

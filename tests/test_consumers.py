@@ -60,6 +60,7 @@ def test_parses_what_the_broker_wrote(fixture_store, shared_stores):
     '{"offsetTable":{"TopicTest@GroupA":{0:12,1:7}}}',
     '{"offsetTable":{"TopicTest@GroupA":{"0":12,"1":7}},"dataVersion":{"counter":3}}',
     " \n{ 'offsetTable' : { 'TopicTest@GroupA' : { 0 : 12 , 1 : 7 } } , extra: [1,2,{}] }\n",
+    '{,"offsetTable":{"TopicTest@GroupA":{0:12,,1:7,},},"x":[,1,,2,],}',
 ])
 def test_layouts_the_broker_accepts_read_alike(text):
     table, problems = cfg.offset_table(cfg.parse_fastjson(text))
