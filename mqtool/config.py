@@ -74,9 +74,13 @@ class _Parser:
     accept: unquoted keys (the integer map keys the broker writes, and identifiers),
     single-quoted strings and extra commas. Everything else is an error with its position."""
 
-    def __init__(self, text: str):
+    def __init__(self, text: str, locate_depth: int = 0):
         self.text = text
         self.pos = 0
+        # where each object member's value starts, by key path, down to locate_depth keys
+        self.locate_depth = locate_depth
+        self.where: dict[tuple, int] = {}
+        self._path: list = []
 
     def skip(self) -> None:
         text, pos = self.text, self.pos
@@ -193,7 +197,12 @@ class _Parser:
         while True:
             key = self.key()
             self.expect(":", "an object")
+            self._path.append(key)
+            if len(self._path) <= self.locate_depth:
+                self.skip()
+                self.where[tuple(self._path)] = self.pos
             result[key] = self.value(depth + 1)   # fastjson's maps keep the last duplicate
+            self._path.pop()
             if self._commas():
                 if self._next_is("}"):
                     return result
@@ -222,6 +231,18 @@ def parse_fastjson(text: str):
     (fastjson reads ``0`` and ``"0"`` alike into an Integer-keyed map; :func:`int_key` accepts
     both). Raises :class:`FastjsonError` (a ValueError) with a position."""
     return _Parser(text).document()
+
+
+def parse_fastjson_located(text: str, depth: int = 3) -> tuple[object, dict[tuple, int]]:
+    """:func:`parse_fastjson` plus where each object member's value starts (character index),
+    by key path, for paths of up to ``depth`` keys."""
+    parser = _Parser(text, depth)
+    return parser.document(), parser.where
+
+
+def byte_position(text: str, index: int) -> int:
+    """The file offset of character ``index`` of the UTF-8 text."""
+    return len(text[:index].encode("utf-8", errors="surrogatepass"))
 
 
 def read_fastjson_file(path: Path):
@@ -286,6 +307,7 @@ class FileState:
     state: str              # missing | empty | ok | null | unparsable | unreadable
     size: int | None = None
     error: str | None = None
+    position: int | None = None   # unparsable: the byte offset where decoding failed
 
     def sentence(self) -> str:
         if self.state == "missing":
@@ -311,6 +333,16 @@ class ConfigLoad:
     outcome: str                   # main | bak | empty | absent | refuses
     reason: str                    # one sentence: what the broker does and why
     document: object = None
+    text: str = field(default="", repr=False)            # the used file's text
+    locations: dict = field(default_factory=dict, repr=False)
+
+    def offset_of(self, *path) -> int:
+        """Byte offset of the value at a key path in the used file (0 when unknown); an integer
+        key is found written either way (``0`` or ``"0"``)."""
+        for candidate in (path, tuple(str(k) for k in path)):
+            if candidate in self.locations:
+                return byte_position(self.text, self.locations[candidate])
+        return 0
 
     @property
     def broker_refuses(self) -> bool:
@@ -324,45 +356,55 @@ class ConfigLoad:
                         if self.bak else None)}
 
 
-def _file_state(path: Path) -> tuple[FileState, object]:
+@dataclass
+class _Parsed:
+    document: object = None
+    text: str = ""
+    locations: dict = field(default_factory=dict)
+
+
+def _file_state(path: Path) -> tuple[FileState, _Parsed]:
     name = path.name
+    nothing = _Parsed()
     if not path.exists():
-        return FileState(name, "missing"), None
+        return FileState(name, "missing"), nothing
     if not path.is_file():
         # file2String reads it with a FileInputStream, which throws: the broker's decode fails
-        return FileState(name, "unreadable", error="not a regular file"), None
+        return FileState(name, "unreadable", error="not a regular file"), nothing
     try:
         data = _read_bytes(path)
     except FastjsonError as err:
-        return FileState(name, "unreadable", path.stat().st_size, str(err)), None
+        return FileState(name, "unreadable", path.stat().st_size, str(err)), nothing
     except OSError as err:
-        return FileState(name, "unreadable", error=err.strerror or str(err)), None
+        return FileState(name, "unreadable", error=err.strerror or str(err)), nothing
     if not data:
-        return FileState(name, "empty", 0), None
+        return FileState(name, "empty", 0), nothing
     text = data.decode("utf-8", errors="replace")
     if not text.strip(_WHITESPACE):
         # not empty for ConfigManager, so it is decoded; fastjson's bean reader answers null
         # for blank input (JavaBeanDeserializer: isBlankInput), without an exception
-        return FileState(name, "null", len(data), "whitespace only"), None
+        return FileState(name, "null", len(data), "whitespace only"), nothing
     try:
-        document = parse_fastjson(text)
+        document, locations = parse_fastjson_located(text)
     except FastjsonError as err:
-        return FileState(name, "unparsable", len(data), str(err)), None
+        where = byte_position(text, err.position) if err.position is not None else None
+        return FileState(name, "unparsable", len(data), str(err), where), nothing
     if document is None or document == "":
         # a top-level null, or an empty string literal, also decodes to a null bean
         return FileState(name, "null", len(data), "null" if document is None
-                         else "an empty string"), None
+                         else "an empty string"), nothing
     if not isinstance(document, dict):
         return FileState(name, "unparsable", len(data),
-                         f"the top-level value is a {_type_name(document)}, not an object"), None
-    return FileState(name, "ok", len(data)), document
+                         f"the top-level value is a {_type_name(document)}, not an object",
+                         0), nothing
+    return FileState(name, "ok", len(data)), _Parsed(document, text, locations)
 
 
 def read_config(path: Path) -> ConfigLoad:
     """ConfigManager.load for the config file at ``path`` (its ``.bak`` beside it)."""
     path = Path(path)
     name = path.name
-    main, document = _file_state(path)
+    main, parsed = _file_state(path)
     if main.state in ("ok", "null"):
         if main.state == "null":
             # decode returns null and the manager keeps its empty table; .bak is not looked at
@@ -371,12 +413,13 @@ def read_config(path: Path) -> ConfigLoad:
                               "does not read the .bak (the file is not empty, and decoding it "
                               "throws nothing)")
         return ConfigLoad(name, path, main, None, name, "main", f"the broker loads {name}",
-                          document)
-    bak, bak_document = _file_state(path.with_name(name + ".bak"))
+                          parsed.document, parsed.text, parsed.locations)
+    bak, bak_parsed = _file_state(path.with_name(name + ".bak"))
     why = main.sentence()
     if bak.state == "ok":
         return ConfigLoad(name, path, main, bak, bak.name, "bak",
-                          f"{why}: the broker loads {bak.name} instead", bak_document)
+                          f"{why}: the broker loads {bak.name} instead", bak_parsed.document,
+                          bak_parsed.text, bak_parsed.locations)
     if bak.state in ("missing", "empty", "null"):
         if main.state == "missing" and bak.state == "missing":
             return ConfigLoad(name, path, main, bak, None, "absent",
@@ -456,6 +499,16 @@ def long_value(value) -> int | None:
     return value if JAVA_LONG_MIN <= value <= JAVA_LONG_MAX else None
 
 
+class Problem(str):
+    """A sentence about a config entry the broker would not write, with its file and the key
+    path of the entry (to locate it)."""
+
+    def __new__(cls, file: str, path: tuple, text: str):
+        problem = super().__new__(cls, text)
+        problem.file, problem.path = file, path
+        return problem
+
+
 def _describe(value) -> str:
     text = json.dumps(value, ensure_ascii=False, default=str) if not isinstance(value, str) \
         else json.dumps(value, ensure_ascii=False)
@@ -473,29 +526,35 @@ def offset_table(document, file: str = CONSUMER_OFFSET
     raw = document.get("offsetTable")
     if raw is None:
         if "offsetTable" in document:
-            problems.append(f"{file}: offsetTable is null")
+            problems.append(Problem(file, ("offsetTable",), f"{file}: offsetTable is null"))
         return table, problems
     if not isinstance(raw, dict):
-        problems.append(f"{file}: offsetTable is a {_type_name(raw)}, not an object")
+        problems.append(Problem(file, ("offsetTable",),
+                                f"{file}: offsetTable is a {_type_name(raw)}, not an object"))
         return table, problems
     for topic_group, queues in raw.items():
         if not isinstance(topic_group, str) or TOPIC_GROUP_SEPARATOR not in topic_group:
-            problems.append(f"{file}: key {_describe(topic_group)} is not topic@group")
+            problems.append(Problem(file, ("offsetTable", topic_group),
+                                    f"{file}: key {_describe(topic_group)} is not topic@group"))
             continue
         if not isinstance(queues, dict):
-            problems.append(f"{file}: {topic_group}: a {_type_name(queues)}, not a map of "
-                            "queue offsets")
+            problems.append(Problem(file, ("offsetTable", topic_group),
+                                    f"{file}: {topic_group}: a {_type_name(queues)}, not a map "
+                                    "of queue offsets"))
             continue
         entry = table.setdefault(topic_group, {})
         for qid, offset in queues.items():
             queue_id = int_key(qid)
             value = long_value(offset)
             if queue_id is None:
-                problems.append(f"{file}: {topic_group}: queue id {_describe(qid)} is not an "
-                                "integer in Java's int range")
+                problems.append(Problem(file, ("offsetTable", topic_group, qid),
+                                        f"{file}: {topic_group}: queue id {_describe(qid)} is "
+                                        "not an integer in Java's int range"))
             elif value is None:
-                problems.append(f"{file}: {topic_group} queue {queue_id}: offset "
-                                f"{_describe(offset)} is not a whole number in Java's long range")
+                problems.append(Problem(file, ("offsetTable", topic_group, qid),
+                                        f"{file}: {topic_group} queue {queue_id}: offset "
+                                        f"{_describe(offset)} is not a whole number in Java's "
+                                        "long range"))
             else:
                 entry[queue_id] = value
     return table, problems
@@ -518,16 +577,19 @@ def delay_offset_table(document, file: str = DELAY_OFFSET) -> tuple[dict[int, in
     if raw is None:
         return table, problems
     if not isinstance(raw, dict):
-        problems.append(f"{file}: offsetTable is a {_type_name(raw)}, not an object")
+        problems.append(Problem(file, ("offsetTable",),
+                                f"{file}: offsetTable is a {_type_name(raw)}, not an object"))
         return table, problems
     for level, offset in raw.items():
         key, value = int_key(level), long_value(offset)
         if key is None:
-            problems.append(f"{file}: level {_describe(level)} is not an integer in Java's int "
-                            "range")
+            problems.append(Problem(file, ("offsetTable", level),
+                                    f"{file}: level {_describe(level)} is not an integer in "
+                                    "Java's int range"))
         elif value is None:
-            problems.append(f"{file}: level {key}: offset {_describe(offset)} is not a whole "
-                            "number in Java's long range")
+            problems.append(Problem(file, ("offsetTable", level),
+                                    f"{file}: level {key}: offset {_describe(offset)} is not a "
+                                    "whole number in Java's long range"))
         else:
             table[key] = value
     return table, problems
@@ -541,7 +603,8 @@ def topic_names(document, file: str = TOPICS) -> tuple[set[str] | None, list[str
     if raw is None:
         return None, []
     if not isinstance(raw, dict):
-        return None, [f"{file}: topicConfigTable is a {_type_name(raw)}, not an object"]
+        return None, [Problem(file, ("topicConfigTable",),
+                              f"{file}: topicConfigTable is a {_type_name(raw)}, not an object")]
     return {str(k) for k in raw}, []
 
 

@@ -532,15 +532,22 @@ def consumer_findings(store: Store, plan: RecoveryPlan,
         if load.outcome in ("main", "absent"):
             continue
         severity = ERROR if load.outcome in ("refuses", "empty") else WARNING
-        add("CFG_UNREADABLE", f"config/{name}", load.reason, severity)
+        add("CFG_UNREADABLE", f"config/{name}", load.reason, severity,
+            offset=load.main.position or 0)
+    by_used = {load.used: load for load in configs.loads.values() if load.used}
     for problem in report.problems:
-        file, _, text = problem.partition(": ")
-        add("CFG_BAD_VALUE", f"config/{file}", text)
+        load = by_used.get(problem.file)
+        add("CFG_BAD_VALUE", f"config/{problem.file}", problem.split(": ", 1)[-1],
+            offset=load.offset_of(*problem.path) if load is not None else 0)
     for folder, what in configs.rocksdb.items():
         add("CFG_IN_ROCKSDB", f"config/{folder}", f"{what} in RocksDB: mqtool does not read it")
     offsets_file = f"config/{report.offsets_source or cfg.CONSUMER_OFFSET}"
+    offsets_load = configs.loads[cfg.CONSUMER_OFFSET]
     for row in report.rows:
-        where = dict(topic=row.topic, queue_id=row.queue_id, queue_offset=row.committed_offset)
+        # located at the offset's value in the file, so every finding has its own key
+        entry = offsets_load.offset_of("offsetTable", f"{row.topic}@{row.group}", row.queue_id)
+        where = dict(topic=row.topic, queue_id=row.queue_id, queue_offset=row.committed_offset,
+                     offset=entry)
         label = f"group {row.group} on {row.topic} queue {row.queue_id}"
         if row.committed_offset > row.max_after_start and report.start_predicted:
             add("CONSUMER_OFFSET_AHEAD", offsets_file,
@@ -569,11 +576,13 @@ def consumer_findings(store: Store, plan: RecoveryPlan,
                 f"{len(queues)} queue(s) of topic {topic} on disk, but topics.json (loaded from "
                 f"{configs.loads[cfg.TOPICS].used}) does not list it: the broker does not "
                 "register it with the name server", topic=topic, count=len(queues))
-    delay_file = f"config/{configs.loads[cfg.DELAY_OFFSET].used or cfg.DELAY_OFFSET}"
+    delay_load = configs.loads[cfg.DELAY_OFFSET]
+    delay_file = f"config/{delay_load.used or cfg.DELAY_OFFSET}"
     for row in report.delay:
         if row.offset > row.max_at_load:
             add("DELAY_OFFSET_AHEAD", delay_file, row.sentence, topic=SCHEDULE_TOPIC,
-                queue_id=row.queue_id, queue_offset=row.offset)
+                queue_id=row.queue_id, queue_offset=row.offset,
+                offset=delay_load.offset_of("offsetTable", row.level))
     return findings
 
 

@@ -612,3 +612,24 @@ def test_salvage_unconsumed_by_matches_export(made, mqtool, tmp_path):
         return sorted((m["topic"], m["queue_id"], m["queue_offset"])
                       for m in map(json.loads, lines))
     assert keys(salvaged) == keys(exported.splitlines()) and salvaged
+
+
+def test_findings_point_at_their_entry(made, tmp_path):
+    src, _ = made("groups", consumer_groups=(("GroupB", 5), ("GroupC", -3)))
+    root = tmp_path / "s"
+    shutil.copytree(src, root)
+    store = Store(root)
+    plan = predict_recovery(store)
+    findings = consumer_findings(store, plan)
+    data = (root / "config" / "consumerOffset.json").read_bytes()
+    ahead = [f for f in findings if f.code == "CONSUMER_OFFSET_AHEAD"]
+    assert len({f.key for f in ahead}) == len(ahead) == 4
+    for f in ahead:
+        # the committed offset is written right there
+        assert data[f.offset:].startswith(str(f.queue_offset).encode())
+        line_start = data.rfind(b"\n", 0, f.offset)
+        assert f"{f.topic}@GroupC".encode() in data[line_start:f.offset]
+    # a damaged main file: the finding points where decoding fails
+    (root / "config" / "consumerOffset.json").write_bytes(data[:100] + b"\xff\x00" + data[102:])
+    unreadable = [f for f in consumer_findings(store, plan) if f.code == "CFG_UNREADABLE"]
+    assert [f.offset for f in unreadable] == [100]
