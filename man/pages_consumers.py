@@ -61,7 +61,8 @@ start), the delay levels, and one sentence for every queue whose offset the star
 whose messages it drops. With --json, one JSON document: store, broker_version, recovery_mode,
 offsets_source, configs (per file: used, outcome, reason, and the state of the main file and
 the .bak), groups (one summary per group), queues (one object per group, topic and queue, with
-next_start: status, next_offset, slave_next_offset, delivers, skips, consumed_then_dropped,
+next_start: status, next_offset, slave_next_offset, delivers, skips, skips_if_refilled,
+consumed_then_dropped,
 unconsumed_dropped, sentence), delay_levels, problems, notes and rules.""",
         "exit": """\
 0 shown.

@@ -272,7 +272,9 @@ class NextStart:
     next_offset: int            # on a master (or a slave with offsetCheckInSlave)
     slave_next_offset: int      # on a slave without offsetCheckInSlave
     delivers: int               # messages delivered from next_offset up to the queue end
-    skips: int                  # messages the group never gets (deleted, or written into a gap)
+    skips: int                  # messages the group certainly never gets (deleted by retention)
+    skips_if_refilled: int      # OFFSET_OVERFLOW_BADLY: new messages skipped if written before
+                                # the first pull (always on a slave without offsetCheckInSlave)
     consumed_then_dropped: int  # messages the group had consumed that the start drops
     unconsumed_dropped: int     # messages the group had NOT consumed that the start drops
     sentence: str
@@ -286,39 +288,39 @@ def next_start(offset: int, bounds: QueueBounds) -> NextStart:
     dropped = (f"; the start drops {unconsumed_dropped} message(s) the group had not consumed "
                f"(offsets {max(offset, high)}..{now - 1})" if unconsumed_dropped else "")
     if offset < 0:
-        return NextStart("NO_OFFSET", offset, offset, 0, 0, 0, 0,
+        return NextStart("NO_OFFSET", offset, offset, 0, 0, 0, 0, 0,
                          f"offset {offset} is negative: the broker treats the group as new "
                          "(consumeFromWhere decides)")
     if high == 0:
         if offset == 0:
-            return NextStart("NO_MESSAGE_IN_QUEUE", 0, 0, 0, 0, consumed_dropped,
+            return NextStart("NO_MESSAGE_IN_QUEUE", 0, 0, 0, 0, 0, consumed_dropped,
                              unconsumed_dropped, "queue empty after the start; nothing to "
                              "deliver" + dropped)
-        return NextStart("NO_MESSAGE_IN_QUEUE", 0, offset, 0, 0, consumed_dropped,
+        return NextStart("NO_MESSAGE_IN_QUEUE", 0, offset, 0, 0, offset, consumed_dropped,
                          unconsumed_dropped,
                          f"queue empty after the start: the first pull moves offset {offset} "
                          f"back to 0 (a slave keeps {offset} and skips the first {offset} new "
                          "messages)" + dropped)
     if offset < low:
-        return NextStart("OFFSET_TOO_SMALL", low, offset, high - low, low - offset,
+        return NextStart("OFFSET_TOO_SMALL", low, offset, high - low, low - offset, 0,
                          consumed_dropped, unconsumed_dropped,
                          f"offset {offset} is below the queue minimum {low}: moved up to {low}; "
                          f"skips {low - offset} message(s) already deleted, then delivers "
                          f"{high - low}" + dropped)
     if offset == high:
-        return NextStart("OFFSET_OVERFLOW_ONE", offset, offset, 0, 0, consumed_dropped,
+        return NextStart("OFFSET_OVERFLOW_ONE", offset, offset, 0, 0, 0, consumed_dropped,
                          unconsumed_dropped, f"caught up at {offset}: nothing to deliver"
                          + dropped)
     if offset > high:
         gap = offset - high
-        return NextStart("OFFSET_OVERFLOW_BADLY", high, offset, 0, 0, consumed_dropped,
+        return NextStart("OFFSET_OVERFLOW_BADLY", high, offset, 0, 0, gap, consumed_dropped,
                          unconsumed_dropped,
                          f"offset {offset} is past the queue end {high} after the start: the "
                          f"first pull moves it back to {high}, and the {gap} message(s) "
                          f"written next at {high}..{offset - 1} are delivered; it skips them "
                          f"if they are written before that pull (and always on a slave "
-                         "without offsetCheckInSlave)")
-    return NextStart("FOUND", offset, offset, high - offset, 0, consumed_dropped,
+                         "without offsetCheckInSlave)" + dropped)
+    return NextStart("FOUND", offset, offset, high - offset, 0, 0, consumed_dropped,
                      unconsumed_dropped,
                      f"delivers {high - offset} message(s) from offset {offset} (those read "
                      "but not yet committed come again)" + dropped)

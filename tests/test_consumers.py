@@ -322,6 +322,29 @@ def test_v5_store_without_config_has_no_offsets(shared_stores):
     assert consumer_findings(store, plan, report=report) == []
 
 
+@pytest.mark.parametrize("offset, status, fields", [
+    # queue: min 10, 100 messages on disk now, 80 left after the start
+    (95, "OFFSET_OVERFLOW_BADLY", dict(next_offset=80, slave_next_offset=95, delivers=0,
+                                       skips_if_refilled=15, consumed_then_dropped=15,
+                                       unconsumed_dropped=5)),
+    (80, "OFFSET_OVERFLOW_ONE", dict(next_offset=80, delivers=0, unconsumed_dropped=20)),
+    (50, "FOUND", dict(next_offset=50, delivers=30, unconsumed_dropped=20)),
+    (4, "OFFSET_TOO_SMALL", dict(next_offset=10, slave_next_offset=4, skips=6, delivers=70)),
+    (-1, "NO_OFFSET", dict(delivers=0)),
+])
+def test_next_start_rules(offset, status, fields):
+    from mqtool.consumers import QueueBounds, next_start
+
+    bounds = QueueBounds("T", 0, "consumequeue", 10, 100, 80, 80, 10)
+    outcome = next_start(offset, bounds)
+    assert outcome.status == status
+    for name, value in fields.items():
+        assert getattr(outcome, name) == value, name
+    empty = next_start(7, QueueBounds("T", 0, None))
+    assert (empty.status, empty.next_offset, empty.slave_next_offset) == (
+        "NO_MESSAGE_IN_QUEUE", 0, 7)
+
+
 # --- forge-made stores --------------------------------------------------------------------------
 
 def options(**kw):
@@ -376,6 +399,7 @@ def test_forge_groups_lag_as_asked(made):
             assert c.committed_offset == end + 3 and c.lag_messages == 0
             assert c.next_start.status == "OFFSET_OVERFLOW_BADLY"
             assert c.next_start.next_offset == end
+            assert (c.next_start.skips, c.next_start.skips_if_refilled) == (0, 3)
     # each group reads its own retry topic only
     assert ("GroupB", "%RETRY%GroupA", 0) not in rows
     groups = {g["group"]: g for g in report.groups()}
