@@ -42,6 +42,13 @@ from .store import ConsumeQueue, Store
 from .vocabulary import CONSUMER_CODES, ERROR, VERSION_49, WARNING
 
 SCHEDULE_TOPIC = codecs.SCHEDULE_TOPIC
+#: topics the broker adds to its topic table itself (TopicConfigManager's constructor / init in
+#: 4.9.8 and 5.3.3, or on demand): missing from topics.json is normal for them
+BROKER_OWN_TOPICS = frozenset({
+    "TBW102", SCHEDULE_TOPIC, "BenchmarkTest", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT",
+    "RMQ_SYS_TRACE_TOPIC", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+    "TRANS_CHECK_MAX_TIME_TOPIC"})
+BROKER_OWN_PREFIX = "rmq_sys_"
 
 # the codes live in mqtool.vocabulary (the CLI lists them without importing numpy)
 
@@ -571,7 +578,8 @@ def consumer_findings(store: Store, plan: RecoveryPlan,
     if topics is not None:
         missing: dict[str, list] = {}
         for q in store.consume_queues + store.batch_consume_queues:
-            if q.topic not in topics:
+            if q.topic not in topics and q.topic not in BROKER_OWN_TOPICS \
+                    and not q.topic.startswith(BROKER_OWN_PREFIX):
                 missing.setdefault(q.topic, []).append(q)
         for topic, queues in sorted(missing.items()):
             add("TOPIC_NOT_IN_CONFIG", store.relative(queues[0].directory.parent),
