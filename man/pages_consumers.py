@@ -10,7 +10,9 @@ not, extra keys ignored. When the file is missing or empty (0 bytes), or does no
 broker loads consumerOffset.json.bak instead; when that is missing or empty too it starts with
 an empty table (every committed offset forgotten), and when the .bak does not decode either it
 refuses to start. A file holding only whitespace or null is not empty and decodes to nothing
-without an error: the broker keeps an empty table and never reads the .bak. mqtool does the same and says, for topics.json, consumerOffset.json,
+without an error: the broker keeps an empty table and never reads the .bak. A .tmp left by an
+interrupted persist (4.9 and 5.0 write it, delete the file and rename it) is never read by the
+broker, though it may hold the newest content; it is reported. mqtool does the same and says, for topics.json, consumerOffset.json,
 subscriptionGroup.json and delayOffset.json, which file the broker uses and why. 5.x stores
 that keep their metadata in RocksDB (config/rdb/, config/consumerOffsets/, config/topics/,
 config/subscriptionGroups/) are recognised and reported; mqtool does not read RocksDB.

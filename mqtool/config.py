@@ -335,6 +335,7 @@ class ConfigLoad:
     document: object = None
     text: str = field(default="", repr=False)            # the used file's text
     locations: dict = field(default_factory=dict, repr=False)
+    tmp: FileState | None = None    # a .tmp left by an interrupted 4.9/5.0 persist
 
     def offset_of(self, *path) -> int:
         """Byte offset of the value at a key path in the used file (0 when unknown); an integer
@@ -353,7 +354,9 @@ class ConfigLoad:
                 "reason": self.reason,
                 "main": {k: v for k, v in vars(self.main).items() if v is not None},
                 "bak": ({k: v for k, v in vars(self.bak).items() if v is not None}
-                        if self.bak else None)}
+                        if self.bak else None),
+                "tmp": ({k: v for k, v in vars(self.tmp).items() if v is not None}
+                        if self.tmp else None)}
 
 
 @dataclass
@@ -401,8 +404,20 @@ def _file_state(path: Path) -> tuple[FileState, _Parsed]:
 
 
 def read_config(path: Path) -> ConfigLoad:
-    """ConfigManager.load for the config file at ``path`` (its ``.bak`` beside it)."""
-    path = Path(path)
+    """ConfigManager.load for the config file at ``path`` (its ``.bak`` beside it). A
+    ``.tmp`` beside them (4.9/5.0 persist writes it, then deletes the file and renames the tmp:
+    a crash in between leaves it) is never read by the broker; the reason says so."""
+    load = _load(Path(path))
+    tmp = load.path.with_name(load.name + ".tmp")
+    if tmp.exists():
+        state, _ = _file_state(tmp)
+        load.tmp = state
+        load.reason += (f"; {tmp.name} is left from an interrupted persist ({state.sentence()}), "
+                        "which the broker never reads: it may hold newer content")
+    return load
+
+
+def _load(path: Path) -> ConfigLoad:
     name = path.name
     main, parsed = _file_state(path)
     if main.state in ("ok", "null"):

@@ -122,6 +122,17 @@ def test_config_manager_load_outcomes(tmp_path, main, bak, outcome, used):
     json.dumps(load.to_dict())
 
 
+def test_interrupted_persist_leaves_a_tmp_the_broker_ignores(tmp_path):
+    """4.9 persist: tmp written, old content copied to .bak, file deleted, tmp renamed. A crash
+    after the delete leaves .tmp (newest) and .bak (previous): the broker loads the .bak."""
+    path = write_pair(tmp_path / "config", "consumerOffset.json", None, BROKER_PRETTY.encode())
+    (tmp_path / "config" / "consumerOffset.json.tmp").write_text(BROKER_PRETTY.replace("12", "15"))
+    load = cfg.read_config(path)
+    assert (load.outcome, load.used, load.tmp.state) == ("bak", "consumerOffset.json.bak", "ok")
+    assert "consumerOffset.json.tmp is left from an interrupted persist" in load.reason
+    assert load.to_dict()["tmp"]["state"] == "ok"
+
+
 def test_wrong_types_and_ranges_are_reported_not_guessed():
     doc = cfg.parse_fastjson(
         '{"offsetTable":{"A@G":{0:1,1:"7",2:1.5,3:true,4:null,5:99999999999999999999,'
