@@ -499,6 +499,9 @@ def test_topic_missing_from_topics_json_and_bad_values(made, tmp_path):
     bad = [f for f in findings if f.code == "CFG_BAD_VALUE"]
     assert len(bad) == 1 and "TopicTest@GroupB queue 0" in bad[0].message
     assert all(r.topic_in_config is (r.topic != "OrderTopic") for r in report.rows)
+    keys = [f.key for f in findings]
+    assert len(keys) == len(set(keys))
+    json.dumps([f.to_dict() for f in findings])
 
 
 def test_offsets_in_rocksdb_are_not_read_from_json(made, tmp_path):
@@ -556,6 +559,8 @@ def test_cli_on_hostile_configs_never_tracebacks(made, mqtool, tmp_path, case):
     doc = json.loads(proc.stdout)
     assert doc["queues"] == []
     assert {f["outcome"] for f in doc["configs"]["files"].values()} == {"refuses"}
+    info = mqtool("info", "--json", root)
+    assert info.returncode == 0 and json.loads(info.stdout)["consumer_groups"] == []
 
 
 def test_cli_forge_options(mqtool, tmp_path):
