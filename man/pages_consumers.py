@@ -44,8 +44,10 @@ start re-dispatches anything. The delay table shows the offset, the queue bounds
 moment, the offset set at load and the delay messages still pending.
 
 verify-style findings about the same files (the lead wires them into mqtool-verify(1)):
-CFG_UNREADABLE (a config file is empty or does not decode: a warning when the broker falls back
-to the .bak, an error when it starts with an empty table or refuses to start), CFG_BAD_VALUE
+CFG_UNREADABLE (a config file the broker's start loads, consumerFilter.json,
+topicQueueMapping.json and consumerOrderInfo.json included, is empty or does not decode: a
+warning when the broker falls back to the .bak, an error when it starts with an empty table or
+refuses to start), CFG_BAD_VALUE
 (an entry that is not what the broker writes: wrong type, out of Java's range; skipped, not
 guessed), CFG_IN_ROCKSDB (metadata in RocksDB, not read), CONSUMER_OFFSET_AHEAD (an offset past
 its queue's end after the next start), CONSUMER_OFFSET_AHEAD_NOW (past the end on disk, but the

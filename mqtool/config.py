@@ -44,6 +44,11 @@ SUBSCRIPTION_GROUP = "subscriptionGroup.json"
 DELAY_OFFSET = "delayOffset.json"
 #: the files consumer forensics reads, in the order the broker loads them
 CONSUMER_CONFIGS = (TOPICS, CONSUMER_OFFSET, SUBSCRIPTION_GROUP, DELAY_OFFSET)
+#: every config file whose failed load stops the broker's start (BrokerController's
+#: initialize / initializeMetadata and the store's load, 4.9.8 and 5.3.3; the 5.x-only ones
+#: exist only in 5.x stores)
+STARTUP_CONFIGS = (TOPICS, "topicQueueMapping.json", CONSUMER_OFFSET, SUBSCRIPTION_GROUP,
+                   "consumerFilter.json", "consumerOrderInfo.json", DELAY_OFFSET)
 #: RocksDB metadata folders of 5.x under config/, and what each holds
 ROCKSDB_DIRS = {
     "rdb": "all metadata (5.x ConfigStorage, v2)",

@@ -526,10 +526,11 @@ def consumer_findings(store: Store, plan: RecoveryPlan,
                       configs: cfg.StoreConfigs | None = None,
                       report: ConsumerReport | None = None) -> list:
     """verify's findings about config files, consumer and delay offsets (codes in
-    :data:`CONSUMER_CODES`), as :class:`mqtool.verify.Finding` objects."""
+    :data:`CONSUMER_CODES`), as :class:`mqtool.verify.Finding` objects. Every config file whose
+    failed load stops the broker (:data:`mqtool.config.STARTUP_CONFIGS`) is checked."""
     from .verify import Finding   # verify imports this module; import on use
 
-    configs = configs or cfg.read_store_configs(store.root)
+    configs = configs or cfg.read_store_configs(store.root, cfg.STARTUP_CONFIGS)
     report = report or consumer_report(store, plan, configs)
     findings = []
 

@@ -504,6 +504,19 @@ def test_topic_missing_from_topics_json_and_bad_values(made, tmp_path):
     json.dumps([f.to_dict() for f in findings])
 
 
+def test_every_config_the_start_loads_is_checked(made, tmp_path):
+    src, _ = made("groups", consumer_groups=(("GroupB", 5), ("GroupC", -3)))
+    root = tmp_path / "s"
+    shutil.copytree(src, root)
+    (root / "config" / "consumerFilter.json").write_bytes(b'{"filterDataByTopic":{')
+    store = Store(root)
+    findings = [f for f in consumer_findings(store, predict_recovery(store))
+                if f.code == "CFG_UNREADABLE"]
+    assert [(f.file, f.severity) for f in findings] == [("config/consumerFilter.json", "error")]
+    assert "refuses to start" not in findings[0].message   # no .bak: it starts, table empty
+    assert "EMPTY table" in findings[0].message
+
+
 def test_offsets_in_rocksdb_are_not_read_from_json(made, tmp_path):
     src, _ = made("groups", consumer_groups=(("GroupB", 5), ("GroupC", -3)))
     root = tmp_path / "s"
