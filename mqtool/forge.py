@@ -529,9 +529,13 @@ def write_consumer_groups(config_dir: Path, options: ForgeOptions, topics: list[
         groups[name] = bean
     for group, lag in options.consumer_groups:
         offsets.update(consumer_group_offsets(group, lag, topics, options.queues, cq_max))
-    _write_config(config_dir, "subscriptionGroup.json", JavaBean(
-        dataVersion=_data_version(timestamp, len(groups), options.broker_version),
-        forbiddenTable={}, subscriptionGroupTable=groups))
+    manager = JavaBean(dataVersion=_data_version(timestamp, len(groups), options.broker_version),
+                       subscriptionGroupTable=groups)
+    if options.broker_version >= 5:
+        # 5.x adds forbiddenTable; its groups' groupRetryPolicy bean is left out (mqtool reads
+        # only the group names)
+        manager["forbiddenTable"] = {}
+    _write_config(config_dir, "subscriptionGroup.json", manager)
 
 
 # --- make ---------------------------------------------------------------------------------------
