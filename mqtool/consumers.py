@@ -217,15 +217,20 @@ def queue_bounds(store: Store, plan: RecoveryPlan | None) -> dict[tuple[str, int
 # --- what is unconsumed -------------------------------------------------------------------------
 
 def _unit_range(queue: ConsumeQueue, upf: int, batch: bool, lo: int, hi: int) -> np.ndarray:
-    """Units covering queue offsets [lo, hi)."""
+    """Units covering queue offsets [lo, hi); a ConsumeQueue reads only the files holding
+    them (its unit index is its queue offset)."""
     parts = []
-    for base, units in _units_of(queue, upf, batch):
-        if batch:
-            ok = (units["batch_size"] > 0) & (units["size"] > 0)
-            units = units[ok]
+    if batch:
+        for _, units in _units_of(queue, upf, True):
+            units = units[(units["batch_size"] > 0) & (units["size"] > 0)]
             top = units["msg_base_offset"] + units["batch_size"]
             parts.append(units[(top > lo) & (units["msg_base_offset"] < hi)])
-        elif base + len(units) > lo and base < hi:
+    else:
+        for seg in queue.segments:
+            base = seg.base_offset // cq_fmt.CQ_STORE_UNIT_SIZE
+            if base >= hi or base + upf <= lo:
+                continue
+            units = read_cq_units(seg.path, upf)
             parts.append(units[max(0, lo - base):max(0, hi - base)])
     dtype = BATCH_CQ_DTYPE if batch else CQ_DTYPE
     return np.concatenate(parts) if parts else np.zeros(0, dtype)
