@@ -275,13 +275,15 @@ def fastjson_pretty(value, depth: int = 0) -> str:
     """``JSON.toJSONString(obj, true)`` as fastjson 1.2.x writes it.
 
     Beans and String-keyed maps put each entry on its own line (tab-indented); maps with Integer
-    keys write them unquoted on one line and only close on a new line; an empty map is ``{}``."""
+    keys write them unquoted on one line and only close on a new line; an empty map is ``{}``.
+    Null fields and map values are left out (fastjson writes them only with WriteMapNullValue)."""
     if isinstance(value, JavaBean):
         inner = "\t" * (depth + 1)
         fields = [f"\n{inner}{json.dumps(k, ensure_ascii=False)}:{fastjson_pretty(v, depth + 1)}"
-                  for k, v in sorted(value.items())]
+                  for k, v in sorted(value.items()) if v is not None]
         return "{" + ",".join(fields) + "\n" + "\t" * depth + "}"
     if isinstance(value, dict):
+        value = {k: v for k, v in value.items() if v is not None}
         if not value:
             return "{}"
         inner = "\t" * (depth + 1)
