@@ -493,6 +493,9 @@ def check_consumer_groups(groups) -> None:
     names = [name for name, _ in groups]
     if len(set(names)) != len(names):
         raise ValueError("--consumer-group names a group twice")
+    for name, lag in groups:
+        if abs(lag) > 1 << 40:   # offsets stay far inside Java's long
+            raise ValueError(f"--consumer-group {name}: LAG {lag} is out of range")
     for name in names:
         if not name or "@" in name or len(name) > 255:
             raise ValueError(f"--consumer-group: {name!r} is not a group name (1-255 "

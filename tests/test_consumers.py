@@ -582,6 +582,10 @@ def test_cli_forge_options(mqtool, tmp_path):
     proc = mqtool("fixture", "make", tmp_path / "t", "-n", "50", "--consumer-group", "G@x:1")
     assert proc.returncode == 2 and "no '@'" in proc.stderr
     assert mqtool("consumers", tmp_path / "missing").returncode == 2
+    proc = mqtool("fixture", "make", tmp_path / "u", "-n", "50", "--consumer-group",
+                  "G:-99999999999999999999")
+    assert proc.returncode == 2 and "out of range" in proc.stderr
+    assert not (tmp_path / "u").exists()
 
 
 # --- export --unconsumed-by and the offsets clamp ----------------------------------------------
