@@ -265,10 +265,13 @@ def _disk_queue_ends(dump: dict) -> dict[tuple[str, int], int]:
     return ends
 
 
-def test_groups_that_consumed_what_recovery_truncates_are_moved_back(shared_stores, tmp_path):
-    """clean-small-damaged: the broker drops the last 237 messages. A group that had consumed
-    everything written is past the recovered end of the queues that lost messages."""
-    src = shared_stores / "clean-small-damaged"
+@pytest.mark.parametrize("name", ["clean-small-damaged", "v5-damaged"])
+def test_groups_that_consumed_what_recovery_truncates_are_moved_back(shared_stores, tmp_path,
+                                                                     name):
+    """The damaged stores: the broker drops every message from the damaged one on (237 in
+    clean-small-damaged). A group that had consumed everything written is past the recovered end
+    of the queues that lost messages. The offsets file is in the 4.9 or the 5.x layout."""
+    src = shared_stores / name
     root = tmp_path / "store"
     shutil.copytree(src / "store", root)
     written = _disk_queue_ends(load_json(src / "dump.json.gz"))
@@ -276,6 +279,8 @@ def test_groups_that_consumed_what_recovery_truncates_are_moved_back(shared_stor
     topics = ["TopicTest", "OrderTopic"]
     table = {f"{t}@GroupX": {q: written[(t, q)] for q in range(4)} for t in topics}
     doc = forge.JavaBean(offsetTable=table)
+    if name.startswith("v5-"):
+        doc["dataVersion"] = forge.JavaBean(counter=7, stateVersion=0, timestamp=1)
     write_pair(root / "config", "consumerOffset.json", forge.fastjson_pretty(doc).encode(), None)
     store = Store(root)
     plan = predict_recovery(store)
