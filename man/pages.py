@@ -57,7 +57,9 @@ queue-offset ranges from the CommitLog beside the ConsumeQueue's own unit counts
 headers; the checkpoint's fields as UTC times and raw milliseconds (4.x: three timestamps, 5.x
 also masterFlushedOffset and confirmPhyOffset); whether an abort file says the last shutdown was
 abnormal; whether a live process holds the lock file; a summary of config/*.json (fastjson with
-unquoted integer keys; the .bak copy is used when the main file is empty or unreadable).
+unquoted integer keys; the .bak copy is used when the main file is empty or unreadable); one
+line per consumer group: its queues and its lag in messages and bytes against the queues as
+they are (mqtool-consumers(1) adds what the broker's next start does to each group).
 
 The CommitLog is scanned without CRC checks (use verify for integrity).
 
@@ -130,7 +132,9 @@ The message mix follows the reference stores: several topics and queues, tags (s
 non-ASCII, 10% none), KEYS with hot keys shared by many messages, UNIQ_KEY built like the
 client's, user properties, delay-level messages in SCHEDULE_TOPIC_XXXX, transaction records
 (PREPARED/COMMIT/ROLLBACK), zlib bodies, optional IPv6 hosts, V2 records and the property CRC
-for 5.x. --crash leaves what a JVM halt leaves. The same seed and options give byte-identical
+for 5.x. --crash leaves what a JVM halt leaves. --consumer-group NAME:LAG adds a group whose
+committed offset is LAG messages behind every queue end (a negative LAG puts it past the end)
+and writes subscriptionGroup.json. The same seed and options give byte-identical
 stores. The directory must be new or empty.""",
         "arguments": {"directory": "Where to write the store (created if missing)."},
         "output": "One JSON document summarising what was written (messages, files, offsets, "
@@ -148,7 +152,10 @@ Changes a store in place, on purpose: torn-tail (the second half of the last rec
 bit-flip (one bit of a message body or header field), zero-range (a range of bytes spanning
 records zeroed), truncate-file (a CommitLog file shortened), delete-file (a ConsumeQueue or
 middle CommitLog file removed), stray-file (junk files in commitlog/ and consumequeue/),
-stale-checkpoint (checkpoint timestamps moved ahead or behind). The seed chooses the file,
+stale-checkpoint (checkpoint timestamps moved ahead or behind), config-empty, config-truncate
+and config-zeros (a config file, by default config/consumerOffset.json, emptied, cut short at
+--offset or a seed-chosen size, or its bytes zeroed, as an OS crash leaves them; --file aims at
+another one, a .bak included). The seed chooses the file,
 record, byte and bit, so the same seed does the same damage. It refuses (exit 3) a store whose
 lock file is held by a live process. Use it on copies only.""",
         "arguments": {"directory": "The store to damage."},

@@ -115,6 +115,8 @@ messages at or past the point where the broker's next start truncates the Commit
 recovery is predicted from the same pass, as verify predicts it; every message says whether it
 lies beyond that point). --beyond-truncation writes only those: what a broker restart would
 throw away. --include-damaged also writes records that decode but fail a check, marked.
+--unconsumed-by GROUP writes only what that consumer group had not consumed, as mqtool
+export --unconsumed-by selects it (the map still covers the whole CommitLog).
 
 It also maps the CommitLog into islands, runs of intact messages, and holes, byte ranges that
 hold no intact message between data (a damaged record, bytes that are no record, a zeroed range,
@@ -168,7 +170,13 @@ out with a warning. Messages past the broker's truncation point are exported and
 
 --pending-timers exports only the 5.x timer messages still pending in the timer wheel (the ones
 mqtool-timers(1) lists, lost ones included; cancellations and the timers they cancel left out),
-to replay them on another broker.""",
+to replay them on another broker.
+
+--unconsumed-by GROUP keeps exactly the messages at or after GROUP's committed offset in each
+queue it has one for (config/consumerOffset.json as the broker loads it, its .bak when the file
+is empty or unreadable; see mqtool-consumers(1)), its retry topic included: what that group had
+not consumed, to replay elsewhere. Delay messages still waiting in SCHEDULE_TOPIC_XXXX are in no
+queue of the group yet and are not included.""",
         "arguments": {"store_path": "A store root or a bare CommitLog directory."},
         "output": """\
 JSON lines (--format jsonl, the only format) on stdout or in --out. Each object is the message

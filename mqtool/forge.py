@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import calendar
 import datetime as _dt
-import json
 import os
 import random
 import re
@@ -32,6 +31,7 @@ from .formats import codecs
 from .formats import commitlog as cl_fmt
 from .formats import consumequeue as cq_fmt
 from .codec import CQ_UNIT as _CQ_UNIT
+from .config import JavaBean, fastjson_pretty
 from .scan import MessageRecord, Scanner
 from .store import Store
 
@@ -143,8 +143,10 @@ class ForgeOptions:
     batch_cq_topics: tuple[str, ...] = ()
     # share of a BatchCQ topic's sends that are inner batches (one record of 2-10 messages)
     inner_batch_ratio: float = 0.5
+    consumer_groups: tuple[tuple[str, int], ...] = ()   # (group, lag per queue)
 
     def validate(self) -> None:
+        check_consumer_groups(self.consumer_groups)
         if self.messages < 0:
             raise ValueError("--messages must be >= 0")
         if self.queues < 1 or self.queues > 1024:
@@ -447,39 +449,7 @@ class MessageGenerator:
 
 # --- config files (fastjson) --------------------------------------------------------------------
 
-class JavaBean(dict):
-    """A value fastjson serialises as a bean: fields sorted by name, one per line."""
-
-
-def fastjson_pretty(value, depth: int = 0) -> str:
-    """``JSON.toJSONString(obj, true)`` as fastjson 1.2.x writes it.
-
-    Beans and String-keyed maps put each entry on its own line (tab-indented); maps with Integer
-    keys write them unquoted on one line and only close on a new line; an empty map is ``{}``."""
-    if isinstance(value, JavaBean):
-        inner = "\t" * (depth + 1)
-        fields = [f"\n{inner}{json.dumps(k, ensure_ascii=False)}:{fastjson_pretty(v, depth + 1)}"
-                  for k, v in sorted(value.items())]
-        return "{" + ",".join(fields) + "\n" + "\t" * depth + "}"
-    if isinstance(value, dict):
-        if not value:
-            return "{}"
-        inner = "\t" * (depth + 1)
-        entries = []
-        for k, v in value.items():
-            if isinstance(k, int):
-                entries.append(f"{k}:{fastjson_pretty(v, depth + 1)}")
-            else:
-                entries.append(f"\n{inner}{json.dumps(k, ensure_ascii=False)}:"
-                               f"{fastjson_pretty(v, depth + 1)}")
-        return "{" + ",".join(entries) + "\n" + "\t" * depth + "}"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if value is None:
-        return "null"
-    if isinstance(value, (int, float)):
-        return json.dumps(value)
-    return json.dumps(str(value), ensure_ascii=False)
+# JavaBean and fastjson_pretty live with the reader (mqtool.config): one copy of the layout
 
 
 def _write_config(config_dir: Path, name: str, document) -> None:
@@ -536,11 +506,73 @@ def write_configs(root: Path, options: ForgeOptions, topics: list[str],
         if produced:
             delay[level] = rng.randint(0, produced)
     delay_doc = JavaBean(offsetTable=delay)
+    if options.consumer_groups:
+        write_consumer_groups(config_dir, options, topics, cq_max, offsets, timestamp)
     if options.broker_version >= 5:
         consumer["dataVersion"] = _data_version(timestamp, 1, options.broker_version)
         delay_doc["dataVersion"] = _data_version(timestamp, 1, options.broker_version)
     _write_config(config_dir, "consumerOffset.json", consumer)
     _write_config(config_dir, "delayOffset.json", delay_doc)
+
+
+def parse_consumer_group(text: str) -> tuple[str, int]:
+    """``NAME:LAG`` -> (name, lag). A negative LAG puts the offsets past the queue ends."""
+    name, sep, lag = str(text).rpartition(":")
+    if not sep or not name or not re.fullmatch(r"-?\d+", lag.strip()):
+        raise ValueError(f"--consumer-group must be NAME:LAG (e.g. GroupB:10), got {text!r}")
+    return name, int(lag)
+
+
+def check_consumer_groups(groups) -> None:
+    names = [name for name, _ in groups]
+    if len(set(names)) != len(names):
+        raise ValueError("--consumer-group names a group twice")
+    for name, lag in groups:
+        if abs(lag) > 1 << 40:   # offsets stay far inside Java's long
+            raise ValueError(f"--consumer-group {name}: LAG {lag} is out of range")
+    for name in names:
+        if not name or "@" in name or len(name) > 255:
+            raise ValueError(f"--consumer-group: {name!r} is not a group name (1-255 "
+                             "characters, no '@')")
+
+
+def consumer_group_offsets(group: str, lag: int, topics: list[str], queues: int,
+                           cq_max: dict[tuple[str, int], int]) -> dict[str, dict[int, int]]:
+    """offsetTable entries of a group ``lag`` messages behind every queue end (of the ordinary
+    topics and its own retry topic), never below 0."""
+    table = {}
+    for topic in sorted(topics):
+        if topic.startswith("%RETRY%") and topic != f"%RETRY%{group}":
+            continue
+        table[f"{topic}@{group}"] = {qid: max(0, cq_max.get((topic, qid), 0) - lag)
+                                     for qid in range(queues)}
+    return table
+
+
+def write_consumer_groups(config_dir: Path, options: ForgeOptions, topics: list[str],
+                          cq_max: dict[tuple[str, int], int], offsets: dict,
+                          timestamp: int) -> None:
+    """The ``--consumer-group`` groups: their offsets (added to ``offsets``) and
+    subscriptionGroup.json as SubscriptionGroupManager persists it."""
+    groups = {}
+    for name in sorted({CONSUMER_GROUP} | {g for g, _ in options.consumer_groups}):
+        bean = JavaBean(brokerId=0, consumeBroadcastEnable=True, consumeEnable=True,
+                        consumeFromMinEnable=True, groupName=name,
+                        notifyConsumerIdsChangedEnable=True, retryMaxTimes=16, retryQueueNums=1,
+                        whichBrokerWhenConsumeSlowly=1)
+        if options.broker_version >= 5:
+            bean.update(attributes={}, consumeMessageOrderly=False, consumeTimeoutMinute=15,
+                        groupSysFlag=0)
+        groups[name] = bean
+    for group, lag in options.consumer_groups:
+        offsets.update(consumer_group_offsets(group, lag, topics, options.queues, cq_max))
+    manager = JavaBean(dataVersion=_data_version(timestamp, len(groups), options.broker_version),
+                       subscriptionGroupTable=groups)
+    if options.broker_version >= 5:
+        # 5.x adds forbiddenTable; its groups' groupRetryPolicy bean is left out (mqtool reads
+        # only the group names)
+        manager["forbiddenTable"] = {}
+    _write_config(config_dir, "subscriptionGroup.json", manager)
 
 
 # --- make ---------------------------------------------------------------------------------------
@@ -721,7 +753,7 @@ def _summary(root: Path, options: ForgeOptions, generator: MessageGenerator, man
 # --- damage -------------------------------------------------------------------------------------
 
 DAMAGE_KINDS = ("torn-tail", "bit-flip", "zero-range", "truncate-file", "delete-file",
-                "stray-file", "stale-checkpoint")
+                "stray-file", "stale-checkpoint", "config-empty", "config-truncate", "config-zeros")
 HEX_PREVIEW = 32
 # a whole-file damage lists the first records it hits and counts the rest
 RECORDS_PREVIEW = 32
@@ -1068,9 +1100,38 @@ def _stale_checkpoint(store, rng, file, offset, direction=None, **_):
             "records": []}
 
 
+CONFIG_DAMAGE_DEFAULT = "config/consumerOffset.json"
+
+
+def _damage_config(store, rng, file, offset, kind, length=None, **_):
+    """A config file as an OS crash leaves it: empty (5.1-5.3 write in place), cut short, or
+    its bytes turned to zeros (the size kept, the data never written back)."""
+    rel = file or CONFIG_DAMAGE_DEFAULT
+    path = store.root / rel
+    if not path.is_file():
+        raise StoreLayoutError(f"{store.root}: no file {rel}")
+    old = path.read_bytes()
+    if kind == "config-empty":
+        new = b""
+    elif kind == "config-truncate":
+        cut = offset if offset is not None else rng.randrange(1, max(2, len(old)))
+        if not 0 <= cut < len(old):
+            raise ValueError(f"--offset must be below the file size {len(old)}")
+        new = old[:cut]
+    else:
+        new = bytes(len(old))
+    w.atomic_write(path, new)
+    return {"file": rel, "range": {"file_start": len(new) if kind == "config-truncate" else 0,
+                                   "file_end": len(old)},
+            "old_size": len(old), "new_size": len(new), "old_hex": _hex(old),
+            "new_hex": _hex(new), "hex_truncated": len(old) > HEX_PREVIEW, "records": []}
+
+
 _DAMAGERS = {"torn-tail": _torn_tail, "bit-flip": _bit_flip, "zero-range": _zero_range,
              "truncate-file": _truncate_file, "delete-file": _delete_file,
-             "stray-file": _stray_file, "stale-checkpoint": _stale_checkpoint}
+             "stray-file": _stray_file, "stale-checkpoint": _stale_checkpoint,
+             "config-empty": _damage_config, "config-truncate": _damage_config,
+             "config-zeros": _damage_config}
 
 
 def damage_store(root: Path, kind: str, seed: int = 0, *, file: str | None = None,
@@ -1090,11 +1151,11 @@ def damage_store(root: Path, kind: str, seed: int = 0, *, file: str | None = Non
         raise ValueError("--length must be >= 1")
     rng = random.Random(f"{kind}:{seed}")
     report = _DAMAGERS[kind](store, rng, file, offset, length=length, target=target,
-                             direction=direction)
+                             direction=direction, kind=kind)
     return {"kind": kind, "seed": seed, **report}
 
 
 __all__ = ["ForgeOptions", "MessageGenerator", "Manifest", "make_store",
            "damage_store", "parse_size", "parse_body_size", "fastjson_pretty", "JavaBean",
            "DAMAGE_KINDS", "DEFAULT_TOPICS", "long_topic_name", "long_retry_topic_name",
-           "month_start_ms"]
+           "month_start_ms", "parse_consumer_group", "consumer_group_offsets"]

@@ -30,6 +30,7 @@ from .errors import MqtoolError
 from .formats import codecs
 from .formats import commitlog as cl_fmt
 from .inspect import message_to_dict
+from .consumers import is_unconsumed
 from .recovery import (BrokerRules, FileJudge, FileVerdict, RecoveryPlan, predict_recovery,
                        resolve_broker_version)
 from .scan import (BlankRecord, CorruptRegion, MessageRecord, Scanner, UnwrittenTail,
@@ -375,12 +376,14 @@ def _assign_queue_gaps(report: SalvageReport, jumps: list[dict]) -> None:
 def salvage(store: Store, emit: Callable[[dict], None], *, beyond_truncation_only: bool = False,
             include_damaged: bool = False, body_mode: str = "base64", decompress: bool = True,
             broker_version: str = "auto", force_verify_prop_crc: bool = False,
-            progress=None) -> SalvageReport:
+            progress=None, unconsumed: dict[tuple[str, int], int] | None = None
+            ) -> SalvageReport:
     """Hand every intact message (and with ``include_damaged`` the damaged ones, marked) to
     ``emit`` as the dump's message dict plus ``beyond_truncation``; return the map.
 
     With ``beyond_truncation_only`` only messages at or past the broker's truncation point are
-    emitted (the map still covers the whole CommitLog)."""
+    emitted (the map still covers the whole CommitLog); with ``unconsumed`` (see
+    :func:`export_messages`) only what that group has not consumed."""
     report = SalvageReport(str(store.root), resolve_broker_version(store, broker_version))
     one_pass = StorePass(store, broker_version=report.broker_version,
                          force_verify_prop_crc=force_verify_prop_crc, progress=progress,
@@ -407,6 +410,8 @@ def salvage(store: Store, emit: Callable[[dict], None], *, beyond_truncation_onl
             if not include_damaged:
                 continue
         if beyond_truncation_only and not item.beyond_truncation:
+            continue
+        if unconsumed is not None and not is_unconsumed(record, unconsumed):
             continue
         out = message_to_dict(record, item.body, file=item.file, file_offset=item.file_offset,
                               body_mode=body_mode, decompress=decompress)
@@ -494,12 +499,15 @@ def export_messages(store: Store, emit: Callable[[dict], None], *,
                     until: int | None = None, live_only: bool = False,
                     body_mode: str = "base64", decompress: bool = True,
                     broker_version: str = "auto", pending_timers: bool = False,
-                    progress=None) -> ExportStats:
+                    progress=None,
+                    unconsumed: dict[tuple[str, int], int] | None = None) -> ExportStats:
     """Every intact message as the dump's message dict plus :func:`replay_fields` and
     ``beyond_truncation``, in CommitLog order. ``topics`` match the stored or the real topic;
     ``live_only`` leaves out what the broker's next start would truncate; ``pending_timers``
     keeps only the timer messages still pending in the timer wheel (:mod:`mqtool.timers`),
-    each with a ``pending_timer`` object (slot, due time, TimerLog offset, next start)."""
+    each with a ``pending_timer`` object (slot, due time, TimerLog offset, next start);
+    ``unconsumed`` ((topic, queue) -> committed offset,
+    :func:`mqtool.consumers.committed_offsets`) keeps only what that group has not consumed."""
     wanted = set(topics) if topics else None
     pending = None
     if pending_timers:
@@ -519,6 +527,8 @@ def export_messages(store: Store, emit: Callable[[dict], None], *,
         if until is not None and record.store_timestamp > until:
             continue
         if live_only and item.beyond_truncation:
+            continue
+        if unconsumed is not None and not is_unconsumed(record, unconsumed):
             continue
         properties = codecs.decode_properties(record.properties_raw)
         extra = replay_fields(record, properties)

@@ -74,6 +74,31 @@ CODES: dict[str, tuple[str, str]] = {
                                     "load re-links (wheel not flushed)"),
 }
 
+# --- consumer forensics (mqtool.consumers) ---------------------------------------------------
+
+#: consumer forensics' codes (mqtool.consumers.consumer_findings), stable like verify's
+CONSUMER_CODES: dict[str, tuple[str, str]] = {
+    "CFG_UNREADABLE": (ERROR, "a config file the broker loads is empty or unparsable (the "
+                              "finding says whether the broker falls back to .bak, starts with "
+                              "an empty table, or refuses to start)"),
+    "CFG_BAD_VALUE": (WARNING, "a config entry is not what the broker writes (wrong type, out of "
+                               "range); mqtool skips it and does not predict its decoding"),
+    "CFG_IN_ROCKSDB": (WARNING, "5.x metadata kept in RocksDB under config/: mqtool does not "
+                               "read it, so those offsets are not checked"),
+    "CONSUMER_OFFSET_AHEAD": (ERROR, "a committed consumer offset is past its queue's end after the "
+                                     "predicted recovery: the first pull moves the group back"),
+    "CONSUMER_OFFSET_AHEAD_NOW": (WARNING, "a committed consumer offset is past its queue's end on "
+                                           "disk; the next start dispatches the queue up to it"),
+    "CONSUMER_OFFSET_BELOW_MIN": (WARNING, "a committed consumer offset is below its queue's "
+                                           "minimum: messages were deleted before the group read "
+                                           "them"),
+    "TOPIC_NOT_IN_CONFIG": (WARNING, "queues on disk for a topic topics.json does not list"),
+    "DELAY_OFFSET_AHEAD": (WARNING, "a delayOffset.json level is past its SCHEDULE_TOPIC_XXXX "
+                                    "queue's end: the scheduler's load clamps it"),
+}
+# verify reports them beside its own
+CODES.update(CONSUMER_CODES)
+
 # --- the fixture forge (mqtool.forge) ------------------------------------------------------------
 
 DEFAULT_TOPICS = ("TopicTest", "OrderTopic", "%RETRY%GroupA")

@@ -21,6 +21,9 @@ class DamageKind(str, Enum):
     delete_file = "delete-file"
     stray_file = "stray-file"
     stale_checkpoint = "stale-checkpoint"
+    config_empty = "config-empty"
+    config_truncate = "config-truncate"
+    config_zeros = "config-zeros"
 
 
 class BitTarget(str, Enum):
@@ -78,6 +81,10 @@ def make(
     batch_cq_topics: str = typer.Option("", "--batch-cq-topics",
                                         help="Comma-separated topics whose queues are 5.x "
                                              "BatchConsumeQueues (queue.type=BatchCQ)."),
+    consumer_group: list[str] = typer.Option([], "--consumer-group", metavar="NAME:LAG",
+                                             help="A consumer group LAG messages behind every "
+                                                  "queue end (negative: past it); repeatable. "
+                                                  "Also writes subscriptionGroup.json."),
 ):
     """Write a deterministic store laid out as a broker lays it out; print a JSON summary."""
     from .. import forge
@@ -92,7 +99,8 @@ def make(
         broker_version=broker_version, prop_crc=prop_crc, crash=crash, index=index,
         commitlog_file_size=forge.parse_size(commitlog_file_size), cq_units=cq_units,
         index_slots=index_slots, index_entries=index_entries,
-        batch_cq_topics=tuple(t.strip() for t in batch_cq_topics.split(",") if t.strip()))
+        batch_cq_topics=tuple(t.strip() for t in batch_cq_topics.split(",") if t.strip()),
+        consumer_groups=tuple(forge.parse_consumer_group(g) for g in consumer_group))
     options.validate()
     bar = progress_bar(messages, "forging")
     bar.unit = "msg"
@@ -108,13 +116,17 @@ def make(
 @error_boundary
 def damage(
     directory: Path = typer.Argument(..., help="Store to damage (in place)."),
-    kind: DamageKind = typer.Option(..., "--kind", help="Which fault to inject."),
+    kind: DamageKind = typer.Option(..., "--kind", metavar="KIND",
+                                    help="Which fault to inject: "
+                                         + ", ".join(k.value for k in DamageKind) + "."),
     seed: int = typer.Option(0, "--seed", help="Chooses the file, record, byte and bit."),
     file: str = typer.Option(None, "--file",
-                             help="Aim at this file (path relative to the store)."),
+                             help="Aim at this file (path relative to the store; config-* "
+                                  "kinds: default config/consumerOffset.json)."),
     offset: int = typer.Option(None, "--offset",
                                help="Aim at the record holding this global CommitLog offset "
-                                    "(zero-range: start; truncate-file: new end)."),
+                                    "(zero-range: start; truncate-file: new end; "
+                                    "config-truncate: new file size)."),
     length: int = typer.Option(None, "--length", help="zero-range: number of bytes to zero."),
     target: BitTarget = typer.Option(BitTarget.body, "--target",
                                      help="bit-flip: a body byte, a header field or a properties byte."),

@@ -251,6 +251,10 @@ def render_info(info: dict, console: Console, per_queue: bool) -> None:
             console.print(line, highlight=False)
     else:
         console.print("[bold]config[/] none")
+    for group in info.get("consumer_groups", []):
+        line = Text("consumer group ", style="bold")
+        line.append(group["line"])
+        console.print(line, highlight=False)
     if info["stray_files"]:
         console.print(f"[bold]unknown entries[/] {', '.join(info['stray_files'])}",
                       highlight=False)

@@ -260,6 +260,10 @@ def salvage_command(
     include_damaged: bool = typer.Option(False, "--include-damaged", help="Also write records "
                                          "that decode but fail a check (body CRC, offset), "
                                          "marked with 'damage'."),
+    unconsumed_by: Optional[str] = typer.Option(None, "--unconsumed-by", metavar="GROUP",
+                                                help="Write only the messages GROUP has not "
+                                                     "consumed (at or after its committed "
+                                                     "offset in each of its queues)."),
     body: Optional[str] = opt.body("base64"),
     no_decompress: bool = opt.no_decompress(),
     broker_version: str = opt.broker_version(),
@@ -275,12 +279,17 @@ def salvage_command(
     store = opt.open_store(store_path, commitlog_file_size)
     if map_path is not None:
         check_output_outside(store, map_path)
+    positions = None
+    if unconsumed_by is not None:
+        from ..consumers import committed_offsets
+        positions = committed_offsets(store, unconsumed_by)
     total = sum(s.length for s in store.commitlog.segments)
     with _output(out, store) as stream, progress_bar(total, "salvaging") as bar:
         report = salvage(store, _writer(stream), beyond_truncation_only=beyond_truncation,
                          include_damaged=include_damaged, body_mode=body_mode,
                          decompress=not no_decompress, broker_version=broker_version,
-                         force_verify_prop_crc=force_verify_prop_crc, progress=bar)
+                         force_verify_prop_crc=force_verify_prop_crc, progress=bar,
+                         unconsumed=positions)
     document = report.to_dict()
     if map_path is not None:
         with open(map_path, "w", encoding="utf-8") as fh:
@@ -315,6 +324,11 @@ def export_command(
     pending_timers: bool = typer.Option(False, "--pending-timers", help="Only the 5.x timer "
                                         "messages still pending in the timer wheel (see mqtool "
                                         "timers), each with its due time, for replay elsewhere."),
+    unconsumed_by: Optional[str] = typer.Option(None, "--unconsumed-by", metavar="GROUP",
+                                                help="Only the messages at or after GROUP's "
+                                                     "committed offset in each of its queues "
+                                                     "(config/consumerOffset.json, or its .bak "
+                                                     "as the broker would load it)."),
     out: Optional[Path] = typer.Option(None, "--out", metavar="FILE.jsonl", help="Write here "
                                        "instead of stdout (never inside the store)."),
     body: Optional[str] = opt.body("base64"),
@@ -335,12 +349,16 @@ def export_command(
     store = opt.open_store(store_path, commitlog_file_size)
     since_ms = parse_time(since) if since is not None else None
     until_ms = parse_time(until) if until is not None else None
+    positions = None
+    if unconsumed_by is not None:
+        from ..consumers import committed_offsets
+        positions = committed_offsets(store, unconsumed_by)
     total = sum(s.length for s in store.commitlog.segments)
     with _output(out, store) as stream, progress_bar(total, "exporting") as bar:
         stats = export_messages(store, _writer(stream), topics=topic or None, since=since_ms,
                                 until=until_ms, live_only=live_only, body_mode=body_mode,
                                 decompress=not no_decompress, broker_version=broker_version,
-                                pending_timers=pending_timers, progress=bar)
+                                pending_timers=pending_timers, progress=bar, unconsumed=positions)
     kinds = ", ".join(f"{n} {k}" for k, n in sorted(stats.by_kind.items())) or "none"
     sys.stderr.write(f"mqtool: exported {stats.exported} message(s) ({kinds})\n")
     if stats.damaged_skipped:

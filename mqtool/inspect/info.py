@@ -245,6 +245,16 @@ def _lock_section(store: Store) -> dict:
             "content": _read_small(path).decode("utf-8", errors="replace") if present else None}
 
 
+def _consumer_groups(store: Store) -> list[dict]:
+    """Per consumer group: queues, lag against the queues as they are (no recovery prediction:
+    ``mqtool consumers`` has the next start's effect)."""
+    from ..consumers import consumer_report, group_summary_lines
+
+    report = consumer_report(store, None)
+    return [{**group, "line": line} for group, line in zip(report.groups(),
+                                                            group_summary_lines(report))]
+
+
 def store_info(store: Store, *, check_crc: bool = False, progress=None) -> dict:
     """Everything ``mqtool info`` shows, as one JSON-ready dict.
 
@@ -283,5 +293,6 @@ def store_info(store: Store, *, check_crc: bool = False, progress=None) -> dict:
         "abort": _abort_section(store),
         "lock": _lock_section(store),
         "config": _config_section(store),
+        "consumer_groups": _consumer_groups(store),
         "stray_files": _stray_root_entries(store),
     }

@@ -6,6 +6,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 from ..batchcq import check_batch_consume_queues
 from ..recovery import BrokerRules, predict_recovery, resolve_broker_version
+from ..consumers import consumer_findings
 from ..timer import check_timer_store
 from ..store import Store
 from .findings import Finding, _Sink, VerifyReport, _finding
@@ -100,6 +101,8 @@ def verify_store(store: Store, *, quick: bool = False, progress=None, broker_ver
                  if k in found}
         sink.add(_finding(found["code"], found["file"], found["offset"], found["message"],
                           severity=found["severity"], **extra))
+    for found in consumer_findings(store, plan):
+        sink.add(found)
     return _report(store, sink, plan, results)
 
 
