@@ -43,14 +43,14 @@ level's offset into its SCHEDULE_TOPIC_XXXX queue (correctDelayOffset), in 4.9 b
 start re-dispatches anything. The delay table shows the offset, the queue bounds at that
 moment, the offset set at load and the delay messages still pending.
 
-verify-style findings about the same files (the lead wires them into mqtool-verify(1)):
+mqtool-verify(1) reports these findings about the same files:
 CFG_UNREADABLE (a config file the broker's start loads, consumerFilter.json,
 topicQueueMapping.json and consumerOrderInfo.json included, is empty or does not decode: a
 warning when the broker falls back to the .bak, an error when it starts with an empty table or
 refuses to start), CFG_BAD_VALUE
 (an entry that is not what the broker writes: wrong type, out of Java's range; skipped, not
-guessed), CFG_IN_ROCKSDB (metadata in RocksDB, not read), CONSUMER_OFFSET_AHEAD (an offset past
-its queue's end after the next start), CONSUMER_OFFSET_AHEAD_NOW (past the end on disk, but the
+guessed), CFG_IN_ROCKSDB (metadata in RocksDB, not read), CONSUMER_OFFSET_AHEAD (a warning: an offset
+past its queue's end after the next start, which the broker corrects on the first pull), CONSUMER_OFFSET_AHEAD_NOW (past the end on disk, but the
 start dispatches up to it), CONSUMER_OFFSET_BELOW_MIN (messages deleted before the group read
 them), TOPIC_NOT_IN_CONFIG (queues on disk for a topic topics.json does not list),
 DELAY_OFFSET_AHEAD (a delay level past its queue's end: clamped at load).

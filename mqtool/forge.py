@@ -752,8 +752,11 @@ def _summary(root: Path, options: ForgeOptions, generator: MessageGenerator, man
 
 # --- damage -------------------------------------------------------------------------------------
 
+# damage to the CommitLog and its derived files (every store has them)
 DAMAGE_KINDS = ("torn-tail", "bit-flip", "zero-range", "truncate-file", "delete-file",
-                "stray-file", "stale-checkpoint", "config-empty", "config-truncate", "config-zeros")
+                "stray-file", "stale-checkpoint")
+# damage to a config JSON file (only stores with config/ have them)
+CONFIG_DAMAGE_KINDS = ("config-empty", "config-truncate", "config-zeros")
 HEX_PREVIEW = 32
 # a whole-file damage lists the first records it hits and counts the rest
 RECORDS_PREVIEW = 32
@@ -1141,7 +1144,8 @@ def damage_store(root: Path, kind: str, seed: int = 0, *, file: str | None = Non
 
     Refuses (StoreLockedError, exit 3) a store whose lock a live process holds."""
     if kind not in _DAMAGERS:
-        raise ValueError(f"unknown damage kind {kind!r}; choose from {', '.join(DAMAGE_KINDS)}")
+        raise ValueError(f"unknown damage kind {kind!r}; choose from "
+                         f"{', '.join(DAMAGE_KINDS + CONFIG_DAMAGE_KINDS)}")
     Store.refuse_unexplained_layout(root, "fixture damage")
     store = Store(root)
     if store.lock_held():
@@ -1157,5 +1161,6 @@ def damage_store(root: Path, kind: str, seed: int = 0, *, file: str | None = Non
 
 __all__ = ["ForgeOptions", "MessageGenerator", "Manifest", "make_store",
            "damage_store", "parse_size", "parse_body_size", "fastjson_pretty", "JavaBean",
-           "DAMAGE_KINDS", "DEFAULT_TOPICS", "long_topic_name", "long_retry_topic_name",
+           "DAMAGE_KINDS", "CONFIG_DAMAGE_KINDS", "DEFAULT_TOPICS", "long_topic_name",
+           "long_retry_topic_name",
            "month_start_ms", "parse_consumer_group", "consumer_group_offsets"]

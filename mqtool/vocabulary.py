@@ -85,8 +85,11 @@ CONSUMER_CODES: dict[str, tuple[str, str]] = {
                                "range); mqtool skips it and does not predict its decoding"),
     "CFG_IN_ROCKSDB": (WARNING, "5.x metadata kept in RocksDB under config/: mqtool does not "
                                "read it, so those offsets are not checked"),
-    "CONSUMER_OFFSET_AHEAD": (ERROR, "a committed consumer offset is past its queue's end after the "
-                                     "predicted recovery: the first pull moves the group back"),
+    # a warning: the store is sound and the broker corrects the offset itself; what it costs
+    # the group (re-delivery or skipped messages) is the finding's sentence
+    "CONSUMER_OFFSET_AHEAD": (WARNING, "a committed consumer offset is past its queue's end "
+                                       "after the predicted recovery: the first pull moves the "
+                                       "group back"),
     "CONSUMER_OFFSET_AHEAD_NOW": (WARNING, "a committed consumer offset is past its queue's end on "
                                            "disk; the next start dispatches the queue up to it"),
     "CONSUMER_OFFSET_BELOW_MIN": (WARNING, "a committed consumer offset is below its queue's "
