@@ -154,17 +154,25 @@ def recover_cmd(
                                       help="Recover with checkCRCOnRecover=false."),
     message_index_safe: bool = opt.message_index_safe(),
     force_verify_prop_crc: bool = opt.force_verify_prop_crc(),
+    consumer_offsets: str = typer.Option(
+        "keep", "--consumer-offsets", metavar="keep|clamp",
+        help="keep: leave config/consumerOffset.json as the broker would (the plan says which "
+             "offsets end up past their queue's end). clamp: set those offsets to the recovered "
+             "end, and restore an unreadable consumerOffset.json / delayOffset.json from its "
+             ".bak; backed up and undoable like every change."),
     dry_run: bool = opt.dry_run(),
     json_output: bool = opt.json_output(),
     backup_dir: Path = opt.backup_dir(),
     out: Path = opt.out_dir(),
 ):
     opt.check_mode(mode)
+    if consumer_offsets not in ("keep", "clamp"):
+        fail(f"--consumer-offsets {consumer_offsets!r}: choose keep or clamp")
     _run("recover", store, dry_run=dry_run, json_output=json_output, backup_dir=backup_dir,
          out=out, mode=mode, broker_version=broker_version,
          check_crc=not no_check_crc, message_index_safe=message_index_safe,
          force_verify_prop_crc=force_verify_prop_crc, reindex_all=reindex_all,
-         keep_stale=keep_stale)
+         keep_stale=keep_stale, consumer_offsets=consumer_offsets)
 
 
 @commands.command("truncate", help=(

@@ -94,3 +94,32 @@ def _abort_op(store: Store) -> list[FileOp]:
     size = path.stat().st_size
     return [FileOp("delete", "abort", "abort", size, None, [[0, size]] if size else [],
                    "the store is consistent again: the next start is a normal one")]
+
+
+CONSUMER_OFFSET_MODES = ("keep", "clamp")
+
+
+def _consumer_offsets(stage: Stage, store: Store, rp, mode: str) -> list[str]:
+    """What the next start does to committed consumer offsets, and with ``clamp`` the rewrite
+    that spares the groups the broker's own correction: offsets past their queue's recovered end
+    set to that end, and an unreadable consumerOffset.json / delayOffset.json restored from the
+    .bak the broker would load instead."""
+    from ..consumers_repair import plan_bak_restores, plan_offset_clamp
+
+    if mode not in CONSUMER_OFFSET_MODES:
+        raise ValueError(f"--consumer-offsets {mode!r}: choose from "
+                         f"{', '.join(CONSUMER_OFFSET_MODES)}")
+    clamp = plan_offset_clamp(store, rp)
+    if mode == "keep":
+        if clamp is None:
+            return []
+        return [f"{len(clamp.changes)} committed consumer offset(s) end up past their queue's "
+                "end: the broker moves each group back on its first pull (see mqtool consumers; "
+                "--consumer-offsets clamp rewrites them now)"]
+    rewrites = {r.file: r for r in plan_bak_restores(store)}
+    if clamp is not None:
+        rewrites[clamp.file] = clamp
+    for rewrite in rewrites.values():
+        _stage_bytes(stage, rewrite.file, rewrite.content)
+    return [f"{r.file}: {r.reason}" for r in rewrites.values()]
+

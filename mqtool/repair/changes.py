@@ -24,7 +24,7 @@ def _kind_of(rel: str) -> str:
     if first == "abort.bak":
         return "abort"
     if first in ("commitlog", "consumequeue", "batchconsumequeue", "index", "checkpoint", "abort",
-                 "compaction"):
+                 "compaction", "config"):
         return first
     return "other"
 
@@ -181,6 +181,8 @@ _REASONS = {
     ("index", "create"): "IndexFile built by re-dispatch",
     ("index", "change"): "IndexFile continued / rebuilt",
     ("checkpoint", "change"): "checkpoint timestamps / confirm offset",
+    ("config", "change"): "consumer / delay offsets clamped or restored from .bak "
+                          "(--consumer-offsets clamp)",
     ("checkpoint", "create"): "checkpoint (the broker creates a zeroed one)",
 }
 # the 5.x bookkeeping files recover writes (see _stage_5x_service_files)

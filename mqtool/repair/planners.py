@@ -20,7 +20,8 @@ from .index import (_count_entries, _finish_index, _last_full_end_timestamp, rea
 from .queues import (_finish_queues, _fix_queue_file_sizes, _queue_view, queues_with_holes,
                      _recover_queues, _seed_writers, _settle_queues, _truncate_queues)
 from .commitlog import commitlog_gaps, _commitlog_ops
-from .bookkeeping import _abort_op, _stage_5x_service_files, _stage_checkpoint
+from .bookkeeping import (_abort_op, _consumer_offsets, _stage_5x_service_files,
+                          _stage_checkpoint)
 from .changes import build_plan, _file_counts
 
 
@@ -66,7 +67,8 @@ def _unscanned(segment: Segment) -> FileVerdict:
 def plan_recover(store: Store, stage: Stage, *, mode: str = "auto", broker_version: str = "auto",
                  check_crc: bool = True, message_index_safe: bool = False,
                  force_verify_prop_crc: bool = False, reindex_all: bool = False,
-                 keep_stale: bool = False, progress=None) -> RepairPlan:
+                 keep_stale: bool = False, consumer_offsets: str = "keep",
+                 progress=None) -> RepairPlan:
     """The broker's startup recovery (spec §7), offline: see the module docstring.
 
     Abnormal recovery dispatches every record its scan accepts, so there the scan and the
@@ -261,6 +263,8 @@ def plan_recover(store: Store, stage: Stage, *, mode: str = "auto", broker_versi
                   "index_entries_not_rebuilt": entries_lost,
                   "index_files_rebuilt_in_place": setup.rebuilt})
     service = _stage_5x_service_files(stage, store) if version != VERSION_49 else set()
+    notes.extend(_consumer_offsets(stage, store, rp, consumer_offsets))
+    options["consumer_offsets"] = consumer_offsets
     plan = build_plan("recover", store, stage, cl_ops=cl_ops, extra_ops=_abort_op(store),
                       lost=lost, notes=notes, data_loss=data_loss, recovery=rp, options=options,
                       summary_extra=extra)
