@@ -262,6 +262,7 @@ def salvage_command(
                                          "marked with 'damage'."),
     body: Optional[str] = opt.body("base64"),
     no_decompress: bool = opt.no_decompress(),
+    no_unwrap: bool = opt.no_unwrap(),
     broker_version: str = opt.broker_version(),
     force_verify_prop_crc: bool = opt.force_verify_prop_crc(),
     commitlog_file_size: Optional[int] = opt.commitlog_file_size(),
@@ -279,7 +280,8 @@ def salvage_command(
     with _output(out, store) as stream, progress_bar(total, "salvaging") as bar:
         report = salvage(store, _writer(stream), beyond_truncation_only=beyond_truncation,
                          include_damaged=include_damaged, body_mode=body_mode,
-                         decompress=not no_decompress, broker_version=broker_version,
+                         decompress=not no_decompress, unwrap=not no_unwrap,
+                         broker_version=broker_version,
                          force_verify_prop_crc=force_verify_prop_crc, progress=bar)
     document = report.to_dict()
     if map_path is not None:
@@ -319,6 +321,7 @@ def export_command(
                                        "instead of stdout (never inside the store)."),
     body: Optional[str] = opt.body("base64"),
     no_decompress: bool = opt.no_decompress(),
+    no_unwrap: bool = opt.no_unwrap(),
     broker_version: str = opt.broker_version(),
     commitlog_file_size: Optional[int] = opt.commitlog_file_size(),
 ):
@@ -339,8 +342,9 @@ def export_command(
     with _output(out, store) as stream, progress_bar(total, "exporting") as bar:
         stats = export_messages(store, _writer(stream), topics=topic or None, since=since_ms,
                                 until=until_ms, live_only=live_only, body_mode=body_mode,
-                                decompress=not no_decompress, broker_version=broker_version,
-                                pending_timers=pending_timers, progress=bar)
+                                decompress=not no_decompress, unwrap=not no_unwrap,
+                                broker_version=broker_version, pending_timers=pending_timers,
+                                progress=bar)
     kinds = ", ".join(f"{n} {k}" for k, n in sorted(stats.by_kind.items())) or "none"
     sys.stderr.write(f"mqtool: exported {stats.exported} message(s) ({kinds})\n")
     if stats.damaged_skipped:
