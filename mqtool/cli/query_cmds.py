@@ -143,12 +143,16 @@ def query_command(
 
     reader = q.RecordReader(store.commitlog)
 
-    def show(record, extra: dict) -> None:
+    def show(record, extra: dict, inner_position: int | None = None) -> None:
         stored = reader.body(record)
         seg = store.commitlog.segment_for(record.offset)
         out = lib.message_to_dict(record, stored, file=store.relative(seg.path),
                                   file_offset=record.offset - seg.base_offset,
                                   body_mode=body_mode, max_body_bytes=max_body)
+        if inner_position is not None:
+            out = next(d for d in lib.unwrap_message_dict(out, record, stored, body_mode=body_mode,
+                                                          max_body_bytes=max_body)
+                       if d.get("inner_batch", {}).get("position") == inner_position)
         out.update(extra)
         if renderer is None:
             emit_json(out)
@@ -196,7 +200,7 @@ def query_command(
     else:
         result = q.query_queue_time(store, topic, queue, lib.parse_time(time))
     for found in result.found:
-        show(found.record, found.annotations())
+        show(found.record, found.annotations(), found.inner_position)
     reader.close()
     if renderer is not None:
         renderer.flush()
