@@ -239,3 +239,12 @@ def test_torn_and_miscounted_inner_batches_are_notes(tmp_path, mqtool):
     assert kept["damage"] == "body-crc" and "torn inner batch" in kept["inner_batch_error"]
     proc = mqtool("query", root, "--key", torn["inner"][0]["keys"] or "hotkey-0", "--json")
     assert proc.returncode in (0, 1)
+    proc = mqtool("verify", root, "--json")
+    assert proc.returncode == 1
+    inner = {f["commitlog_offset"]: f for f in json.loads(proc.stdout)["findings"]
+             if f["code"] == "CL_INNER_BATCH"}
+    assert set(inner) == {miscounted["wroteOffset"], torn["wroteOffset"]}
+    assert "INNER_NUM says" in inner[miscounted["wroteOffset"]]["message"]
+    assert "torn inner batch" in inner[torn["wroteOffset"]]["message"]
+    assert inner[torn["wroteOffset"]]["file"] == "commitlog/00000000000000000000"
+    assert inner[torn["wroteOffset"]]["offset"] == torn["wroteOffset"]
