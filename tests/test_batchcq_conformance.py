@@ -206,3 +206,8 @@ def test_query_cli_on_a_batch_queue(mqtool):
     assert summary["unit"]["msg_base_offset"] == unit[0]
     assert summary["unit"]["batch_size"] == unit[4]
     assert any("inside the batch" in n for n in summary["notes"])
+    for args, text in ((["--queue", "9", "--offset", "1"], "has no queue 9 (queues: 0, 1, 2, 3)"),
+                       (["--queue", "0", "--time", "1795564802075"], "lookup by time is not")):
+        proc = mqtool("query", ref / "store", "--topic", "BatchTopic", *args)
+        assert proc.returncode == 2 and text in proc.stderr, proc.stderr
+        assert proc.stderr.count("\n") == 1

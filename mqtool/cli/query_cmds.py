@@ -79,7 +79,8 @@ def query_command(
                                      "search every topic the store knows)."),
     queue: Optional[int] = opt.queue("Queue id (with --offset or --time)."),
     offset: Optional[int] = typer.Option(None, "--offset", help="Queue offset: the message the "
-                                         "ConsumeQueue unit points at."),
+                                         "ConsumeQueue unit points at (on a BatchCQ queue the "
+                                         "whole batch record holding that offset)."),
     time: Optional[str] = typer.Option(None, "--time", help="Store time (epoch ms or ISO-8601): "
                                        "the queue offset nearest it, as the broker's "
                                        "getOffsetInQueueByTime."),

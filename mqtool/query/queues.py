@@ -20,7 +20,8 @@ _CQ_UNIT = codec.CQ_UNIT
 def _queue(store: Store, topic: str, queue_id: int) -> ConsumeQueue:
     queue = store.queue(topic, queue_id)
     if queue is None:
-        known = sorted(q.queue_id for q in store.consume_queues if q.topic == topic)
+        known = sorted(q.queue_id for q in store.consume_queues + store.batch_consume_queues
+                       if q.topic == topic)
         if known:
             raise QueryError(f"topic {topic!r} has no queue {queue_id} (queues: "
                              f"{', '.join(map(str, known))})")
@@ -227,6 +228,9 @@ def query_queue_time(store: Store, topic: str, queue_id: int, timestamp: int) ->
     The broker picks the first file whose *mtime* is at or after the time; mtimes do not survive
     copying a store, so the first file whose last unit's message was stored at or after it is
     taken (the same file on a store that was never copied)."""
+    if store.queue(topic, queue_id) is None and _batch_queue(store, topic, queue_id) is not None:
+        raise QueryError(f"{topic}/{queue_id} is a BatchConsumeQueue: a lookup by time is not "
+                         f"supported there (--offset is)")
     queue = _queue(store, topic, queue_id)
     result = QueryResult({"mode": "queue-time", "topic": topic, "queue_id": queue_id,
                           "time": timestamp})
