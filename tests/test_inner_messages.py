@@ -147,7 +147,7 @@ def test_query_finds_inner_messages_the_broker_cannot(name):
         assert q.broker_query_message(store, entry["topic"], entry["key"],
                                       max_offset=end) == entry["offsets"], entry
     checked = 0
-    for entry in entries[::15]:
+    for entry in entries[::5]:
         key, kind = entry["key"], entry["kind"]
         uniq = "UNIQ_KEY" in kind
         result = (q.query_uniq_key(store, key, entry["topic"]) if uniq
@@ -166,7 +166,7 @@ def test_query_finds_inner_messages_the_broker_cannot(name):
             reasons = {r["reason"]: r for r in q.explain(store, result)["reasons"]}
             assert reasons["inner-batch-message"]["offsets"] == sorted({o for o, _ in got})
             checked += 1
-    assert checked > 10
+    assert checked > 200
 
 
 def test_query_cli_inner_messages(mqtool):
