@@ -75,7 +75,7 @@ def _scan_ranges(store: Store, ranges: list[tuple[int, int]], needle: bytes, top
 
 
 def _batch_records(store: Store, topics: set[str] | None, use_queues: bool
-                   ) -> tuple[list[MessageRecord], int | None]:
+                   ) -> tuple[list[MessageRecord], int]:
     """The inner-batch records of ``topics`` (None: all): those the BatchConsumeQueues point at
     plus a scan of the CommitLog past the last unit (records not dispatched yet); the whole
     CommitLog is scanned without ``use_queues``. Returns (records, where the scan started)."""
@@ -128,9 +128,14 @@ def find_inner_messages(store: Store, topics: list[str] | None, key: str | None,
             notes.append(f"inner batch at CommitLog offset {record.offset}: {opened.problem}")
         for inner in batch_carries(opened, key, uniq_key):
             found.append(Found(record, "inner-batch", inner_position=inner.position))
-    if scan_from is not None and scan_from < store.commitlog.end_offset:
-        notes.append(f"inner batches: those the BatchConsumeQueues point at were opened and "
-                     f"CommitLog offsets [{scan_from}, {store.commitlog.end_offset}) scanned")
+    end = store.commitlog.end_offset
+    if not use_queues:
+        notes.append(f"inner batches: the whole CommitLog was scanned for them ({len(records)} "
+                     f"read)")
+    elif scan_from < end:
+        notes.append(f"inner batches: {len(records)} read, found through the "
+                     f"BatchConsumeQueues and a scan of CommitLog offsets [{scan_from}, {end}) "
+                     f"past their last unit")
     return found, notes
 
 
