@@ -12,6 +12,7 @@ import zlib
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from conftest import SHARED_STORES, write_log
 from mqtool import query as q
@@ -248,3 +249,17 @@ def test_torn_and_miscounted_inner_batches_are_notes(tmp_path, mqtool):
     assert "torn inner batch" in inner[torn["wroteOffset"]]["message"]
     assert inner[torn["wroteOffset"]]["file"] == "commitlog/00000000000000000000"
     assert inner[torn["wroteOffset"]]["offset"] == torn["wroteOffset"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=300), st.dictionaries(st.sampled_from(["INNER_NUM", "INNER_BASE"]),
+                                                st.text(max_size=4)))
+def test_opening_any_bytes_gives_messages_or_a_problem(body, props):
+    """Whatever the body and INNER_NUM/INNER_BASE hold: inner messages or a one-line problem,
+    never an exception."""
+    from mqtool.innerbatch import open_inner_batch
+    opened = open_inner_batch(100, 7, props, body)
+    assert opened.messages or opened.problem
+    assert opened.problem is None or "\n" not in opened.problem
+    assert [m.queue_offset - opened.base for m in opened.messages] == \
+        list(range(len(opened.messages)))
