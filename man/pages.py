@@ -193,7 +193,8 @@ point past indexCount (IDX_DANGLING), entries whose hash matches no key of their
 
 5.x BatchConsumeQueues: units pointing nowhere (BCQ_DANGLING), disagreeing with their record
 (BCQ_MISMATCH), not continuing each other's offsets (BCQ_GAP), partial units (BCQ_FILE_SIZE),
-records of a batch topic that no unit references (BCQ_MISSING).
+records of a batch topic that no unit references (BCQ_MISSING), inner batches whose body is torn
+or disagrees with INNER_NUM/INNER_BASE (CL_INNER_BATCH).
 5.x timer store: TimerLog units of the wrong size (TIMER_UNIT_SIZE), with invalid magic bits
 (TIMER_MAGIC), linking forward (TIMER_PREV_POS), pointing past the CommitLog or at no record
 (TIMER_DANGLING) or at a record that is no timer message due then (TIMER_MISMATCH); TimerLog

@@ -2,7 +2,8 @@
 
 Each valid 46-byte unit must point at a record of its topic and queue with the size, store
 time and tagsCode it records, msgBaseOffset equal to the record's queue offset (INNER_BASE for
-an inner batch) and batchSize 1 (INNER_NUM); consecutive units continue each other's offsets.
+an inner batch) and batchSize 1 (INNER_NUM); consecutive units continue each other's offsets;
+an inner batch's body must hold INNER_NUM whole inner messages (CL_INNER_BATCH).
 The other way round, every dispatchable record of a BatchConsumeQueue topic below the recovered
 end must have a unit: the caller's CommitLog scan collects those records' offsets."""
 from __future__ import annotations
@@ -13,7 +14,8 @@ from .codec import BATCH_CQ_DTYPE
 from .errors import MqtoolError
 from .formats import codecs
 from .formats import consumequeue as cq_fmt
-from .scan import message_at
+from .innerbatch import is_inner_batch, open_record
+from .scan import message_at, read_body
 from .store import MappedFile, Store
 
 
@@ -35,6 +37,7 @@ def check_batch_consume_queues(store: Store,
     broker's next start dispatches again: warnings, not errors."""
     findings = []
     referenced: dict[tuple[str, int], set[int]] = {}
+    opened: set[int] = set()
 
     def add(code, rel, offset, message, severity="error", **extra):
         findings.append({"code": code, "severity": severity, "file": rel, "offset": offset,
@@ -67,6 +70,9 @@ def check_batch_consume_queues(store: Store,
                         "where no record starts", commitlog_offset=offset, topic=queue.topic,
                         queue_id=queue.queue_id)
                     continue
+                if is_inner_batch(record.sys_flag) and offset not in opened:
+                    opened.add(offset)
+                    _check_inner_batch(store, record, add, queue)
                 props = record.properties
                 record_says = {
                     "topic/queue": (record.topic, record.queue_id),
@@ -90,6 +96,18 @@ def check_batch_consume_queues(store: Store,
         _missing_units(store, topic, queue_id, offsets, referenced.get((topic, queue_id), set()),
                        redispatch_from, add)
     return findings
+
+
+def _check_inner_batch(store: Store, record, add, queue) -> None:
+    """CL_INNER_BATCH: an inner batch a consumer cannot unwrap as its record describes it (a
+    torn body, INNER_NUM or INNER_BASE disagreeing with the body or the record)."""
+    problem = open_record(record, read_body(store.commitlog, record)).problem
+    if problem is None:
+        return
+    seg = store.commitlog.segment_for(record.offset)
+    add("CL_INNER_BATCH", store.relative(seg.path), record.offset - seg.base_offset,
+        f"the inner batch at {record.offset}: {problem}", commitlog_offset=record.offset,
+        topic=queue.topic, queue_id=queue.queue_id)
 
 
 def _missing_units(store: Store, topic: str, queue_id: int, offsets: list[int],

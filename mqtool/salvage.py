@@ -29,8 +29,8 @@ from typing import Callable, Iterator
 from .errors import MqtoolError
 from .formats import codecs
 from .formats import commitlog as cl_fmt
-from .inspect import message_to_dict
 from .consumers import is_unconsumed
+from .inspect import message_to_dict, unwrap_message_dict
 from .recovery import (BrokerRules, FileJudge, FileVerdict, RecoveryPlan, predict_recovery,
                        resolve_broker_version)
 from .scan import (BlankRecord, CorruptRegion, MessageRecord, Scanner, UnwrittenTail,
@@ -373,13 +373,21 @@ def _assign_queue_gaps(report: SalvageReport, jumps: list[dict]) -> None:
             report.unexplained_queue_gaps.append(jump)
 
 
+def _consumed_inner(message: dict, outer: dict, record: MessageRecord,
+                    unconsumed: dict[tuple[str, int], int] | None) -> bool:
+    """An inner message of a batch the group has partly consumed, below its committed offset."""
+    return (unconsumed is not None and message is not outer
+            and message["queue_offset"] < unconsumed[(record.topic, record.queue_id)])
+
+
 def salvage(store: Store, emit: Callable[[dict], None], *, beyond_truncation_only: bool = False,
             include_damaged: bool = False, body_mode: str = "base64", decompress: bool = True,
-            broker_version: str = "auto", force_verify_prop_crc: bool = False,
+            unwrap: bool = True, broker_version: str = "auto", force_verify_prop_crc: bool = False,
             progress=None, unconsumed: dict[tuple[str, int], int] | None = None
             ) -> SalvageReport:
     """Hand every intact message (and with ``include_damaged`` the damaged ones, marked) to
-    ``emit`` as the dump's message dict plus ``beyond_truncation``; return the map.
+    ``emit`` as the dump's message dict plus ``beyond_truncation`` (with ``unwrap`` an inner
+    batch as its inner messages); return the map.
 
     With ``beyond_truncation_only`` only messages at or past the broker's truncation point are
     emitted (the map still covers the whole CommitLog); with ``unconsumed`` (see
@@ -418,8 +426,12 @@ def salvage(store: Store, emit: Callable[[dict], None], *, beyond_truncation_onl
         out["beyond_truncation"] = item.beyond_truncation
         if include_damaged:
             out["damage"] = item.damage
-        emit(out)
-        report.messages_written += 1
+        for message in (unwrap_message_dict(out, record, item.body, body_mode=body_mode)
+                        if unwrap else [out]):
+            if _consumed_inner(message, out, record, unconsumed):
+                continue
+            emit(message)
+            report.messages_written += 1
     _missing_files(store, report)
     report.holes.sort(key=lambda h: h.start)
     _assign_queue_gaps(report, jumps)
@@ -497,7 +509,7 @@ class ExportStats:
 def export_messages(store: Store, emit: Callable[[dict], None], *,
                     topics: list[str] | None = None, since: int | None = None,
                     until: int | None = None, live_only: bool = False,
-                    body_mode: str = "base64", decompress: bool = True,
+                    body_mode: str = "base64", decompress: bool = True, unwrap: bool = True,
                     broker_version: str = "auto", pending_timers: bool = False,
                     progress=None,
                     unconsumed: dict[tuple[str, int], int] | None = None) -> ExportStats:
@@ -507,7 +519,8 @@ def export_messages(store: Store, emit: Callable[[dict], None], *,
     keeps only the timer messages still pending in the timer wheel (:mod:`mqtool.timers`),
     each with a ``pending_timer`` object (slot, due time, TimerLog offset, next start);
     ``unconsumed`` ((topic, queue) -> committed offset,
-    :func:`mqtool.consumers.committed_offsets`) keeps only what that group has not consumed."""
+    :func:`mqtool.consumers.committed_offsets`) keeps only what that group has not consumed.
+    With ``unwrap`` an inner batch gives one message per inner message."""
     wanted = set(topics) if topics else None
     pending = None
     if pending_timers:
@@ -543,10 +556,17 @@ def export_messages(store: Store, emit: Callable[[dict], None], *,
             out["pending_timer"] = {k: timer[k] for k in (
                 "deliver_time_ms", "timer_out_ms", "timer_deliver_ms", "timerlog_offset",
                 "next_start", "next_start_detail")}
-        emit(out)
-        stats.exported += 1
-        stats.beyond_truncation += item.beyond_truncation
-        stats.by_kind[extra["kind"]] = stats.by_kind.get(extra["kind"], 0) + 1
+        # an inner batch is replayed as its messages, each with its own replay fields
+        for message in (unwrap_message_dict(out, record, item.body, body_mode=body_mode)
+                        if unwrap else [out]):
+            if _consumed_inner(message, out, record, unconsumed):
+                continue
+            if message is not out:
+                message.update(replay_fields(record, message["properties"]))
+            emit(message)
+            stats.exported += 1
+            stats.beyond_truncation += item.beyond_truncation
+            stats.by_kind[message["kind"]] = stats.by_kind.get(message["kind"], 0) + 1
     stats.process_offset = one_pass.plan.process_offset if one_pass.plan else None
     return stats
 

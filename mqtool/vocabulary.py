@@ -32,6 +32,8 @@ CODES: dict[str, tuple[str, str]] = {
     "CL_GAP": (ERROR, "CommitLog file start offsets are not contiguous (data is missing)"),
     "CL_STRAY_FILE": (WARNING, "a file in a data directory whose name the broker does not load"),
     "CL_STALE_DATA": (WARNING, "plausible records lie past the end of the written data"),
+    "CL_INNER_BATCH": (ERROR, "a 5.x inner batch's body is torn or holds another number of "
+                              "messages than INNER_NUM (consumers cannot unwrap it)"),
     "CQ_DANGLING": (ERROR, "a ConsumeQueue unit points past the CommitLog data or not at a record start"),
     "CQ_MISMATCH": (ERROR, "a ConsumeQueue unit disagrees with the record it points to"),
     "CQ_MISSING": (ERROR, "a dispatchable record has no unit in its ConsumeQueue"),

@@ -58,7 +58,8 @@ _RUNS: dict[Path, list[dict]] = {}
 def _cli_records(ref: Path, mqtool) -> list[dict]:
     """One real CLI run per store, shared by the tests below."""
     if ref not in _RUNS:
-        proc = mqtool("dump", ref / "store", "--json", "--body", "base64", "--no-decompress")
+        proc = mqtool("dump", ref / "store", "--json", "--body", "base64", "--no-decompress",
+                      "--no-unwrap")
         assert proc.returncode == 0, proc.stderr
         _RUNS[ref] = [json.loads(line) for line in proc.stdout.splitlines()]
     return _RUNS[ref]

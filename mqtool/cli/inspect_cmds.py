@@ -86,6 +86,7 @@ def dump_command(
                                 "next plausible record instead of ending that file."),
     messages_only: bool = typer.Option(False, "--messages-only", help="Leave out blank, "
                                        "unwritten and corrupt regions."),
+    no_unwrap: bool = opt.no_unwrap(),
     follow_slot: Optional[int] = typer.Option(None, "--follow-slot", help="IndexFile: walk "
                                               "this hash slot's chain only."),
     kind: Optional[str] = typer.Option(None, "--kind", help="Force the kind of a single file "
@@ -117,9 +118,9 @@ def dump_command(
     opt.check_geometry(commitlog_file_size, cq_units, index_slots, index_entries)
     options = lib.DumpOptions(
         body=body_mode, max_body_bytes=max_body_bytes_effective, decompress=not no_decompress,
-        resync=resync, messages_only=messages_only, filters=filters, follow_slot=follow_slot,
-        kind=kind, commitlog_file_size=commitlog_file_size, cq_units=cq_units,
-        index_slots=index_slots, index_entries=index_entries)
+        resync=resync, messages_only=messages_only, unwrap=not no_unwrap, filters=filters,
+        follow_slot=follow_slot, kind=kind, commitlog_file_size=commitlog_file_size,
+        cq_units=cq_units, index_slots=index_slots, index_entries=index_entries)
 
     counts: Counter = Counter()
     renderer = None if json_output else TableRenderer(stdout_console())

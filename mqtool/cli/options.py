@@ -96,6 +96,11 @@ def no_decompress():
                         help="Keep compressed bodies as stored (the form bodyCRC covers).")
 
 
+def no_unwrap():
+    return typer.Option(False, "--no-unwrap", help="Keep a 5.x inner batch (BatchCQ topic) as "
+                        "the one stored record instead of one record per inner message.")
+
+
 def check_not_negative(value: Optional[int], name: str) -> None:
     if value is not None and value < 0:
         raise MqtoolError(f"{name} must be >= 0, got {value}")

@@ -79,7 +79,8 @@ def query_command(
                                      "search every topic the store knows)."),
     queue: Optional[int] = opt.queue("Queue id (with --offset or --time)."),
     offset: Optional[int] = typer.Option(None, "--offset", help="Queue offset: the message the "
-                                         "ConsumeQueue unit points at."),
+                                         "ConsumeQueue unit points at (on a BatchCQ queue the "
+                                         "whole batch record holding that offset)."),
     time: Optional[str] = typer.Option(None, "--time", help="Store time (epoch ms or ISO-8601): "
                                        "the queue offset nearest it, as the broker's "
                                        "getOffsetInQueueByTime."),
@@ -143,12 +144,16 @@ def query_command(
 
     reader = q.RecordReader(store.commitlog)
 
-    def show(record, extra: dict) -> None:
+    def show(record, extra: dict, inner_position: int | None = None) -> None:
         stored = reader.body(record)
         seg = store.commitlog.segment_for(record.offset)
         out = lib.message_to_dict(record, stored, file=store.relative(seg.path),
                                   file_offset=record.offset - seg.base_offset,
                                   body_mode=body_mode, max_body_bytes=max_body)
+        if inner_position is not None:
+            out = next(d for d in lib.unwrap_message_dict(out, record, stored, body_mode=body_mode,
+                                                          max_body_bytes=max_body)
+                       if d.get("inner_batch", {}).get("position") == inner_position)
         out.update(extra)
         if renderer is None:
             emit_json(out)
@@ -196,7 +201,7 @@ def query_command(
     else:
         result = q.query_queue_time(store, topic, queue, lib.parse_time(time))
     for found in result.found:
-        show(found.record, found.annotations())
+        show(found.record, found.annotations(), found.inner_position)
     reader.close()
     if renderer is not None:
         renderer.flush()
@@ -266,6 +271,7 @@ def salvage_command(
                                                      "offset in each of its queues)."),
     body: Optional[str] = opt.body("base64"),
     no_decompress: bool = opt.no_decompress(),
+    no_unwrap: bool = opt.no_unwrap(),
     broker_version: str = opt.broker_version(),
     force_verify_prop_crc: bool = opt.force_verify_prop_crc(),
     commitlog_file_size: Optional[int] = opt.commitlog_file_size(),
@@ -287,7 +293,8 @@ def salvage_command(
     with _output(out, store) as stream, progress_bar(total, "salvaging") as bar:
         report = salvage(store, _writer(stream), beyond_truncation_only=beyond_truncation,
                          include_damaged=include_damaged, body_mode=body_mode,
-                         decompress=not no_decompress, broker_version=broker_version,
+                         decompress=not no_decompress, unwrap=not no_unwrap,
+                         broker_version=broker_version,
                          force_verify_prop_crc=force_verify_prop_crc, progress=bar,
                          unconsumed=positions)
     document = report.to_dict()
@@ -333,6 +340,7 @@ def export_command(
                                        "instead of stdout (never inside the store)."),
     body: Optional[str] = opt.body("base64"),
     no_decompress: bool = opt.no_decompress(),
+    no_unwrap: bool = opt.no_unwrap(),
     broker_version: str = opt.broker_version(),
     commitlog_file_size: Optional[int] = opt.commitlog_file_size(),
 ):
@@ -357,8 +365,9 @@ def export_command(
     with _output(out, store) as stream, progress_bar(total, "exporting") as bar:
         stats = export_messages(store, _writer(stream), topics=topic or None, since=since_ms,
                                 until=until_ms, live_only=live_only, body_mode=body_mode,
-                                decompress=not no_decompress, broker_version=broker_version,
-                                pending_timers=pending_timers, progress=bar, unconsumed=positions)
+                                decompress=not no_decompress, unwrap=not no_unwrap,
+                                broker_version=broker_version, pending_timers=pending_timers,
+                                progress=bar, unconsumed=positions)
     kinds = ", ".join(f"{n} {k}" for k, n in sorted(stats.by_kind.items())) or "none"
     sys.stderr.write(f"mqtool: exported {stats.exported} message(s) ({kinds})\n")
     if stats.damaged_skipped:

@@ -25,6 +25,7 @@ class DumpOptions:
     decompress: bool = True
     resync: bool = False
     messages_only: bool = False
+    unwrap: bool = True                # inner batches as their inner messages
     filters: MessageFilter = field(default_factory=MessageFilter)
     follow_slot: int | None = None
     kind: str | None = None            # force the kind of a single file
@@ -83,7 +84,7 @@ def dump_path(path: Path, options: DumpOptions | None = None) -> Iterator[dict]:
         yield from iter_commitlog_records(
             store.commitlog, file_name=lambda seg: store.relative(seg.path),
             filters=options.filters, resync=options.resync, messages_only=options.messages_only,
-            progress=options.progress, **body_args)
+            unwrap=options.unwrap, progress=options.progress, **body_args)
     elif kind == "queue-dir":
         is_batch = path.resolve().parts[-3] == "batchconsumequeue"
         reader = iter_batch_consume_queue_file if is_batch else iter_consume_queue_file
@@ -100,7 +101,8 @@ def dump_path(path: Path, options: DumpOptions | None = None) -> Iterator[dict]:
         segment = Segment(path, base, path.stat().st_size)
         yield from iter_commitlog_records(
             commitlog, segments=[segment], filters=options.filters, resync=options.resync,
-            messages_only=options.messages_only, progress=options.progress, **body_args)
+            messages_only=options.messages_only, unwrap=options.unwrap, progress=options.progress,
+            **body_args)
     elif kind == "consumequeue":
         _require_nonempty(path, kind)
         yield from iter_consume_queue_file(path)

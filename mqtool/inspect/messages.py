@@ -11,6 +11,7 @@ from typing import Callable, Iterator
 
 from ..errors import MqtoolError
 from ..formats import codecs
+from ..innerbatch import OpenedBatch, is_inner_batch, open_record
 from ..formats import commitlog as cl_fmt
 from ..scan import BlankRecord, MessageRecord, Scanner, UnwrittenTail, read_body
 from ..store import CommitLog, MappedFile, Segment
@@ -212,6 +213,74 @@ def message_to_dict(record: MessageRecord, stored_body: bytes | None = None, *,
     return out
 
 
+# --- inner batches -------------------------------------------------------------------------------
+
+def _consumer_body(record: MessageRecord, stored: bytes) -> bytes:
+    """A batch body as the consumer unwraps it (inflated when the record says compressed)."""
+    if record.sys_flag & cl_fmt.COMPRESSED_FLAG and stored:
+        decoded = decompress_body(stored, record.sys_flag)
+        if decoded.error is None and decoded.complete:
+            return decoded.data
+    return stored
+
+
+def inner_message_dicts(outer: dict, opened: OpenedBatch, *, body_mode: str = "base64",
+                        max_body_bytes: int | None = None) -> list[dict]:
+    """One record per inner message, built on the outer record's dict: the record's topic,
+    queue, times and hosts, its own queue offset (INNER_BASE + position), properties, keys,
+    tags, UNIQ_KEY, flag and body; ``inner_batch`` says where it lies (the outer record's
+    CommitLog offset, size and UNIQ_KEY, its position and the batch's count)."""
+    outer_props = outer.get("properties") or {}
+    where = {"commitlog_offset": opened.outer_offset, "total_size": outer.get("total_size"),
+             "uniq_key": outer_props.get("UNIQ_KEY"), "count": len(opened.messages),
+             "stated_count": opened.stated_count, "base": opened.base,
+             "properties": outer_props}
+    if opened.problem:
+        where["problem"] = opened.problem
+    out = []
+    for inner in opened.messages:
+        message = inner.message
+        props = message.properties
+        body = message.body
+        truncated = max_body_bytes is not None and len(body) > max_body_bytes
+        shown = body[:max_body_bytes] if truncated else body
+        d = dict(outer)
+        d.update({
+            "queue_offset": inner.queue_offset,
+            "flag": message.flag,
+            "body_length": len(body),
+            "body_crc": codecs.body_crc(body),
+            "properties": props,
+            "tags": props.get("TAGS"),
+            "keys": props.get("KEYS"),
+            "uniq_key": props.get("UNIQ_KEY"),
+            "body_stored_length": len(body),
+            "body_compression": None,
+            "body_decompressed": False,
+            "body_decompress_error": None,
+            "body_truncated": truncated,
+        })
+        d["body"], d["body_encoding"] = encode_body(shown, body_mode)
+        d["inner_batch"] = {**where, "position": inner.position}
+        out.append(d)
+    return out
+
+
+def unwrap_message_dict(outer: dict, record: MessageRecord, stored_body, *,
+                        body_mode: str = "base64", max_body_bytes: int | None = None
+                        ) -> list[dict]:
+    """``[outer]`` for an ordinary record; the inner messages of an inner batch. A batch that
+    cannot be opened stays one record with ``inner_batch_error`` saying why (never raises)."""
+    if not is_inner_batch(record.sys_flag):
+        return [outer]
+    stored = bytes(stored_body) if stored_body is not None else b""
+    opened = open_record(record, _consumer_body(record, stored))
+    if not opened.opened:
+        outer["inner_batch_error"] = opened.problem
+        return [outer]
+    return inner_message_dicts(outer, opened, body_mode=body_mode, max_body_bytes=max_body_bytes)
+
+
 @dataclass
 class MessageFilter:
     """Message selection for dump/query: every given criterion must hold.
@@ -239,6 +308,20 @@ class MessageFilter:
                 and (self.to_offset is None or offset < self.to_offset))
 
     def matches(self, record: MessageRecord) -> bool:
+        if not self.matches_place(record):
+            return False
+        if self.key is not None or self.uniq_key is not None:
+            return self.matches_properties(codecs.decode_properties(record.properties_raw))
+        return True
+
+    def matches_properties(self, props: dict[str, str]) -> bool:
+        """The key and UNIQ_KEY criteria on a message's (or an inner message's) properties."""
+        if self.key is not None and self.key not in codecs.message_keys(props):
+            return False
+        return self.uniq_key is None or props.get("UNIQ_KEY") == self.uniq_key
+
+    def matches_place(self, record: MessageRecord) -> bool:
+        """Every criterion but key and UNIQ_KEY (what an inner message shares with its batch)."""
         if not self.offset_in_range(record.offset):
             return False
         if self.topic is not None and record.topic != self.topic:
@@ -249,12 +332,6 @@ class MessageFilter:
             return False
         if self.until is not None and record.store_timestamp > self.until:
             return False
-        if self.key is not None or self.uniq_key is not None:
-            props = codecs.decode_properties(record.properties_raw)
-            if self.key is not None and self.key not in codecs.message_keys(props):
-                return False
-            if self.uniq_key is not None and props.get("UNIQ_KEY") != self.uniq_key:
-                return False
         return True
 
 
@@ -275,9 +352,11 @@ def iter_commitlog_records(commitlog: CommitLog, *, segments: list[Segment] | No
                            filters: MessageFilter | None = None, resync: bool = False,
                            body_mode: str = "base64", max_body_bytes: int | None = None,
                            decompress: bool = True, messages_only: bool = False,
-                           progress=None) -> Iterator[dict]:
+                           unwrap: bool = True, progress=None) -> Iterator[dict]:
     """Records of CommitLog segments in offset order (messages with CRC checked, and blank,
     unwritten and corrupt regions unless a content filter or ``messages_only`` excludes them).
+    With ``unwrap`` an inner batch gives one record per inner message (key and UNIQ_KEY
+    filters then select inner messages; a batch matching them itself gives all of its own).
 
     Without ``resync`` a corrupt region ends its file's scan, as the broker's recovery does; the
     next file is still scanned."""
@@ -296,15 +375,24 @@ def iter_commitlog_records(commitlog: CommitLog, *, segments: list[Segment] | No
             buf = mapped.data
             for event in scanner.scan_segment(seg, seg_start, end, progress):
                 if type(event) is MessageRecord:
-                    if not filters.matches(event):
+                    opening = unwrap and is_inner_batch(event.sys_flag)
+                    if not (filters.matches_place(event) if opening else filters.matches(event)):
                         continue
                     body = None
                     if event.body_length > 0:
                         pos = event.body_position - seg.base_offset
                         body = buf[pos:pos + event.body_length]
-                    yield message_to_dict(event, body, file=name,
+                    out = message_to_dict(event, body, file=name,
                                           file_offset=event.offset - seg.base_offset,
                                           body_mode=body_mode, max_body_bytes=max_body_bytes,
                                           decompress=decompress)
+                    if not opening:
+                        yield out
+                        continue
+                    whole = filters.matches(event)
+                    for d in unwrap_message_dict(out, event, body, body_mode=body_mode,
+                                                 max_body_bytes=max_body_bytes):
+                        if whole or filters.matches_properties(d["properties"]):
+                            yield d
                 elif structural and filters.offset_in_range(event.offset):
                     yield _event_dict(event, name, seg.base_offset)

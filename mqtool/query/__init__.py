@@ -36,13 +36,15 @@ from .reader import RecordReader
 from .index import JAVA_LONG_MAX, MAX_MSGS_NUM_BATCH, ChainProblem, IndexFile, IndexHit, IndexSet
 from .keys import (SCHEDULE_TOPIC, SYSTEM_TOPICS, TIMER_TOPIC, TRANS_HALF_TOPIC,
                    TRANS_OP_HALF_TOPIC, query_key, query_msg_id, query_uniq_key, store_topics)
-from .queues import query_queue_offset, query_queue_time, queue_bounds
+from .queues import (query_batch_queue_offset, query_queue_offset, query_queue_time,
+                     queue_bounds)
 from .broker import broker_query_message, explain, readable_end
 
 __all__ = ["JAVA_LONG_MAX", "MAX_MSGS_NUM_BATCH", "SYSTEM_TOPICS", "QueryError", "NotFound",
            "ChainProblem", "IndexHit", "IndexFile", "IndexSet", "RecordReader", "Found",
            "QueryResult", "check_hex_id", "describe_msg_id", "describe_uniq_key",
            "uniq_key_windows", "mqadmin_uniq_key_begin", "store_topics", "query_key",
-           "query_uniq_key", "query_msg_id", "query_queue_offset", "query_queue_time",
+           "query_uniq_key", "query_msg_id", "query_queue_offset", "query_batch_queue_offset",
+           "query_queue_time",
            "queue_bounds", "readable_end", "broker_query_message", "explain", "SCHEDULE_TOPIC",
            "TIMER_TOPIC", "TRANS_HALF_TOPIC", "TRANS_OP_HALF_TOPIC"]

@@ -111,6 +111,8 @@ def explain(store: Store, result: QueryResult, *, plan: RecoveryPlan | None = No
                     f"{sum(1 for f in result.found if f.record.topic == topic)} messages")
     # messages the start (re)indexes are found by the running broker too
     for f in result.found:
+        if f.inner_position is not None:
+            continue  # the start indexes the outer record only
         offset = f.record.offset
         if index_from <= offset < process_offset and f.record.topic in broker:
             if offset not in broker[f.record.topic]:
@@ -135,8 +137,16 @@ def explain(store: Store, result: QueryResult, *, plan: RecoveryPlan | None = No
             f"recovered end {process_offset}: the broker skips them", stale_past)
 
     beyond, unindexed, lost_index, outside_window, missing_other = [], [], [], [], []
+    inner = [f for f in result.found if f.inner_position is not None]
+    if inner:
+        add("inner-batch-message", f"{len(inner)} of the messages found lie inside inner "
+            f"batches (BatchCQ topic): the broker indexes only the outer record, so its "
+            f"queryMessage finds none of them by their own key or UNIQ_KEY",
+            [f.record.offset for f in inner])
     for f in result.found:
         offset = f.record.offset
+        if f.inner_position is not None:
+            continue
         if offset >= process_offset:
             beyond.append(offset)
             continue
@@ -180,5 +190,5 @@ def explain(store: Store, result: QueryResult, *, plan: RecoveryPlan | None = No
             [result.details["is_offset_msg_id_of"]])
     out["reasons"] = reasons
     out["broker_finds_all"] = not (beyond or lost_index or unindexed or outside_window
-                                   or missing_other)
+                                   or missing_other or inner)
     return out

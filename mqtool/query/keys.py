@@ -2,9 +2,13 @@
 parts no IndexFile covers scanned instead."""
 from __future__ import annotations
 
+import numpy as np
+
+from ..batchcq import read_units
 from ..formats import codecs
 from ..formats import commitlog as cl_fmt
-from ..scan import MessageRecord, Scanner
+from ..innerbatch import batch_carries, is_inner_batch, open_record
+from ..scan import MessageRecord, Scanner, read_body
 from ..store import CommitLog, Store
 from .results import Found, QueryError, QueryResult
 from .ids import check_hex_id, describe_msg_id, describe_uniq_key, uniq_key_windows
@@ -68,6 +72,71 @@ def _scan_ranges(store: Store, ranges: list[tuple[int, int]], needle: bytes, top
                 out.append(record)
         indexable[(start, end)] = count
     return out, indexable
+
+
+def _batch_records(store: Store, topics: set[str] | None, use_queues: bool
+                   ) -> tuple[list[MessageRecord], int]:
+    """The inner-batch records of ``topics`` (None: all): those the BatchConsumeQueues point at
+    plus a scan of the CommitLog past the last unit (records not dispatched yet); the whole
+    CommitLog is scanned without ``use_queues``. Returns (records, where the scan started)."""
+    commitlog = store.commitlog
+    offsets: set[int] = set()
+    scan_from = commitlog.min_offset
+    if use_queues and store.batch_consume_queues:
+        for queue in store.batch_consume_queues:
+            for seg in queue.segments:
+                units = read_units(seg.path)
+                valid = units[(units["commitlog_offset"] >= 0) & (units["size"] > 0)]
+                if not len(valid):
+                    continue
+                scan_from = max(scan_from, int(np.max(valid["commitlog_offset"]
+                                                      + valid["size"])))
+                if topics is None or queue.topic in topics:
+                    offsets.update(int(o) for o in valid["commitlog_offset"])
+    records = []
+    with RecordReader(commitlog) as reader:
+        for offset in sorted(offsets):
+            record, _why = reader.at(offset)
+            if record is not None and record.offset_ok and is_inner_batch(record.sys_flag):
+                records.append(record)
+    scanner = Scanner(commitlog, check_crc=False, resync=True)
+    for record in scanner.messages(scan_from, commitlog.end_offset):
+        if is_inner_batch(record.sys_flag) and record.offset not in offsets and (
+                topics is None or record.topic in topics):
+            records.append(record)
+    return records, scan_from
+
+
+def find_inner_messages(store: Store, topics: list[str] | None, key: str | None,
+                        uniq_key: str | None, *, use_queues: bool = True) -> tuple[list[Found],
+                                                                                  list[str]]:
+    """Inner messages of inner batches whose KEYS hold ``key`` or whose UNIQ_KEY is
+    ``uniq_key``: no IndexFile entry names them (the broker indexes the outer record only), so
+    the batch records are read (see :func:`_batch_records`). Returns (found, notes)."""
+    if not store.batch_consume_queues and use_queues:
+        return [], []
+    value = (uniq_key if uniq_key is not None else key).encode("utf-8")
+    records, scan_from = _batch_records(store, set(topics) if topics is not None else None,
+                                        use_queues)
+    found, notes = [], []
+    for record in records:
+        body = read_body(store.commitlog, record)
+        if value not in body:
+            continue
+        opened = open_record(record, body)
+        if opened.problem:
+            notes.append(f"inner batch at CommitLog offset {record.offset}: {opened.problem}")
+        for inner in batch_carries(opened, key, uniq_key):
+            found.append(Found(record, "inner-batch", inner_position=inner.position))
+    end = store.commitlog.end_offset
+    if not use_queues:
+        notes.append(f"inner batches: the whole CommitLog was scanned for them ({len(records)} "
+                     f"read)")
+    elif scan_from < end:
+        notes.append(f"inner batches: {len(records)} read, found through the "
+                     f"BatchConsumeQueues and a scan of CommitLog offsets [{scan_from}, {end}) "
+                     f"past their last unit")
+    return found, notes
 
 
 def _merge_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -170,11 +239,15 @@ def _lookup(store: Store, topics: list[str], key: str | None, uniq_key: str | No
                 result.notes.append(f"no IndexFile covers CommitLog offsets [{lo}, {hi}) "
                                     f"({_gap_name(lo, hi, commitlog)}), where {missed} message(s) "
                                     f"with keys lie: that range was scanned")
-    matches = [f for f in found.values()
+    inner, inner_notes = find_inner_messages(store, topics, key, uniq_key,
+                                             use_queues=use_index)
+    result.notes += inner_notes
+    matches = [f for f in list(found.values()) + inner
                if (since is None or f.record.store_timestamp >= since)
                and (until is None or f.record.store_timestamp <= until)]
     result.candidates = len(matches)
-    matches.sort(key=lambda f: f.record.offset)
+    matches.sort(key=lambda f: (f.record.offset, -1 if f.inner_position is None
+                                else f.inner_position))
     result.found = matches
     return result
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import codec
+from ..batchcq import read_units
 from ..formats import consumequeue as cq_fmt
 from ..store import ConsumeQueue, MappedFile, Segment, Store
 from .results import Found, NotFound, QueryError, QueryResult
@@ -19,7 +20,8 @@ _CQ_UNIT = codec.CQ_UNIT
 def _queue(store: Store, topic: str, queue_id: int) -> ConsumeQueue:
     queue = store.queue(topic, queue_id)
     if queue is None:
-        known = sorted(q.queue_id for q in store.consume_queues if q.topic == topic)
+        known = sorted(q.queue_id for q in store.consume_queues + store.batch_consume_queues
+                       if q.topic == topic)
         if known:
             raise QueryError(f"topic {topic!r} has no queue {queue_id} (queues: "
                              f"{', '.join(map(str, known))})")
@@ -73,10 +75,98 @@ def _unit_location(store: Store, queue: ConsumeQueue,
     return None, logical - file_start
 
 
+# --- BatchConsumeQueue lookups -------------------------------------------------------------------
+
+def _batch_queue(store: Store, topic: str, queue_id: int) -> ConsumeQueue | None:
+    for queue in store.batch_consume_queues:
+        if queue.topic == topic and queue.queue_id == queue_id:
+            return queue
+    return None
+
+
+def _valid_batch_units(path) -> np.ndarray:
+    """The units of a BatchConsumeQueue file up to the first one that is not written."""
+    units = read_units(path)
+    valid = ((units["commitlog_offset"] >= 0) & (units["size"] > 0)
+             & (units["msg_base_offset"] >= 0) & (units["batch_size"] > 0))
+    end = len(units) if valid.all() else int(np.argmin(valid))
+    return units[:end]
+
+
+def query_batch_queue_offset(store: Store, queue: ConsumeQueue,
+                             queue_offset: int) -> QueryResult:
+    """BatchConsumeQueue.getBatchMsgIndexBuffer + getMessage: the unit whose batch holds
+    ``queue_offset`` (the last file whose first msgBaseOffset is at or below it, searched from
+    the newest, then the last unit there starting at or below it) and the whole record it
+    points at: the broker returns the batch record, never a part of it, and continues at the
+    unit's msgBaseOffset + batchSize."""
+    topic, queue_id = queue.topic, queue.queue_id
+    result = QueryResult({"mode": "queue-offset", "topic": topic, "queue_id": queue_id,
+                          "queue_offset": queue_offset})
+    files = [(seg, _valid_batch_units(seg.path)) for seg in queue.segments]
+    files = [(seg, units) for seg, units in files if len(units)]
+    if not files:
+        raise NotFound(f"{topic}/{queue_id}: the BatchConsumeQueue holds no valid unit")
+    last = files[-1][1][-1]
+    first_base = int(files[0][1]["msg_base_offset"][0])
+    end = int(last["msg_base_offset"]) + int(last["batch_size"])
+    result.details["queue"] = {"min_offset": first_base, "max_offset": end,
+                               "batch_consume_queue": True}
+    if queue_offset >= end:
+        raise NotFound(f"{topic}/{queue_id} queue offset {queue_offset} is past the queue's end "
+                       f"(next offset {end})")
+    chosen = next(((seg, units) for seg, units in reversed(files)
+                   if int(units["msg_base_offset"][0]) <= queue_offset), None)
+    if chosen is None:
+        raise NotFound(f"{topic}/{queue_id} queue offset {queue_offset} is below the queue's "
+                       f"first unit (msgBaseOffset {first_base})")
+    seg, units = chosen
+    index = int(np.searchsorted(units["msg_base_offset"], queue_offset, side="right")) - 1
+    unit = units[index]
+    phy, size = int(unit["commitlog_offset"]), int(unit["size"])
+    base, batch = int(unit["msg_base_offset"]), int(unit["batch_size"])
+    unit_out = {"file": store.relative(seg.path),
+                "file_offset": index * cq_fmt.BATCH_CQ_STORE_UNIT_SIZE,
+                "commitlog_offset": phy, "size": size, "tags_code": int(unit["tags_code"]),
+                "store_timestamp": int(unit["store_timestamp"]), "msg_base_offset": base,
+                "batch_size": batch, "next_offset": base + batch}
+    result.details["unit"] = unit_out
+    if not base <= queue_offset < base + batch:
+        result.notes.append(f"queue offset {queue_offset} lies in no unit's batch: the nearest "
+                            f"unit below covers [{base}, {base + batch})")
+    elif queue_offset != base:
+        result.notes.append(f"queue offset {queue_offset} lies inside the batch [{base}, "
+                            f"{base + batch}) stored at CommitLog offset {phy}: the broker "
+                            f"returns that whole record and continues at {base + batch}")
+    with RecordReader(store.commitlog) as reader:
+        record, why = reader.at(phy, check_crc=True)
+    if record is None:
+        raise NotFound(f"{topic}/{queue_id} queue offset {queue_offset} points at CommitLog "
+                       f"offset {phy}: {why}")
+    mismatches = []
+    if record.topic != topic or record.queue_id != queue_id:
+        mismatches.append(f"the record is in {record.topic}/{record.queue_id}")
+    if record.queue_offset != base:
+        mismatches.append(f"the record's QUEUEOFFSET is {record.queue_offset}, the unit's "
+                          f"msgBaseOffset {base}")
+    if record.total_size != size:
+        mismatches.append(f"the record is {record.total_size} bytes, the unit says {size}")
+    if mismatches:
+        result.notes.append(f"the unit and the record disagree: {'; '.join(mismatches)}")
+        unit_out["mismatch"] = mismatches
+    result.found.append(Found(record, "batch-consume-queue"))
+    return result
+
+
 def query_queue_offset(store: Store, topic: str, queue_id: int, queue_offset: int) -> QueryResult:
-    """The ConsumeQueue unit at ``queue_offset`` and the message it points at."""
+    """The ConsumeQueue unit at ``queue_offset`` and the message it points at (on a BatchCQ
+    topic: :func:`query_batch_queue_offset`)."""
     if queue_offset < 0:
         raise QueryError(f"--offset must be >= 0, got {queue_offset}")
+    if store.queue(topic, queue_id) is None:
+        batch_queue = _batch_queue(store, topic, queue_id)
+        if batch_queue is not None:
+            return query_batch_queue_offset(store, batch_queue, queue_offset)
     queue = _queue(store, topic, queue_id)
     result = QueryResult({"mode": "queue-offset", "topic": topic, "queue_id": queue_id,
                           "queue_offset": queue_offset})
@@ -138,6 +228,9 @@ def query_queue_time(store: Store, topic: str, queue_id: int, timestamp: int) ->
     The broker picks the first file whose *mtime* is at or after the time; mtimes do not survive
     copying a store, so the first file whose last unit's message was stored at or after it is
     taken (the same file on a store that was never copied)."""
+    if store.queue(topic, queue_id) is None and _batch_queue(store, topic, queue_id) is not None:
+        raise QueryError(f"{topic}/{queue_id} is a BatchConsumeQueue: a lookup by time is not "
+                         f"supported there (--offset is)")
     queue = _queue(store, topic, queue_id)
     result = QueryResult({"mode": "queue-time", "topic": topic, "queue_id": queue_id,
                           "time": timestamp})

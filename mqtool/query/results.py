@@ -26,8 +26,9 @@ class Found:
     """One message of an answer and how it was found."""
 
     record: MessageRecord
-    found_by: str                       # index | scan | msg-id | consume-queue
+    found_by: str                       # index | scan | msg-id | consume-queue | inner-batch
     index_hits: list[IndexHit] = field(default_factory=list)
+    inner_position: int | None = None   # the inner message of an inner batch this answer is
 
     def annotations(self) -> dict:
         out = {"found_by": self.found_by}
@@ -54,10 +55,17 @@ class QueryResult:
     def offsets(self) -> list[int]:
         return [f.record.offset for f in self.found]
 
+    @property
+    def inner_found(self) -> list[Found]:
+        """The inner messages of inner batches found (no IndexFile entry names them)."""
+        return [f for f in self.found if f.inner_position is not None]
+
     def summary(self) -> dict:
         return {"query": self.query, "found": len(self.found), "offsets": self.offsets,
                 "notes": self.notes, "scanned_ranges": [list(r) for r in self.scanned],
                 "index_problems": [p.to_dict() for p in self.problems],
                 "hash_collisions": sorted(set(self.collisions)),
                 "stale_index_entries": sorted(set(self.stale)),
-                "duplicate_index_entries": self.duplicates, **self.details}
+                "duplicate_index_entries": self.duplicates,
+                "inner_messages": [[f.record.offset, f.inner_position] for f in self.inner_found],
+                **self.details}
