@@ -767,27 +767,10 @@ def expand_batches(events) -> Iterator[ScanEvent]:
             yield event
 
 
-_RELEASE_EVERY = 64 * 1024 * 1024
-# Pages ahead of the scan are mapped in one madvise(MADV_POPULATE_READ) per window rather than
-# faulted in one by one as the scan (and the CRC) first touch them: that takes a page-cache-warm
-# 128 MiB file from ~0.1 s of faults to ~0.04 s. Linux 5.14+; elsewhere the faults happen as before.
-_MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22 if os.name == "posix" and
-                              os.uname().sysname == "Linux" else None)
-_POPULATE_WINDOW = 16 * 1024 * 1024
-_POPULATE_AHEAD = _BATCH_BYTES + 2 * _POPULATE_WINDOW   # a whole batch walk stays inside
-
-
-def _populate(buf, start: int, end: int) -> bool:
-    """Map ``buf[start:end]`` now (page-aligned); False when the system cannot (then never ask
-    again for this buffer)."""
-    start -= start % mmap.PAGESIZE
-    if end <= start:
-        return True
-    try:
-        buf.madvise(_MADV_POPULATE_READ, start, end - start)
-    except (OSError, ValueError, OverflowError):
-        return False
-    return True
+# pages behind the scan go back to the kernel this often: peak RSS on 1 GiB files fell from
+# ~203 to ~166 MiB going from 64 to 32 MiB, at no measurable cost (mapping the pages ahead in
+# one madvise(MADV_POPULATE_READ) instead of faulting them saved < 5% of CPU for ~100 MiB more)
+_RELEASE_EVERY = 32 * 1024 * 1024
 
 
 def written_extent(fd: int, size: int) -> int:
@@ -849,21 +832,12 @@ def _scan_mapped(segment: Segment, start: int | None, end: int | None, progress,
     last = None if end is None else max(0, end - segment.base_offset)
     released = first - first % mmap.PAGESIZE
     reported = first
-    populate = _MADV_POPULATE_READ is not None and isinstance(buf, mmap.mmap)
-    populated = first
-    if populate:
-        populated = min(limit, first + _POPULATE_AHEAD)
-        populate = _populate(buf, first, populated)
     try:
         for event in scan(buf, segment.base_offset, name=segment.name, start=first, stop=last,
                           **options):
             kind = type(event)
             position = (event.start_offset if kind is RecordBatch else event.offset) \
                 - segment.base_offset
-            if populate and populated - position < _POPULATE_AHEAD and populated < limit:
-                ahead = min(limit, max(populated, position) + _POPULATE_AHEAD)
-                populate = _populate(buf, populated, ahead)
-                populated = ahead
             if position - released >= _RELEASE_EVERY:
                 upto = position - position % mmap.PAGESIZE
                 buf.madvise(mmap.MADV_DONTNEED, released, upto - released)
