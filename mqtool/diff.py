@@ -15,12 +15,12 @@ stores differ; they are mentioned when they do differ.
 """
 from __future__ import annotations
 
-import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from . import codec
+from .crc import crc32
 from .formats import consumequeue as cq_fmt
 from .scan import BlankRecord, CorruptRegion, MessageRecord, UnwrittenTail, scan_buffer
 from .store import ConsumeQueue, MappedFile, Segment, Store
@@ -47,7 +47,7 @@ def _file_records(seg: Segment | None) -> _FileRecords:
             if kind is MessageRecord:
                 pos = event.offset - seg.base_offset
                 out[event.offset] = (event.total_size,
-                                     zlib.crc32(buf[pos:pos + event.total_size]), event)
+                                     crc32(buf[pos:pos + event.total_size]), event)
                 data_end = event.end
             elif kind is CorruptRegion:
                 data_end = event.offset + min(event.length, max(event.total_size, 8))

@@ -27,13 +27,13 @@ import mmap
 import os
 import re
 import struct
-import zlib
 from itertools import repeat
 from typing import Iterator, NamedTuple
 
 import numpy as np
 
 from . import codec as _codec
+from .crc import crc32 as _crc32
 from .codec import HOST_FLAGS, MESSAGE_HEADER, MESSAGE_MIDDLE
 from .errors import MqtoolError, ParseError
 from .formats import codecs
@@ -141,7 +141,9 @@ def _prop_crc_state(buf, pos: int, end: int, props: bytes, check_crc: bool) -> b
         return False
     if not check_crc:
         return None
-    return codecs.record_prop_crc(buf[pos:end]) == stored
+    # codecs.record_prop_crc's rule, through the fast CRC
+    return _crc32(memoryview(buf)[pos:end - codecs.CRC32_RESERVED_LEN]) & codecs.CRC32_MASK \
+        == stored
 
 
 def decode_message(buf, pos: int, limit: int, base: int, check_crc: bool) -> MessageRecord:
@@ -197,7 +199,7 @@ def decode_message(buf, pos: int, limit: int, base: int, check_crc: bool) -> Mes
     props = bytes(buf[q:q + props_len]) if props_len > 0 else b""
     crc_ok = None
     if check_crc and body_len > 0:
-        crc_ok = (zlib.crc32(buf[body_pos:body_pos + body_len]) & 0x7FFFFFFF) == body_crc
+        crc_ok = (_crc32(buf[body_pos:body_pos + body_len]) & codecs.CRC32_MASK) == body_crc
     prop_crc_ok = None
     if props_len >= codecs.CRC32_RESERVED_LEN and props[-20:-11] == _PROP_CRC_PREFIX:
         prop_crc_ok = _prop_crc_state(buf, pos, end, props, check_crc)
@@ -694,7 +696,7 @@ def _fast_batch(buf, pos: int, stop: int, limit: int, base: int, check_crc: bool
             view = memoryview(buf)
             try:
                 crcs = np.fromiter(
-                    map(zlib.crc32, map(view.__getitem__,
+                    map(_crc32, map(view.__getitem__,
                                         map(slice, starts.tolist(),
                                             (starts + body_len[with_body]).tolist()))),
                     dtype=np.int64, count=len(with_body))
@@ -765,7 +767,10 @@ def expand_batches(events) -> Iterator[ScanEvent]:
             yield event
 
 
-_RELEASE_EVERY = 64 * 1024 * 1024
+# pages behind the scan go back to the kernel this often: peak RSS on 1 GiB files fell from
+# ~203 to ~166 MiB going from 64 to 32 MiB, at no measurable cost (mapping the pages ahead in
+# one madvise(MADV_POPULATE_READ) instead of faulting them saved < 5% of CPU for ~100 MiB more)
+_RELEASE_EVERY = 32 * 1024 * 1024
 
 
 def written_extent(fd: int, size: int) -> int:

@@ -10,7 +10,7 @@ from ..vocabulary import DEFAULT_TOPICS
 from .common import emit_json, error_boundary, progress_bar
 
 fixture_app = typer.Typer(help="Make deterministic test stores and inject faults into them.",
-                          no_args_is_help=True)
+                          no_args_is_help=True, rich_markup_mode=None)  # plain, as cli/main.py
 
 
 class DamageKind(str, Enum):

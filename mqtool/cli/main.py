@@ -45,6 +45,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # click's plain help: typer's rich help imports rich.markdown, markdown-it and pygments,
+    # which doubled the start-up of `mqtool --help` (0.10 -> 0.20 s of CPU)
+    rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 

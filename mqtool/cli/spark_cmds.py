@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 spark_app = typer.Typer(
     help="Audit and export archived CommitLogs of many brokers on Apache Spark (local[*] by "
          "default; any master: spark://, yarn, k8s://). Needs pyspark and Java 17+.",
-    no_args_is_help=True)
+    no_args_is_help=True, rich_markup_mode=None)  # plain help, as the app's (cli/main.py)
 
 
 def _conf(items: Optional[List[str]]) -> dict[str, str]:

@@ -148,8 +148,9 @@ def verify(
     index_slots: int = opt.index_slots(min=1),
     index_entries: int = opt.index_entries(min=1),
     workers: int = typer.Option(None, "--workers", min=1,
-                                help="Processes sharing the CommitLog files (default 1; helps "
-                                     "only on machines with real spare cores)."),
+                                help="Processes sharing the CommitLog files, a file each at a "
+                                     "time (default: one per core; 1 checks them in this "
+                                     "process)."),
 ):
     """Check a store and predict the broker's next start (see ``_HELP``)."""
     from ..passport import store_passport

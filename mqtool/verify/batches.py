@@ -40,6 +40,7 @@ from .commitlog import _COMMIT, _INNER_BATCH, _NOT, _ROLLBACK, _TX_MASK, _V2_MAG
 _LATE = 1 << 62                 # after every record: the finish steps
 _CURSOR_CHUNK = 65536           # units / index entries read at a time
 _MAX_HINTS = 1 << 22            # record starts taken from the ConsumeQueues per CommitLog file
+_MAX_PRELOADED = 1 << 19        # units read for the hints kept for the merge (~18 MB at most)
 _KEY_SEPARATOR = ord(" ")       # MessageConst.KEY_SEPARATOR
 _PROPERTY_NAMES = ("TAGS", "KEYS", "UNIQ_KEY", "DELAY")
 
@@ -61,6 +62,18 @@ class _ItemCursor:
         self.done = False
         self.numbers = self.keys = self.items = None
         self.pos = 0
+
+    @classmethod
+    def loaded(cls, numbers: np.ndarray, items: np.ndarray, key_field: str) -> _ItemCursor:
+        """A cursor over items already read (all of them up to its key_hi)."""
+        cursor = cls.__new__(cls)
+        cursor.files, cursor.firsts, cursor.fds = [], [], None
+        cursor.dtype, cursor.key_field = items.dtype, key_field
+        cursor.index = cursor.hi = cursor.key_hi = 0
+        cursor.done = True
+        cursor.numbers, cursor.items, cursor.pos = numbers, items, 0
+        cursor.keys = items[key_field].astype(np.int64)
+        return cursor
 
     def _load(self) -> bool:
         """Read the next chunk; False at the end (what _SortedItems would reach as well)."""
@@ -183,6 +196,7 @@ class _BatchChecker(_SegmentChecker):
         self.ordered: list = []
         self.run_log: list = []
         self.queue_cursors: dict = {}
+        self.preloaded: dict = {}       # key -> (numbers, units) the hints read, or None
         self.prefixes: dict[int, int] = {}
         self.delays: dict[bytes, int] = {}
         self.seq = 0
@@ -221,18 +235,22 @@ class _BatchChecker(_SegmentChecker):
         seg = self.segment
         end = seg.base_offset + seg.length
         parts, total = [], 0
-        for info in self.ctx.queues.values():
+        for key, info in self.ctx.queues.items():
             if info.max_offset < seg.base_offset or info.min_offset >= end:
                 continue
             start = self._seek(list(info.files), _CQ_STRUCT, 0, info.first_valid,
                                info.valid_end, end)
             if start is None:
+                self.preloaded[key] = None
                 continue
             cursor = _ItemCursor(list(info.files), CQ_UNIT_DTYPE, "commitlog_offset", self.fds,
                                  start, info.valid_end, end)
-            _, units = cursor.rest()
+            numbers, units = cursor.rest()
             parts.append(units["commitlog_offset"].astype(np.int64))
             total += len(units)
+            if total <= _MAX_PRELOADED:
+                # the merge reads exactly these units again: keep them (a seek and a read less)
+                self.preloaded[key] = (numbers, units)
             if total > _MAX_HINTS:
                 return None
         return np.concatenate(parts) if parts else None
@@ -352,7 +370,11 @@ class _BatchChecker(_SegmentChecker):
         seg = self.segment
         end = seg.base_offset + seg.length
         cursor = None
-        if info is not None and info.max_offset >= seg.base_offset and info.min_offset < end:
+        if key in self.preloaded:
+            loaded = self.preloaded.pop(key)
+            if loaded is not None:
+                cursor = _ItemCursor.loaded(*loaded, "commitlog_offset")
+        elif info is not None and info.max_offset >= seg.base_offset and info.min_offset < end:
             start = self._seek(list(info.files), _CQ_STRUCT, 0, info.first_valid,
                                info.valid_end, end)
             if start is not None:

@@ -1,0 +1,82 @@
+"""verify in worker processes reports exactly what it reports in one process: the same findings
+in the same order and the same recovery prediction, on clean and damaged stores of several
+CommitLog files (broker-written ones, and forge stores damaged in several files at once)."""
+from __future__ import annotations
+
+import pytest
+
+from conftest import SHARED_STORES, shared_store_names
+from mqtool import forge
+from mqtool.store import Store
+from mqtool.verify import verify_store
+from mqtool.verify.run import _auto_workers, available_cores
+
+# broker-written stores of several CommitLog files, clean, crashed and damaged
+REFERENCE = ("clean-small-damaged", "crash-small", "v5-damaged", "v5-propcrc-damaged",
+             "clean-multi")
+
+
+def _outcome(report) -> tuple[list[dict], dict, dict]:
+    summary = dict(report.summary)
+    return [f.to_dict() for f in report.findings], report.recovery.to_dict(), summary
+
+
+def _assert_same_for_worker_counts(root, counts=(2, 3), geometry=None, **options):
+    def run(workers):
+        return _outcome(verify_store(Store(root, **(geometry or {})), workers=workers, **options))
+    serial = run(1)
+    for count in counts:
+        assert run(count) == serial, count
+    return serial
+
+
+@pytest.mark.parametrize("name", [n for n in REFERENCE if n in shared_store_names()] or
+                         [pytest.param("absent", marks=pytest.mark.skip("../shared is absent"))])
+def test_reference_stores(name):
+    root = SHARED_STORES / name / "store"
+    assert len(Store(root).commitlog.segments) >= 2
+    _assert_same_for_worker_counts(root)
+
+
+FORGE = dict(cq_units=120, index_slots=200, index_entries=900)
+# the forge stores' small geometry is not the broker default (the broker ones say theirs)
+GEOMETRY = dict(cq_units_per_file=120, index_slots=200, index_entries=900)
+
+
+@pytest.fixture(scope="module")
+def forged(tmp_path_factory):
+    root = tmp_path_factory.mktemp("forged") / "store"
+    forge.make_store(root, forge.ForgeOptions(
+        messages=2500, seed=13, commitlog_file_size=256 * 1024, delay_ratio=0.05,
+        transaction_ratio=0.09, compress_ratio=0.05, **FORGE))
+    return root
+
+
+def test_forge_store_clean(forged):
+    assert len(Store(forged).commitlog.segments) >= 5
+    findings, _, _ = _assert_same_for_worker_counts(forged, counts=(2, 4),
+                                                    geometry=GEOMETRY)
+    assert not [f for f in findings if f["severity"] == "error"]
+
+
+def test_forge_store_damaged_in_several_files(forged, tmp_path):
+    import shutil
+    root = tmp_path / "store"
+    shutil.copytree(forged, root)
+    names = [s.name for s in Store(root).commitlog.segments]
+    # faults in different files, so that several workers each find some
+    forge.damage_store(root, "bit-flip", seed=1, file=names[0], target="body")
+    forge.damage_store(root, "bit-flip", seed=2, file=names[2], target="header")
+    forge.damage_store(root, "zero-range", seed=3, file=names[3], length=700)
+    forge.damage_store(root, "bit-flip", seed=4, file=names[1], target="body")
+    findings, _, _ = _assert_same_for_worker_counts(root, counts=(2, 3), geometry=GEOMETRY)
+    assert len({f["file"] for f in findings if f["code"].startswith("CL_")}) >= 3
+    # --quick checks the same way in workers
+    _assert_same_for_worker_counts(root, counts=(2,), geometry=GEOMETRY, quick=True)
+
+
+def test_default_is_one_worker_per_core_and_never_more_than_files():
+    assert _auto_workers(100, None) == available_cores()
+    assert _auto_workers(1, None) == 1
+    assert _auto_workers(3, 8) == 3
+    assert _auto_workers(5, 2) == 2
