@@ -1047,6 +1047,7 @@ def damage_store(root: Path, kind: str, seed: int = 0, *, file: str | None = Non
     Refuses (StoreLockedError, exit 3) a store whose lock a live process holds."""
     if kind not in _DAMAGERS:
         raise ValueError(f"unknown damage kind {kind!r}; choose from {', '.join(DAMAGE_KINDS)}")
+    Store.refuse_unexplained_layout(root, "fixture damage")
     store = Store(root)
     if store.lock_held():
         raise StoreLockedError(f"{root}: the store's lock is held by a live process (a running "

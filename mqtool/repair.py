@@ -2389,6 +2389,7 @@ def run_repair(command: str, store_path: Path, *, dry_run: bool = False,
     ``out``). Refuses (exit 3) a store whose lock a live process holds."""
     store_options = store_options or {}
     source = Path(store_path).absolute()
+    Store.refuse_unexplained_layout(source, command)
     if Store(source, **store_options).is_bare_commitlog:
         raise RepairError(f"{source}: a bare CommitLog directory; {command} needs the store root "
                           "(the folder holding commitlog/, consumequeue/, index/, checkpoint)")
@@ -2471,6 +2472,7 @@ def _finish_repair(plan: RepairPlan, stage: Stage, target: Path, *, dry_run: boo
 
 def run_undo(backup: Path, *, force: bool = False, dry_run: bool = False) -> bk.UndoReport:
     def check(root: Path) -> None:
+        Store.refuse_unexplained_layout(root, "undo")
         if not dry_run:
             refuse_if_locked(root)
     return bk.undo_backup(backup, force=force, dry_run=dry_run, check_lock=check)

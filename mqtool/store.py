@@ -259,6 +259,16 @@ class Store:
                     self.index_stray.append(entry)
         self.index_slots, self.index_entries = self._index_geometry(index_slots, index_entries)
 
+    @staticmethod
+    def refuse_unexplained_layout(root: Path, command: str) -> None:
+        """Raise StoreLayoutError (exit 2) naming what ``root`` holds that mqtool cannot explain
+        (:func:`unexplained_layout`). Every mutating command calls this before anything else."""
+        findings = unexplained_layout(root)
+        if findings:
+            raise StoreLayoutError(f"{root}: {command} refused: the store holds "
+                                   + "; ".join(findings) + ", a layout mqtool does not fully "
+                                   "understand; nothing was changed")
+
     # -- construction helpers ------------------------------------------------------------------
     def _load_queues(self, dirname: str, unit_size: int) -> list[ConsumeQueue]:
         queues = []
@@ -342,6 +352,75 @@ class Store:
             return Path(path).relative_to(self.root).as_posix()
         except ValueError:
             return str(path)
+
+
+# -- what a store root holds ----------------------------------------------------------------------
+# Folders a 4.x/5.x broker in plain CommitLog mode (or mqtool itself) leaves in the store root, and
+# the part of each that mqtool reads and repairs. A folder outside this list that holds data
+# belongs to a layout mqtool does not know (DLedger, RocksDB queues, a tiered store, ...): its
+# repairs would leave it inconsistent with what they change, so they refuse the store instead.
+KNOWN_ROOT_DIRS = ("commitlog", "consumequeue", "batchconsumequeue", "index", "config",
+                   "timerlog", "compaction")
+# derived from the CommitLog: present with data while commitlog/ is missing, they index records
+# that live somewhere mqtool does not look
+DERIVED_DIRS = ("consumequeue", "batchconsumequeue", "index", "timerlog")
+# compaction/ is understood only while it holds the position checkpoint a 5.x broker persists
+# with no compaction topic; compactionLog/ and compactionCq/ are the data of compaction topics
+COMPACTION_FILES = ("position-checkpoint", "position-checkpoint.bak")
+
+
+def _holds_data(path: Path) -> bool:
+    """True when ``path`` is, or has anywhere below it, a regular file of at least one byte."""
+    if path.is_file():
+        return path.stat().st_size > 0
+    for folder, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                if os.lstat(os.path.join(folder, name)).st_size > 0:
+                    return True
+            except OSError:
+                continue
+    return False
+
+
+def _is_mqtool_backup(path: Path) -> bool:
+    """A folder of mqtool repair backups (--backup-dir may point inside the store root)."""
+    from .backup import MANIFEST
+    return (path / MANIFEST).is_file() or any(
+        (sub / MANIFEST).is_file() for sub in path.iterdir() if sub.is_dir())
+
+
+def unexplained_layout(root: Path) -> list[str]:
+    """What the store root holds that mqtool does not fully understand, one phrase per finding
+    (empty: a plain CommitLog store, or nothing mqtool would have to leave behind untouched).
+
+    Files at the root that no broker reads (notes, scripts) are not findings: a repair neither
+    reads nor changes them. Folders holding data are, unless mqtool knows what they are."""
+    from .backup import BACKUP_DIR, STAGE_PREFIX
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    findings = []
+    entries = sorted(root.iterdir(), key=lambda p: p.name)
+    for entry in entries:
+        name = entry.name
+        if not entry.is_dir():
+            continue
+        if name.startswith("dledger-"):
+            findings.append(f"{name}/ (a DLedger-mode CommitLog)")
+        elif name in KNOWN_ROOT_DIRS or name == BACKUP_DIR or name.startswith(STAGE_PREFIX):
+            if name == "compaction":
+                extra = [p.name + ("/" if p.is_dir() else "") for p in sorted(entry.iterdir())
+                         if p.name not in COMPACTION_FILES and _holds_data(p)]
+                if extra:
+                    findings.append(f"compaction/{extra[0]} (5.x compaction-topic data)")
+        elif _holds_data(entry) and not _is_mqtool_backup(entry):
+            findings.append(f"{name}/ (an unknown folder that holds data)")
+    if not (root / "commitlog").is_dir():
+        derived = [d + "/" for d in DERIVED_DIRS if (root / d).is_dir() and _holds_data(root / d)]
+        if derived:
+            findings.append(f"{' and '.join(derived)} with data but no commitlog/")
+    return findings
 
 
 # -- single files --------------------------------------------------------------------------------

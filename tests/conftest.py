@@ -5,6 +5,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,39 @@ def shared_store_names() -> list[str]:
 def reference_dirs() -> list[Path]:
     """The copied fixture store plus every shared store (tests parametrise over these)."""
     return [FIXTURE_STORE] + [SHARED_STORES / n for n in shared_store_names()]
+
+
+DLEDGER_STORES = ("dledger-clean", "dledger-crash", "dledger-clean-damaged")
+
+
+@pytest.fixture(scope="session")
+def unpack_shared(tmp_path_factory):
+    """``unpack_shared(name, tarball="store.tar.gz")``: the folder a shared store's tarball holds
+    (store/ or recovered/), unpacked once per test session into a temporary folder. Tests must
+    not change it: copy it first. Skips when ../shared or the tarball is absent."""
+    base = tmp_path_factory.mktemp("shared-unpacked")
+    unpacked: dict[tuple[str, str], Path] = {}
+
+    def unpack(name: str, tarball: str = "store.tar.gz") -> Path:
+        source = SHARED_STORES / name / tarball
+        if not source.is_file():
+            pytest.skip(f"{source} is absent")
+        if (name, tarball) not in unpacked:
+            dest = base / name / tarball.split(".")[0]
+            dest.mkdir(parents=True)
+            with tarfile.open(source) as archive:
+                archive.extractall(dest, filter="data")
+            (top,) = dest.iterdir()
+            unpacked[name, tarball] = top
+        return unpacked[name, tarball]
+
+    return unpack
+
+
+@pytest.fixture(scope="session")
+def dledger_stores(unpack_shared) -> dict[str, Path]:
+    """The three DLedger-mode stores the real 4.9.8 broker wrote, unpacked: name -> store root."""
+    return {name: unpack_shared(name) for name in DLEDGER_STORES}
 
 
 @pytest.fixture
