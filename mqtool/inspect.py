@@ -36,7 +36,7 @@ from .formats import commitlog as cl_fmt
 from .formats import consumequeue as cq_fmt
 from .formats import indexfile as idx_fmt
 from .passport import store_passport
-from .scan import BlankRecord, MessageRecord, Scanner, UnwrittenTail, read_body
+from .scan import BlankRecord, MessageRecord, Scanner, UnwrittenTail, entry_fields, read_body
 from .store import (INDEX_NAME, OFFSET_NAME, CommitLog, ConsumeQueue, MappedFile, Segment, Store,
                     identify_file, load_config, lock_holder, parse_at, queue_of_file,
                     read_fastjson)
@@ -392,10 +392,13 @@ def iter_commitlog_records(commitlog: CommitLog, *, segments: list[Segment] | No
                     if event.body_length > 0:
                         pos = event.body_position - seg.base_offset
                         body = buf[pos:pos + event.body_length]
-                    yield message_to_dict(event, body, file=name,
+                    out = message_to_dict(event, body, file=name,
                                           file_offset=event.offset - seg.base_offset,
                                           body_mode=body_mode, max_body_bytes=max_body_bytes,
                                           decompress=decompress)
+                    if seg.is_dledger:
+                        out["dledger"] = entry_fields(buf, event.offset - seg.base_offset)
+                    yield out
                 elif structural and filters.offset_in_range(event.offset):
                     yield _event_dict(event, name, seg.base_offset)
 
