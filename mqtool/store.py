@@ -114,6 +114,13 @@ class Segment:
     def is_dledger(self) -> bool:
         return self.layout == DLEDGER_LAYOUT
 
+    @property
+    def store_path(self) -> str:
+        """The CommitLog file's path inside its store, as reports name it."""
+        if self.is_dledger:
+            return f"{self.path.parent.parent.name}/{dl_fmt.DATA_DIR}/{self.name}"
+        return f"commitlog/{self.name}"
+
 
 def _offset_files(directory: Path) -> tuple[list[Segment], list[Path]]:
     segments, stray = [], []

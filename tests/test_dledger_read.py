@@ -1,0 +1,228 @@
+"""Reading DLedger-mode stores, checked against what the real 4.9.8 broker (DLedger 0.3.1.2) wrote
+and decoded: `dump --json` equals the broker's dump.json message for message (with each entry's
+header), the scan of each data file ends where the broker's did, `info` and the passport name the
+layout and the ledger, `verify` finds nothing on the clean store and the one damaged body the
+broker never checks on the damaged one. The scanner's batch path, resynchronisation and offset
+ranges work on DLedger data as on a plain CommitLog."""
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+
+import pytest
+
+from conftest import DLEDGER_STORES, SHARED_STORES
+from mqtool import codec
+from mqtool.formats import dledger as dl_fmt
+from mqtool.scan import (BlankRecord, CorruptRegion, MessageRecord, RecordBatch, Scanner,
+                         UnwrittenTail, expand_batches, message_at, scan_segment,
+                         scan_segment_batches)
+from mqtool.store import DLEDGER_LAYOUT, Store, identify_file
+from test_dump_conformance import FIELDS
+
+ENTRY_FIELDS = {"magic": "magic", "size": "size", "index": "index", "term": "term", "pos": "pos",
+                "channel": "channel", "chainCrc": "chain_crc", "bodyCrc": "body_crc",
+                "bodySize": "body_size"}
+_DUMPS: dict[str, dict] = {}
+_RUNS: dict[str, list[dict]] = {}
+
+
+def broker_dump(name: str) -> dict:
+    if name not in _DUMPS:
+        with gzip.open(SHARED_STORES / name / "dump.json.gz", "rt", encoding="utf-8") as fh:
+            _DUMPS[name] = json.load(fh)
+    return _DUMPS[name]
+
+
+def cli_dump(name: str, store, mqtool) -> list[dict]:
+    if name not in _RUNS:
+        proc = mqtool("dump", store, "--json", "--body", "base64", "--no-decompress")
+        assert proc.returncode == 0, proc.stderr
+        _RUNS[name] = [json.loads(line) for line in proc.stdout.splitlines()]
+    return _RUNS[name]
+
+
+@pytest.mark.parametrize("name", DLEDGER_STORES)
+def test_dump_equals_the_broker_decode(name, dledger_stores, mqtool):
+    broker = broker_dump(name)
+    ours = [r for r in cli_dump(name, dledger_stores[name], mqtool)
+            if r["record_type"] == "commitlog/message"]
+    assert len(ours) == broker["messageCount"] == len(broker["messages"]) == 2000
+    mismatches = []
+    for expected, got in zip(broker["messages"], ours):
+        assert got["file"] == expected["file"] == expected["dledger"]["entryFile"]
+        for broker_key, our_key in FIELDS.items():
+            if broker_key in expected and expected[broker_key] != got[our_key]:
+                mismatches.append((expected["commitLogOffset"], broker_key,
+                                   expected[broker_key], got[our_key]))
+        for broker_key, our_key in ENTRY_FIELDS.items():
+            if expected["dledger"][broker_key] != got["dledger"][our_key]:
+                mismatches.append((expected["commitLogOffset"], broker_key,
+                                   expected["dledger"][broker_key], got["dledger"][our_key]))
+        assert got["commitlog_offset"] == got["dledger"]["pos"] + dl_fmt.ENTRY_HEADER_SIZE
+        assert got["body_stored_length"] == expected["bodyLength"]
+    assert not mismatches, mismatches[:10]
+
+
+@pytest.mark.parametrize("name", DLEDGER_STORES)
+def test_each_data_file_scan_ends_where_the_brokers_did(name, dledger_stores, mqtool):
+    records = cli_dump(name, dledger_stores[name], mqtool)
+    ends = {r["file"]: r for r in records if r["record_type"] != "commitlog/message"}
+    for scan in broker_dump(name)["fileScan"]:
+        got = sum(1 for r in records
+                  if r["record_type"] == "commitlog/message" and r["file"] == scan["name"])
+        assert got == scan["messages"]
+        kind, _, rest = scan["end"].partition("@")
+        ours = ends[scan["name"]]
+        assert ours["file_offset"] == int(rest.split()[0]) == scan["scanEndPos"]
+        if kind == "blank":
+            assert ours["record_type"] == "commitlog/blank"
+            assert f"size={ours['total_size']}" in scan["end"]
+        else:
+            assert kind == "zeros" and ours["record_type"] == "commitlog/unwritten"
+
+
+def test_info_and_passport_name_the_layout_and_the_ledger(dledger_stores, mqtool):
+    expected = {"dledger-clean": (1999, 1999, 0), "dledger-crash": (1981, 1982, 18),
+                "dledger-clean-damaged": (1999, 1999, 0)}
+    for name, (committed, end_index, lag) in expected.items():
+        proc = mqtool("info", "--json", dledger_stores[name])
+        assert proc.returncode == 0, proc.stderr
+        info = json.loads(proc.stdout)
+        passport = info["passport"]
+        assert passport["layout"] == DLEDGER_LAYOUT
+        section = passport["dledger"]
+        assert section["directory"] == "dledger-n0" and section["self_id"] == "n0"
+        assert section["ledger"]["first"]["index"] == 0
+        assert section["ledger"]["last"]["index"] == 1999
+        assert section["ledger"]["entries"] == 2000
+        assert section["checkpoint"] == {"source": "checkpoint", "committed_index": committed,
+                                         "end_index": end_index}
+        assert section["current_term"] == 0 and section["vote_leader"] == "n0"
+        assert section["checkpoint_lag"] == lag
+        assert section["data_file_size"] == 1048576
+        assert section["index_file_size"] == dl_fmt.INDEX_FILE_SIZE
+        assert passport["inconsistencies"] == []
+        assert passport["claims"][0]["claim"] == "DLedger mode"
+        commitlog = info["commitlog"]
+        assert commitlog["messages"] == 2000
+        assert commitlog["directory"] == "dledger-n0/data"
+        assert commitlog["physical_offset_mismatches"] == 0
+        if name == "dledger-clean":   # every ConsumeQueue unit has its record, and back
+            assert info["topics"] and all(
+                t["commitlog"]["messages"] == t["consume_queue"]["units"]
+                and t["consume_queue"]["units_past_commitlog_end"] == 0 for t in info["topics"])
+    proc = mqtool("info", dledger_stores["dledger-crash"])
+    assert "DLedger mode: dledger-n0/: entries 0..1,999, term 0" in proc.stdout
+    assert "committedIndex 1,981 (18 behind the data)" in proc.stdout
+
+
+def test_verify_finds_nothing_on_the_clean_store(dledger_stores, mqtool):
+    proc = mqtool("verify", "--json", dledger_stores["dledger-clean"])
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert [f for f in report["findings"] if f["severity"] == "error"] == []
+    assert report["passport"]["layout"] == DLEDGER_LAYOUT
+
+
+def test_verify_reports_the_body_the_broker_never_checks(dledger_stores, mqtool):
+    damage = json.loads((SHARED_STORES / "dledger-clean-damaged" / "damage.json").read_text())
+    proc = mqtool("verify", "--json", dledger_stores["dledger-clean-damaged"])
+    report = json.loads(proc.stdout)
+    crc = [f for f in report["findings"] if f["code"] == "CL_CRC_MISMATCH"]
+    assert len(crc) == 1
+    assert str(damage["message"]["commitLogOffset"]) in crc[0]["message"]
+
+
+def test_single_data_file_dump_and_message_at(dledger_stores, mqtool):
+    store = dledger_stores["dledger-clean"]
+    data_file = store / "dledger-n0" / "data" / "00000000000001048576"
+    assert identify_file(data_file) == "commitlog"
+    proc = mqtool("dump", "--json", data_file)
+    assert proc.returncode == 0, proc.stderr
+    messages = [json.loads(line) for line in proc.stdout.splitlines()]
+    messages = [m for m in messages if m["record_type"] == "commitlog/message"]
+    assert len(messages) == 483
+    commitlog = Store(store).commitlog
+    record = message_at(commitlog, messages[5]["commitlog_offset"])
+    assert record.offset == messages[5]["commitlog_offset"] and record.offset_ok
+    for other in ("index/00000000000000000000", "checkpoint", "currterm"):
+        proc = mqtool("dump", store / "dledger-n0" / other)
+        assert proc.returncode == 2 and proc.stderr.startswith("mqtool: error:")
+        assert "DLedger" in proc.stderr
+
+
+def test_the_batch_path_yields_what_the_reference_path_yields(dledger_stores):
+    for name in DLEDGER_STORES:
+        for seg in Store(dledger_stores[name]).commitlog.segments:
+            assert seg.layout == DLEDGER_LAYOUT
+            reference = list(scan_segment(seg))
+            batched = list(expand_batches(scan_segment_batches(seg)))
+            assert batched == reference
+            assert any(type(e) is MessageRecord for e in reference)
+
+
+def test_offset_ranges_are_record_offsets(dledger_stores):
+    commitlog = Store(dledger_stores["dledger-clean"]).commitlog
+    messages = list(Scanner(commitlog).messages())
+    start, end = messages[10].offset, messages[20].offset
+    assert [m.offset for m in Scanner(commitlog).messages(start, end)] == \
+        [m.offset for m in messages[10:20]]
+    seg = commitlog.segments[0]
+    for events in (scan_segment(seg, start, end),
+                   expand_batches(scan_segment_batches(seg, start, end))):
+        assert [e.offset for e in events if type(e) is MessageRecord] == \
+            [m.offset for m in messages[10:20]]
+
+
+def test_a_broken_entry_header_ends_the_file_or_is_skipped_with_resync(dledger_stores, tmp_path):
+    source = dledger_stores["dledger-clean"] / "dledger-n0"
+    folder = tmp_path / "store" / "dledger-n0"
+    (folder / "data").mkdir(parents=True)
+    shutil.copy(source / "data" / "00000000000000000000", folder / "data")
+    store = Store(tmp_path / "store" / "dledger-n0" / "data")
+    seg = store.commitlog.segments[0]
+    clean = [e for e in scan_segment(seg) if type(e) is MessageRecord]
+    victim = clean[100]
+    entry_pos = victim.offset - dl_fmt.ENTRY_HEADER_SIZE
+    with open(seg.path, "r+b") as fh:       # the entry's pos field no longer says where it is
+        fh.seek(entry_pos + dl_fmt.POS_FIELD_OFFSET)
+        fh.write((entry_pos + 1).to_bytes(8, "big"))
+    strict = list(scan_segment(seg))
+    assert [e.offset for e in strict if type(e) is MessageRecord] == \
+        [r.offset for r in clean[:100]]
+    bad = strict[-1]
+    assert type(bad) is CorruptRegion and bad.offset == entry_pos
+    assert bad.code == "CL_OFFSET_MISMATCH" and "DLedger entry 100" in bad.detail
+    resynced = list(scan_segment(seg, resync=True))
+    kinds = [type(e) for e in resynced]
+    assert kinds.count(CorruptRegion) == 1 and kinds[-1] is BlankRecord
+    assert [e.offset for e in resynced if type(e) is MessageRecord] == \
+        [r.offset for r in clean[:100] + clean[101:]]
+    batched = list(expand_batches(scan_segment_batches(seg, resync=True)))
+    assert batched == resynced
+
+
+def test_codecs_agree_with_the_declarations():
+    header = bytes(range(48))
+    parsed = dl_fmt.entry_header.parse(header)
+    assert codec.DLEDGER_ENTRY_HEADER.unpack(header) == \
+        tuple(parsed[sc.name] for sc in dl_fmt.entry_header.subcons)
+    unit = bytes(range(100, 132))
+    parsed = dl_fmt.index_unit.parse(unit)
+    assert codec.DLEDGER_INDEX_UNIT.unpack(unit) == \
+        tuple(parsed[sc.name] for sc in dl_fmt.index_unit.subcons)
+    blank = dl_fmt.end_of_file_blank.build({"bytes_left": 100})
+    assert codec.DLEDGER_BLANK.unpack(blank) == (-1, 100)
+    assert codec.DLEDGER_ENTRY_HEADER_DTYPE.itemsize == dl_fmt.ENTRY_HEADER_SIZE
+
+
+def test_scan_events_of_a_pure_dledger_store_start_at_48(dledger_stores):
+    commitlog = Store(dledger_stores["dledger-clean"]).commitlog
+    events = list(Scanner(commitlog).scan())
+    assert type(events[0]) is MessageRecord and events[0].offset == 48
+    assert sum(type(e) is BlankRecord for e in events) == 4
+    assert type(events[-1]) is UnwrittenTail
+    assert all(isinstance(e, (MessageRecord, BlankRecord, UnwrittenTail)) for e in events)
+    assert not any(type(e) is RecordBatch for e in events)
