@@ -15,7 +15,7 @@ from .errors import ParseError
 from .formats import consumequeue as cq_fmt
 from .formats import indexfile as idx_fmt
 from .formats import dledger as dl_fmt
-from .scan import ledger_extent
+from .dledger import ledger_extent
 from .store import COMMITLOG_LAYOUT, UPGRADED_LAYOUT, Store, properties_int
 
 FAMILY_4 = "4.x"
@@ -175,8 +175,7 @@ def _dledger_claim(layout: str, section: dict) -> dict:
                if layout == UPGRADED_LAYOUT else "")
     return {"claim": kind, "evidence": f"{section['directory']}/: {span}{bookkeeping}, "
             f"currTerm {section['current_term']}{upgrade}; records sit in DLedger entries "
-            "(commitLogOffset = entry pos + 48); the broker's DLedger recovery is not "
-            "modelled yet"}
+            "(commitLogOffset = entry pos + 48) and DLedger's own recovery applies"}
 
 
 def store_passport(store: Store, *, v2_records: int | None = None,

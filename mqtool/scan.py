@@ -47,8 +47,8 @@ from .errors import MqtoolError, ParseError
 from .formats import codecs
 from .formats import commitlog as fmt
 from .formats import dledger as dl_fmt
-from .store import (COMMITLOG_LAYOUT, DLEDGER_LAYOUT, CommitLog, DLedgerLog, MappedFile, Segment,
-                    parse_at, written_extent)
+from .store import (COMMITLOG_LAYOUT, DLEDGER_LAYOUT, CommitLog, MappedFile, Segment, parse_at,
+                    written_extent)
 
 # --- struct codecs derived from the declarations (mqtool.codec) -----------------------------
 HEADER = MESSAGE_HEADER
@@ -995,79 +995,35 @@ class Scanner:
                 yield event
 
 
-# --- the DLedger ledger ----------------------------------------------------------------------------
+# --- DLedger entry headers ------------------------------------------------------------------------
 
-class LedgerEntry(NamedTuple):
-    """Where one DLedger entry is and what its header says."""
+class EntryHeader(NamedTuple):
+    """One DLedger entry header as stored (nothing checked), at file position ``position``."""
 
+    position: int
+    magic: int
+    size: int
     index: int
     term: int
     pos: int
-    size: int
+    channel: int
+    chain_crc: int
+    body_crc: int
+    body_size: int
 
 
-def _entry_chain(dledger: DLedgerLog, start: int, first_index: int | None
-                 ) -> tuple[LedgerEntry | None, str]:
-    """The last entry of the unbroken chain from the entry at ``start`` (the broker's DLedger
-    recovery checks: a sound header, index = previous + 1, term not decreasing; a blank moves
-    on to the next data file), and why the chain ends there."""
-    last, expected = None, first_index
-    segments = [s for s in dledger.data_segments if s.base_offset + s.length > start]
-    for n, seg in enumerate(segments):
-        if n and seg.base_offset != segments[n - 1].base_offset + segments[n - 1].length:
-            return last, f"data files not contiguous at {seg.base_offset:,}"
-        with MappedFile(seg.path) as mapped:
-            buf, pos = mapped.data, max(0, start - seg.base_offset)
-            while pos + 8 <= len(buf):
-                magic = _I32.unpack_from(buf, pos)[0]
-                if magic == dl_fmt.BLANK_MAGIC:
-                    break
-                problem = entry_problem(buf, pos, len(buf), seg.base_offset)
-                if problem is not None:
-                    if magic == 0 and not any(buf[pos:pos + _DL_HEADER_SIZE]):
-                        return last, f"unwritten at {seg.base_offset + pos:,}"
-                    return last, f"{problem[1]} at {seg.base_offset + pos:,}"
-                _magic, size, index, term = _DL_HEADER.unpack_from(buf, pos)[:4]
-                if expected is not None and index != expected:
-                    return last, (f"entry at {seg.base_offset + pos:,} has index {index}, "
-                                  f"expected {expected}")
-                if last is not None and term < last.term:
-                    return last, f"entry {index} has term {term} < {last.term}"
-                last, expected = LedgerEntry(index, term, seg.base_offset + pos, size), index + 1
-                pos += size
-            else:
-                return last, "end of the data files" if n == len(segments) - 1 else \
-                    f"{seg.name} ends without a blank"
-    return last, "end of the data files"
+def entry_header_at(buf, position: int) -> EntryHeader | None:
+    """The entry header at ``position``; None when fewer than 48 bytes remain."""
+    if position < 0 or position + _DL_HEADER_SIZE > len(buf):
+        return None
+    return EntryHeader(position, *_DL_HEADER.unpack_from(buf, position))
 
 
-def ledger_extent(dledger: DLedgerLog) -> dict:
-    """The DLedger ledger the data files hold: first and last entry (index, term, pos), and why
-    the entries end where they do. The walk starts at the last entry the DLedger index knows
-    when that unit agrees with the data (the index is only a hint), else at the first file."""
-    first_header = dledger.first_entry()
-    first = None if first_header is None else LedgerEntry(
-        first_header.index, first_header.term, first_header.pos, first_header.size)
-    start, first_index = (dledger.data_segments[0].base_offset if dledger.data_segments else 0,
-                          first.index if first is not None else None)
-    unit_number = dledger.last_written_unit()
-    unit = dledger.index_unit(unit_number) if unit_number is not None else None
-    if unit is not None and unit.magic == dl_fmt.ENTRY_MAGIC and unit.index == unit_number \
-            and first is not None and unit.pos >= start:
-        seg = next((s for s in dledger.data_segments
-                    if s.base_offset <= unit.pos < s.base_offset + s.length), None)
-        if seg is not None:
-            with MappedFile(seg.path) as mapped:
-                pos = unit.pos - seg.base_offset
-                if entry_problem(mapped.data, pos, len(mapped.data), seg.base_offset) is None \
-                        and _DL_HEADER.unpack_from(mapped.data, pos)[2:4] == (unit.index, unit.term):
-                    start, first_index = unit.pos, unit.index
-    last, why = _entry_chain(dledger, start, first_index) if first is not None \
-        else (None, "the first data file does not start with an entry")
-    return {"first": first._asdict() if first else None,
-            "last": last._asdict() if last else None,
-            "entries": last.index - first.index + 1 if first and last else 0,
-            "end": why, "index_last_written_unit": unit_number}
+def first_int(buf, position: int) -> int | None:
+    """The int at ``position`` (a DLedger entry's magic, or the blank's -1); None past the end."""
+    if position < 0 or position + 4 > len(buf):
+        return None
+    return _I32.unpack_from(buf, position)[0]
 
 
 def read_body(commitlog: CommitLog, record: MessageRecord) -> bytes:

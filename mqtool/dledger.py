@@ -1,0 +1,260 @@
+"""The broker's rules for DLedger-mode stores: where DLedger's recovery ends the log, and what the
+4.9.8 broker's next start does to the store (``DLedgerMmapFileStore.recover`` then
+``DLedgerCommitLog.recover``), predicted without starting one.
+
+DLedger's recovery is not the plain CommitLog's (:mod:`mqtool.recovery`), and the reference stores
+the real 4.9.8 broker with DLedger 0.3.1.2 wrote are the ground truth:
+
+1. the walk starts at the third-to-last data file, going back a file while that file's first
+   entry does not pass the checks below or disagrees with its DLedger index unit;
+2. per entry: magic 1, the pos field equal to the entry's own offset, body size + 48 = size,
+   size > 44, index = previous + 1, term not decreasing. No CRC of any kind is computed and the
+   RocketMQ record inside is never parsed. A blank (magic -1) moves to the next data file (at the
+   last one, the log ends at that file's end); a size of 0 or any failure ends the log;
+3. an entry whose DLedger index unit disagrees does not end the log: the index is rewritten
+   from that entry on;
+4. when the end lies more than one data-file size before the last data file's start, the broker
+   exits (``processOffset is too small``) and changes nothing;
+5. otherwise data files starting past the end are deleted (no bytes are zeroed), the DLedger
+   index is cut after the last entry, and the ConsumeQueues are cut back only where they reach
+   past the end. Nothing is dispatched during recovery: the reput service resumes from the
+   ConsumeQueues' end, so IndexFiles an abnormal start deletes are never rebuilt.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .formats import dledger as dl_fmt
+from .scan import MessageRecord, CorruptRegion, Scanner, entry_header_at, first_int
+from .store import DLedgerLog, MappedFile, Segment, Store
+
+# DLedgerEntry.HEADER_SIZE: the broker wants an entry longer than this
+_MIN_ENTRY_SIZE_EXCLUSIVE = 44
+
+
+@dataclass
+class LedgerWalk:
+    """Where DLedger's recovery walk ends."""
+
+    start_file: int                 # index into the data files where the walk began
+    start_reason: str
+    process_offset: int             # end of the last accepted entry (or of a file left by a blank)
+    stop_file: int                  # index of the data file the walk ended in
+    stop_reason: str
+    first_index: int | None         # index of the first entry walked
+    last_index: int                 # -1: no entry accepted
+    last_term: int
+    last_pos: int | None
+    entries: int
+    index_rewritten_from: int | None = None   # first entry whose DLedger index unit disagreed
+
+
+def _entry_refusal(header, absolute: int, limit: int, last_index: int, last_term: int) -> str | None:
+    """Why DLedgerMmapFileStore.recover refuses this entry, or None (its checks, its order)."""
+    if header.pos != absolute:
+        return f"entry at {absolute:,}: pos field {header.pos:,}"
+    if header.body_size + dl_fmt.ENTRY_HEADER_SIZE != header.size:
+        return f"entry at {absolute:,}: size {header.size} != body size {header.body_size} + 48"
+    if header.position + header.size > limit:
+        return f"entry at {absolute:,}: size {header.size} runs past the end of its file"
+    if header.magic != dl_fmt.ENTRY_MAGIC:
+        return f"entry at {absolute:,}: magic {header.magic}"
+    if last_index != -1 and header.index != last_index + 1:
+        return f"entry at {absolute:,}: index {header.index} after {last_index}"
+    if header.term < last_term:
+        return f"entry at {absolute:,}: term {header.term} < {last_term}"
+    if header.size <= _MIN_ENTRY_SIZE_EXCLUSIVE:
+        return f"entry at {absolute:,}: size {header.size} <= 44"
+    return None
+
+
+def _unit_agrees(dledger: DLedgerLog, header, absolute: int) -> bool:
+    unit = dledger.index_unit(header.index) if header.index >= 0 else None
+    return unit is not None and (unit.magic, unit.size, unit.index, unit.term, unit.pos) == (
+        header.magic, header.size, header.index, header.term, absolute)
+
+
+def _first_entry_ok(dledger: DLedgerLog, seg: Segment) -> bool:
+    """The pre-check of a candidate start file: its first entry and its index unit."""
+    with MappedFile(seg.path) as mapped:
+        header = entry_header_at(mapped.data, 0)
+    if header is None or header.magic == dl_fmt.BLANK_MAGIC or header.magic != dl_fmt.ENTRY_MAGIC:
+        return False
+    if header.size <= _MIN_ENTRY_SIZE_EXCLUSIVE or header.pos != seg.base_offset \
+            or header.body_size + dl_fmt.ENTRY_HEADER_SIZE != header.size:
+        return False
+    return _unit_agrees(dledger, header, seg.base_offset)
+
+
+def walk_ledger(dledger: DLedgerLog, start_file: int | None = None) -> LedgerWalk:
+    """DLedger's recovery walk over the data files (see the module's rules 1-3). ``start_file``
+    skips the choice of the start file (the passport walks from where the index says the last
+    entry is known)."""
+    files = dledger.data_segments
+    if not files:
+        return LedgerWalk(0, "no data file", 0, 0, "no data file", None, -1, -1, None, 0)
+    if start_file is None:
+        index = max(0, len(files) - 3)
+        reason = "third-to-last data file"
+        for i in range(index, -1, -1):
+            index = i
+            if _first_entry_ok(dledger, files[i]):
+                break
+            reason = f"earlier files' first entries fail the pre-check; file {i}"
+        else:
+            reason = "no data file's first entry passes the pre-check: file 0"
+    else:
+        index, reason = start_file, "given"
+    walk = LedgerWalk(index, reason, files[index].base_offset, index, "", None, -1, -1, None, 0)
+    rewriting = False
+    n = index
+    while True:
+        seg = files[n]
+        with MappedFile(seg.path) as mapped:
+            buf, limit = mapped.data, seg.length
+            position = walk.process_offset - seg.base_offset
+            stop = None
+            while stop is None:
+                absolute = seg.base_offset + position
+                magic = first_int(buf, position)
+                if magic is None:
+                    stop = f"end of {seg.name} without a blank"
+                    break
+                if magic == dl_fmt.BLANK_MAGIC:
+                    break
+                if first_int(buf, position + 4) == 0:
+                    stop = f"unwritten at {absolute:,}"
+                    break
+                header = entry_header_at(buf, position)
+                if header is None:
+                    stop = f"entry at {absolute:,}: header runs past the end of {seg.name}"
+                    break
+                refusal = _entry_refusal(header, absolute, limit, walk.last_index, walk.last_term)
+                if refusal is not None:
+                    stop = refusal
+                    break
+                if not rewriting and not _unit_agrees(dledger, header, absolute):
+                    rewriting = True
+                    walk.index_rewritten_from = header.index
+                if walk.first_index is None:
+                    walk.first_index = header.index
+                walk.last_index, walk.last_term, walk.last_pos = header.index, header.term, absolute
+                walk.entries += 1
+                walk.process_offset = absolute + header.size
+                position += header.size
+        walk.stop_file = n
+        if stop is not None:
+            walk.stop_reason = stop
+            return walk
+        # a blank: the file is done; the log goes on in the next one, or ends at this file's end
+        walk.process_offset = seg.base_offset + seg.length
+        if n + 1 >= len(files):
+            walk.stop_reason = f"blank at the end of the last data file {seg.name}"
+            return walk
+        n += 1
+        walk.process_offset = files[n].base_offset
+
+
+def ledger_extent(dledger: DLedgerLog) -> dict:
+    """The ledger the data files hold as DLedger's recovery would find it: first and last entry
+    (index, term, pos) and why the log ends there. The walk starts at the data file of the last
+    entry the DLedger index knows when that unit agrees with the data (the index is only a hint,
+    and walking every file of a large store would be slow), else where the broker starts."""
+    first = dledger.first_entry()
+    start = None
+    unit_number = dledger.last_written_unit()
+    unit = dledger.index_unit(unit_number) if unit_number is not None else None
+    if unit is not None and unit.magic == dl_fmt.ENTRY_MAGIC and unit.index == unit_number:
+        for i, seg in enumerate(dledger.data_segments):
+            if seg.base_offset <= unit.pos < seg.base_offset + seg.length and \
+                    _first_entry_ok(dledger, seg):
+                start = i
+    walk = walk_ledger(dledger, start)
+    last = None if walk.last_index < 0 else {"index": walk.last_index, "term": walk.last_term,
+                                              "pos": walk.last_pos}
+    return {"first": None if first is None else {"index": first.index, "term": first.term,
+                                                 "pos": first.pos},
+            "last": last,
+            "entries": walk.last_index - first.index + 1 if first is not None and last else 0,
+            "end_offset": walk.process_offset, "end": walk.stop_reason,
+            "index_last_written_unit": unit_number,
+            "index_disagrees_from": walk.index_rewritten_from}
+
+
+def predict_dledger_recovery(store: Store, plan, loaded_kinds, progress=None):
+    """Fill ``plan`` (a :class:`mqtool.recovery.RecoveryPlan` with the parts both layouts share:
+    ConsumeQueue recovery, IndexFiles an abnormal start deletes, file-size refusals) with what
+    DLedger's recovery does. Returns the plan."""
+    from .recovery import truncate_dirty_logic
+
+    dledger = store.dledger
+    files = dledger.data_segments
+    plan.notes.append("DLedger mode: DLedger's own recovery (no CRC checked, nothing dispatched "
+                      "during recovery, normal and abnormal starts alike)")
+    if not files:
+        plan.start_reason = plan.stop_reason = "no DLedger data file"
+        return plan
+    walk = walk_ledger(dledger)
+    start, stop = files[walk.start_file], files[walk.stop_file]
+    plan.start_file, plan.start_offset = start.name, start.base_offset
+    plan.start_reason = f"DLedger: {walk.start_reason}"
+    process_offset = walk.process_offset
+    plan.process_offset = process_offset
+    plan.stop_file = stop.name
+    plan.stop_position = process_offset - stop.base_offset
+    plan.stop_reason = walk.stop_reason
+    last_file = files[-1]
+    if last_file.base_offset - process_offset > last_file.length:
+        plan.refuses_to_start.append(
+            f"DLedger recovery ends at {process_offset:,}, more than one data file before the "
+            f"last data file ({last_file.name}): the broker exits (processOffset is too small) "
+            "and changes nothing")
+    for seg in files:
+        if seg.base_offset > process_offset:
+            plan.commitlog_files_deleted.append(seg.name)
+        else:
+            plan.commitlog_files_kept.append(seg.name)
+            if seg.base_offset <= process_offset < seg.base_offset + seg.length:
+                plan.cut_file = seg.name
+    plan.commitlog_files_kept = [s.name for s in store.commitlog.plain_segments] + \
+        plan.commitlog_files_kept
+    # what lies past the end: records a resynchronising scan still finds there
+    scanner = Scanner(store.commitlog, check_crc=False, resync=True)
+    lost, first_lost, data_end = 0, None, process_offset
+    for seg in files[walk.stop_file:]:
+        for event in scanner.scan_segment(seg, progress=progress):
+            end = event.offset + getattr(event, "total_size", 0)
+            if type(event) is MessageRecord and event.offset >= process_offset:
+                lost += 1
+                first_lost = event.offset if first_lost is None else first_lost
+                data_end = max(data_end, end)
+            elif type(event) is CorruptRegion and event.offset >= process_offset:
+                data_end = max(data_end, event.offset + min(event.length,
+                                                            max(event.total_size, 8)))
+    plan.messages_lost, plan.first_lost_offset = lost, first_lost
+    plan.bytes_dropped = data_end - process_offset
+    if walk.index_rewritten_from is not None:
+        plan.notes.append(f"the DLedger index disagrees with the data from entry "
+                          f"{walk.index_rewritten_from}: DLedger rewrites it from there")
+    checkpoint, _, _ = dledger.checkpoint()
+    committed = checkpoint.get(dl_fmt.COMMITTED_INDEX_KEY) if checkpoint else None
+    plan.notes.append(f"DLedger ledger after recovery: entries up to {walk.last_index}, term "
+                      f"{walk.last_term}; committedIndex {committed} from the DLedger checkpoint "
+                      "(a single peer commits the rest once it is leader)")
+    if plan.max_phy_offset_of_consume_queue >= process_offset:
+        plan.cq_truncate_called = True
+        plan.cq_truncations = [truncate_dirty_logic(q, process_offset, upf, kind)
+                               for kind, queues, upf in loaded_kinds for q in queues]
+        plan.cq_units_truncated = sum(t.units for t in plan.cq_truncations)
+        cq_max = max((t.max_physic_offset for t in plan.cq_truncations), default=-1)
+    else:
+        cq_max = plan.max_phy_offset_of_consume_queue
+    plan.redispatch_from = max(store.commitlog.min_offset, cq_max)
+    plan.redispatch_rule = ("DLedger mode dispatches nothing during recovery; the reput service "
+                            "resumes from the highest ConsumeQueue end")
+    if plan.redispatch_from >= process_offset:
+        plan.redispatch_rule += "; nothing left to dispatch"
+    if plan.index_files_deleted:
+        plan.notes.append("IndexFiles deleted by the abnormal start are not rebuilt in DLedger "
+                          "mode: key lookups lose their entries")
+    return plan
