@@ -104,6 +104,7 @@ DLEDGER_ENTRY_HEADER = declared(dl_fmt.entry_header)
 DLEDGER_BLANK = declared(dl_fmt.end_of_file_blank)
 DLEDGER_INDEX_UNIT = declared(dl_fmt.index_unit)
 DLEDGER_ENTRY_HEADER_DTYPE = numpy_dtype(dl_fmt.entry_header)
+DLEDGER_INDEX_UNIT_DTYPE = numpy_dtype(dl_fmt.index_unit)
 TIMERWHEEL_SLOT = declared(timer_fmt.timerwheel_slot)
 
 

@@ -23,10 +23,17 @@ the real 4.9.8 broker with DLedger 0.3.1.2 wrote are the ground truth:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
 
+import numpy as np
+
+from .codec import DLEDGER_INDEX_UNIT_DTYPE
+from .errors import StoreLayoutError
 from .formats import dledger as dl_fmt
-from .scan import MessageRecord, CorruptRegion, Scanner, entry_header_at, first_int
-from .store import DLedgerLog, MappedFile, Segment, Store
+from .scan import CorruptRegion, MessageRecord, Scanner, entry_header_at, first_int
+from .store import (DLEDGER_INDEX_KIND, DLEDGER_TEXT_KIND, OFFSET_NAME, DLedgerLog, MappedFile,
+                    Segment, Store, properties_int, written_extent)
 
 # DLedgerEntry.HEADER_SIZE: the broker wants an entry longer than this
 _MIN_ENTRY_SIZE_EXCLUSIVE = 44
@@ -258,3 +265,56 @@ def predict_dledger_recovery(store: Store, plan, loaded_kinds, progress=None):
         plan.notes.append("IndexFiles deleted by the abnormal start are not rebuilt in DLedger "
                           "mode: key lookups lose their entries")
     return plan
+
+
+# --- dumping the DLedger bookkeeping files -------------------------------------------------------
+
+RT_INDEX_UNIT = "dledger/index-unit"
+RT_TEXT = "dledger/text"
+
+
+def iter_index_units(path: Path) -> Iterator[dict]:
+    """The written (not all-zero) units of a DLedger index file, in order; the file is sparse,
+    only its written extents are read."""
+    path = Path(path)
+    base = int(path.name) if OFFSET_NAME.match(path.name) else 0
+    unit_size = dl_fmt.INDEX_UNIT_SIZE
+    with MappedFile(path) as mapped:
+        end = written_extent(mapped.fileno(), mapped.size)
+        end -= end % unit_size
+        chunk = (1 << 20) - (1 << 20) % unit_size
+        for start in range(0, end, chunk):
+            units = np.frombuffer(mapped.data, DLEDGER_INDEX_UNIT_DTYPE,
+                                  (min(end, start + chunk) - start) // unit_size, start)
+            raw = units.view(np.uint8).reshape(len(units), unit_size)
+            for i in np.flatnonzero(raw.any(axis=1)).tolist():
+                unit = units[i]
+                offset = start + i * unit_size
+                yield {"record_type": RT_INDEX_UNIT, "file": path.name, "file_offset": offset,
+                       "unit": (base + offset) // unit_size, "magic": int(unit["magic"]),
+                       "pos": int(unit["pos"]), "size": int(unit["size"]),
+                       "index": int(unit["index"]), "term": int(unit["term"]),
+                       "index_matches_unit": int(unit["index"]) == (base + offset) // unit_size}
+
+
+def text_file_dict(path: Path) -> dict:
+    """A DLedger checkpoint or currterm file (or its .bak): its text and what it says."""
+    path = Path(path)
+    raw = path.read_bytes()
+    text = raw.decode("utf-8", errors="replace")
+    values = dl_fmt.parse_properties_text(text)
+    out = {"record_type": RT_TEXT, "file": path.name, "text": text, "values": values}
+    for key in (dl_fmt.COMMITTED_INDEX_KEY, dl_fmt.END_INDEX_KEY, dl_fmt.CURR_TERM_KEY):
+        if key in values:
+            out[key] = properties_int(values, key)
+    return out
+
+
+def dump_file(path: Path, kind: str) -> Iterator[dict]:
+    """Records of one DLedger bookkeeping file (``mqtool dump`` on it)."""
+    if kind == DLEDGER_INDEX_KIND:
+        yield from iter_index_units(path)
+    elif kind == DLEDGER_TEXT_KIND:
+        yield text_file_dict(path)
+    else:
+        raise StoreLayoutError(f"{path}: not a DLedger bookkeeping file ({kind})")

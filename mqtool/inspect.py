@@ -28,7 +28,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from . import codec, timer
+from . import codec, dledger, timer
 from .errors import MqtoolError, ParseError, StoreLayoutError, StoreNotFoundError
 from .formats import checkpoint as ckpt_fmt
 from .formats import codecs
@@ -772,7 +772,8 @@ class DumpOptions:
 
 
 DUMPABLE_KINDS = ("commitlog", "consumequeue", "batchconsumequeue", "index", "checkpoint",
-                  "abort", "lock", "config", "timerlog", "timerwheel", "timercheck")
+                  "abort", "lock", "config", "timerlog", "timerwheel", "timercheck",
+                  dledger.DLEDGER_INDEX_KIND, dledger.DLEDGER_TEXT_KIND)
 
 
 def path_kind(path: Path, kind: str | None = None) -> str:
@@ -867,6 +868,8 @@ def dump_path(path: Path, options: DumpOptions | None = None) -> Iterator[dict]:
     elif kind == "timercheck":
         _require_nonempty(path, kind)
         yield {"file": path.name, **timer.timer_checkpoint_dict(path)}
+    elif kind in (dledger.DLEDGER_INDEX_KIND, dledger.DLEDGER_TEXT_KIND):
+        yield from dledger.dump_file(path, kind)
     else:
         raise StoreLayoutError(f"{path}: dumping {kind} files is not supported")
 

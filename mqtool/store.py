@@ -64,6 +64,9 @@ class MappedFile:
         self.data = mmap.mmap(self._fh.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
         self.size = size
 
+    def fileno(self) -> int:
+        return self._fh.fileno()
+
     def close(self) -> None:
         if isinstance(self.data, mmap.mmap):
             try:
@@ -655,8 +658,11 @@ def unexplained_layout(root: Path) -> list[str]:
 
 
 # -- single files --------------------------------------------------------------------------------
+DLEDGER_INDEX_KIND = "dledger-index"      # dledger-<id>/index/<offset>
+DLEDGER_TEXT_KIND = "dledger-text"        # dledger-<id>/checkpoint, currterm (and .bak)
 FILE_KINDS = ("commitlog", "consumequeue", "batchconsumequeue", "index", "checkpoint", "abort",
-              "lock", "config", "timerlog", "timerwheel", "timercheck")
+              "lock", "config", "timerlog", "timerwheel", "timercheck", DLEDGER_INDEX_KIND,
+              DLEDGER_TEXT_KIND)
 
 
 def identify_file(path: Path) -> str:
@@ -672,8 +678,12 @@ def identify_file(path: Path) -> str:
     if any(part.startswith(dl_fmt.DLEDGER_DIR_PREFIX) for part in parts[:-1]):
         if OFFSET_NAME.match(name) and layout_of(path) == DLEDGER_LAYOUT:
             return "commitlog"  # CommitLog records inside DLedger entries
-        raise StoreLayoutError(f"{path}: a DLedger {path.parent.name if OFFSET_NAME.match(name) else name} "
-                               "file; mqtool reads it as part of its store (give the store root)")
+        if OFFSET_NAME.match(name) and path.parent.name == dl_fmt.INDEX_DIR:
+            return DLEDGER_INDEX_KIND
+        if name in (dl_fmt.CHECKPOINT_FILE, dl_fmt.CURRTERM_FILE) or name in (
+                dl_fmt.CHECKPOINT_FILE + ".bak", dl_fmt.CURRTERM_FILE + ".bak"):
+            return DLEDGER_TEXT_KIND
+        raise StoreLayoutError(f"{path}: not a DLedger file of a known kind")
     if name == "checkpoint":
         return "checkpoint"
     if name in ("abort", "abort.bak"):

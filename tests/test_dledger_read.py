@@ -147,10 +147,25 @@ def test_single_data_file_dump_and_message_at(dledger_stores, mqtool):
     commitlog = Store(store).commitlog
     record = message_at(commitlog, messages[5]["commitlog_offset"])
     assert record.offset == messages[5]["commitlog_offset"] and record.offset_ok
-    for other in ("index/00000000000000000000", "checkpoint", "currterm"):
-        proc = mqtool("dump", store / "dledger-n0" / other)
-        assert proc.returncode == 2 and proc.stderr.startswith("mqtool: error:")
-        assert "DLedger" in proc.stderr
+    proc = mqtool("dump", store / "dledger-n0" / "nonsense")
+    assert proc.returncode == 2 and proc.stderr.startswith("mqtool: error:")
+
+
+@pytest.mark.parametrize("name", DLEDGER_STORES)
+def test_dump_of_the_dledger_index_and_text_files(name, dledger_stores, mqtool):
+    state = broker_dump(name)["fileState"]["dledger"]
+    folder = dledger_stores[name] / "dledger-n0"
+    proc = mqtool("dump", "--json", folder / "index" / "00000000000000000000")
+    assert proc.returncode == 0, proc.stderr
+    units = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [[u["unit"], u["magic"], u["pos"], u["size"], u["index"], u["term"]] for u in units] \
+        == state["indexUnits"]
+    for file, key in (("checkpoint", "checkpoint"), ("currterm", "currterm")):
+        proc = mqtool("dump", "--json", folder / file)
+        assert proc.returncode == 0, proc.stderr
+        (record,) = [json.loads(line) for line in proc.stdout.splitlines()]
+        assert record["record_type"] == "dledger/text"
+        assert record["text"] == state[f"{key}File"]["text"] and record["values"] == state[key]
 
 
 def test_the_batch_path_yields_what_the_reference_path_yields(dledger_stores):
