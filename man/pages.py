@@ -190,6 +190,13 @@ records of a batch topic that no unit references (BCQ_MISSING).
 5.x timer store: TimerLog units of the wrong size (TIMER_UNIT_SIZE), with invalid magic bits
 (TIMER_MAGIC), linking forward (TIMER_PREV_POS) or pointing at no record (TIMER_DANGLING);
 TimerWheel slots at the wrong index or pointing nowhere (TIMER_SLOT_TIME, TIMER_SLOT_POINTER).
+DLedger-mode stores (dledger-<selfId>/): every record is read inside its DLedger entry, whose
+broken headers are reported with the CommitLog codes above; besides, entries whose index does
+not follow the previous one (DL_INDEX_SEQUENCE) or whose term goes down (DL_TERM_ORDER), index
+units missing or disagreeing with their entry (DL_INDEX_UNIT), a DLedger checkpoint or currterm
+that is missing, unreadable or ahead of the data (DL_CHECKPOINT), and commitlog/ and the
+DLedger data not meeting at dividedCommitlogOffset (DL_LAYOUT). The body CRC is checked although
+the broker never checks it in DLedger mode, and the prediction follows DLedger's own recovery.
 
 Store: checkpoint later than the newest message (CKPT_AHEAD) or missing (CKPT_MISSING), an
 abort file (ABORT_PRESENT: the last shutdown was abnormal), a lock held by a live process

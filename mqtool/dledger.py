@@ -318,3 +318,118 @@ def dump_file(path: Path, kind: str) -> Iterator[dict]:
         yield text_file_dict(path)
     else:
         raise StoreLayoutError(f"{path}: not a DLedger bookkeeping file ({kind})")
+
+
+# --- verify: what DLedger keeps consistent, checked over the whole ledger --------------------------
+
+_LISTED = 20
+
+
+def _finding(code: str, file: str, offset: int, message: str, **extra) -> dict:
+    from .vocabulary import CODES
+    return {"code": code, "severity": CODES[code][0], "file": file, "offset": offset,
+            "message": message, **extra}
+
+
+def _ledger_entries(store: Store, findings: list[dict]) -> list[tuple]:
+    """(index, term, pos, size, magic) of every entry with a sound header, walking each data
+    file until its blank or first broken header (which the scanner reports: CL_* codes); index
+    and term continuity are checked on the way."""
+    entries, previous = [], None
+    for seg in store.dledger.data_segments:
+        rel = seg.store_path
+        with MappedFile(seg.path) as mapped:
+            buf, position = mapped.data, 0
+            while True:
+                magic = first_int(buf, position)
+                header = entry_header_at(buf, position)
+                if magic is None or magic == dl_fmt.BLANK_MAGIC or header is None:
+                    break
+                absolute = seg.base_offset + position
+                if header.magic != dl_fmt.ENTRY_MAGIC or header.pos != absolute \
+                        or header.size != dl_fmt.ENTRY_HEADER_SIZE + header.body_size \
+                        or header.size <= _MIN_ENTRY_SIZE_EXCLUSIVE \
+                        or position + header.size > len(buf):
+                    previous = None      # the sequence is judged again after the break
+                    break
+                record = absolute + dl_fmt.ENTRY_HEADER_SIZE
+                if previous is not None and header.index != previous.index + 1:
+                    findings.append(_finding(
+                        "DL_INDEX_SEQUENCE", rel, position,
+                        f"entry at {absolute:,} has index {header.index}, the previous entry "
+                        f"{previous.index}: DLedger's recovery ends the log here",
+                        commitlog_offset=record))
+                if previous is not None and header.term < previous.term:
+                    findings.append(_finding(
+                        "DL_TERM_ORDER", rel, position,
+                        f"entry {header.index} has term {header.term} after term "
+                        f"{previous.term}: DLedger's recovery ends the log here",
+                        commitlog_offset=record))
+                entries.append((header.index, header.term, absolute, header.size, header.magic,
+                                rel, position))
+                previous = header
+                position += header.size
+    return entries
+
+
+def _check_index_units(store: Store, entries: list[tuple], findings: list[dict]) -> None:
+    dledger = store.dledger
+    wrong = []
+    for index, term, pos, size, magic, rel, position in entries:
+        unit = dledger.index_unit(index) if index >= 0 else None
+        if unit is None or (unit.magic, unit.pos, unit.size, unit.index, unit.term) != \
+                (magic, pos, size, index, term):
+            wrong.append((index, unit, rel, position, pos))
+    index_rel = store.relative(dledger.index_dir)
+    for index, unit, rel, position, pos in wrong[:_LISTED]:
+        what = "no unit" if unit is None else (
+            f"unit says pos {unit.pos:,}, size {unit.size}, index {unit.index}, term {unit.term}")
+        findings.append(_finding(
+            "DL_INDEX_UNIT", index_rel, max(index, 0) * dl_fmt.INDEX_UNIT_SIZE,
+            f"entry {index} at {pos:,} ({rel}:{position}): {what}; the broker rewrites units "
+            "from its recovery start file on, and reads earlier entries through them",
+            commitlog_offset=pos + dl_fmt.ENTRY_HEADER_SIZE))
+    if len(wrong) > _LISTED:
+        findings.append(_finding("DL_INDEX_UNIT", index_rel, 0,
+                                 f"{len(wrong) - _LISTED:,} more entries whose index unit is "
+                                 "missing or disagrees", count=len(wrong) - _LISTED))
+
+
+def check_dledger(store: Store) -> list[dict]:
+    """verify's findings about what DLedger itself keeps: index sequence and term order over the
+    whole ledger, index units against their entries, the checkpoint and currterm, and where an
+    upgraded store's two parts meet. Entry headers that are broken outright are the scanner's
+    (CL_BAD_MAGIC, CL_OFFSET_MISMATCH, CL_LENGTH_MISMATCH, CL_TRUNCATED). [] in plain mode."""
+    dledger = store.dledger
+    if dledger is None:
+        return []
+    findings: list[dict] = []
+    entries = _ledger_entries(store, findings)
+    _check_index_units(store, entries, findings)
+    folder = dledger.directory.name
+    last_index = max((e[0] for e in entries), default=-1)
+    checkpoint, source, error = dledger.checkpoint()
+    committed = properties_int(checkpoint, dl_fmt.COMMITTED_INDEX_KEY)
+    if checkpoint is None or committed is None:
+        findings.append(_finding("DL_CHECKPOINT", f"{folder}/{dl_fmt.CHECKPOINT_FILE}", 0,
+                                 f"no usable committedIndex ({error or 'not a number'}): the "
+                                 "broker starts with nothing committed"))
+    else:
+        if source != dl_fmt.CHECKPOINT_FILE:
+            findings.append(_finding("DL_CHECKPOINT", f"{folder}/{dl_fmt.CHECKPOINT_FILE}", 0,
+                                     f"unusable ({error}); {source} holds the previous content"))
+        if committed > last_index:
+            findings.append(_finding("DL_CHECKPOINT", f"{folder}/{source}", 0,
+                                     f"committedIndex {committed} is past the last entry "
+                                     f"{last_index}"))
+    currterm, _, error = dledger.currterm()
+    if currterm is None or properties_int(currterm, dl_fmt.CURR_TERM_KEY) is None:
+        findings.append(_finding("DL_CHECKPOINT", f"{folder}/{dl_fmt.CURRTERM_FILE}", 0,
+                                 f"no usable currTerm ({error or 'not a number'})"))
+    plain = store.commitlog.plain_segments
+    divided = store.commitlog.divided_offset
+    if divided is not None and plain[-1].base_offset + plain[-1].length != divided:
+        findings.append(_finding("DL_LAYOUT", plain[-1].store_path, 0,
+                                 f"commitlog/ ends at {plain[-1].base_offset + plain[-1].length:,}"
+                                 f" but the DLedger data begins at {divided:,}"))
+    return findings

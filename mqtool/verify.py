@@ -51,6 +51,7 @@ from .recovery import (INDEX_ENTRY_DTYPE, INDEX_HEADER_DTYPE, BrokerRules, FileJ
 from .scan import (FLAG_FALSE, FLAG_NONE, FLAG_TRUE, CorruptRegion, MessageRecord, RecordBatch, message_at,
                    scan_segment, scan_segment_batches)
 from .timer import check_timer_store
+from .dledger import check_dledger
 from .store import CommitLog, Segment, Store
 
 # --- the codes -----------------------------------------------------------------------------------
@@ -1958,7 +1959,7 @@ def verify_store(store: Store, *, quick: bool = False, progress=None, broker_ver
         for key, found in r.batch_records.items():
             batch_records.setdefault(key, []).extend(o for o in found if o < plan.process_offset)
     for found in (check_batch_consume_queues(store, batch_records, plan.redispatch_from)
-                  + check_timer_store(store)):
+                  + check_timer_store(store) + check_dledger(store)):
         extra = {k: found[k] for k in ("commitlog_offset", "topic", "queue_id", "count")
                  if k in found}
         sink.add(_finding(found["code"], found["file"], found["offset"], found["message"],

@@ -58,6 +58,12 @@ CODES: dict[str, tuple[str, str]] = {
     "TIMER_DANGLING": (ERROR, "a TimerLog unit points at no record of the size it records"),
     "TIMER_SLOT_TIME": (ERROR, "a TimerWheel slot's time does not match its index or its units"),
     "TIMER_SLOT_POINTER": (ERROR, "a TimerWheel slot points at no TimerLog unit"),
+    "DL_INDEX_SEQUENCE": (ERROR, "a DLedger entry's index does not follow the previous entry's"),
+    "DL_TERM_ORDER": (ERROR, "a DLedger entry's term is lower than the previous entry's"),
+    "DL_INDEX_UNIT": (ERROR, "a DLedger index unit is missing or disagrees with its entry"),
+    "DL_CHECKPOINT": (WARNING, "the DLedger checkpoint or currterm is missing, unreadable or "
+                               "ahead of the data"),
+    "DL_LAYOUT": (ERROR, "commitlog/ and the DLedger data do not meet at dividedCommitlogOffset"),
 }
 
 # --- the fixture forge (mqtool.forge) ------------------------------------------------------------

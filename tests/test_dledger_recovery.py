@@ -170,3 +170,50 @@ def test_no_crc_is_looked_at(clean_copy):
     poke(clean_copy, victim, dl_fmt.ENTRY_HEADER_SIZE + 200, b"\xff\xff")   # record body
     poke(clean_copy, victim, 40, (12345).to_bytes(4, "big"))                # entry bodyCrc
     assert predict_recovery(Store(clean_copy)).process_offset == 4400875
+
+
+# --- verify's DLedger findings -------------------------------------------------------------------
+
+def dl_findings(store: Path) -> dict[str, list]:
+    from mqtool.dledger import check_dledger
+
+    found: dict[str, list] = {}
+    for f in check_dledger(Store(store)):
+        found.setdefault(f["code"], []).append(f)
+    return found
+
+
+def test_the_reference_stores_have_no_dledger_findings(dledger_stores):
+    for name in DLEDGER_STORES:
+        assert dl_findings(dledger_stores[name]) == {}, name
+
+
+def test_index_sequence_term_order_and_index_units(clean_copy):
+    all_entries = entries()
+    skipped, older = all_entries[500], all_entries[1200]
+    poke(clean_copy, skipped, 8, (skipped["index"] + 5).to_bytes(8, "big"))
+    poke(clean_copy, older, 16, (0).to_bytes(8, "big"))
+    for e in all_entries[1201:]:
+        poke(clean_copy, e, 16, (1).to_bytes(8, "big"))   # term 1 from here, 0 at 1200
+    found = dl_findings(clean_copy)
+    # the forged index breaks the sequence twice (into and out of it) and its unit no longer fits
+    assert [f["commitlog_offset"] for f in found["DL_INDEX_SEQUENCE"]] == \
+        [skipped["pos"] + 48, all_entries[501]["pos"] + 48]
+    assert "DL_TERM_ORDER" not in found          # 0 then 1 is an election, not a regression
+    units = found["DL_INDEX_UNIT"]
+    assert units[0]["commitlog_offset"] == skipped["pos"] + 48
+    assert units[-1]["count"] == 1999 - 1201 + 1 + 1 - 20   # every term-1 entry, and the forged one
+    poke(clean_copy, all_entries[1500], 16, (0).to_bytes(8, "big"))
+    assert [f["commitlog_offset"] for f in dl_findings(clean_copy)["DL_TERM_ORDER"]] == \
+        [all_entries[1500]["pos"] + 48]
+
+
+def test_checkpoint_findings(clean_copy, mqtool):
+    folder = clean_copy / "dledger-n0"
+    (folder / "checkpoint").write_text("committedIndex=5000\nendIndex=5000\n")
+    (folder / "currterm").write_text("garbage\n")
+    messages = [f["message"] for f in dl_findings(clean_copy)["DL_CHECKPOINT"]]
+    assert any("committedIndex 5000 is past the last entry 1999" in m for m in messages)
+    assert any("currTerm" in m for m in messages)
+    report = json.loads(mqtool("verify", "--json", clean_copy).stdout)
+    assert {f["code"] for f in report["findings"]} == {"DL_CHECKPOINT"}
