@@ -523,7 +523,7 @@ def predict_recovery(store: Store, *, mode: str = "auto", broker_version: str = 
     segments = commitlog.segments
     file_size = commitlog.file_size
 
-    refuses = [f"commitlog/{s.name} is {s.length} bytes, not {file_size}" for s in segments
+    refuses = [f"{s.store_path} is {s.length} bytes, not {file_size}" for s in segments
                if s.length != file_size and not deleted_on_load(segments, s, version)]
     for kind, queues, upf in queue_kinds(store):
         wanted = upf * kind.unit_size

@@ -319,3 +319,70 @@ def test_diff_salvage_and_export_read_dledger_entries(dledger_stores, mqtool, tm
     proc = mqtool("export", clean, "--out", out)
     assert proc.returncode == 0, proc.stderr
     assert len(out.read_text().splitlines()) == 2000
+
+
+# --- bad input -----------------------------------------------------------------------------------
+
+def _sparse_copy(source, dest) -> None:
+    import os
+    for folder, _dirs, files in os.walk(source):
+        target = dest / os.path.relpath(folder, source)
+        target.mkdir(parents=True, exist_ok=True)
+        for name in files:
+            with open(os.path.join(folder, name), "rb") as src, open(target / name, "wb") as out:
+                while chunk := src.read(1 << 20):
+                    if chunk.count(0) == len(chunk):
+                        out.seek(len(chunk), os.SEEK_CUR)
+                    else:
+                        out.write(chunk)
+                out.truncate()
+
+
+def _poke(path, at: int, data: bytes) -> None:
+    with open(path, "r+b") as fh:
+        fh.seek(at)
+        fh.write(data)
+
+
+DATA = "dledger-n0/data/"
+BAD_INPUT = {
+    "torn-last-entry": (lambda r: (r / DATA / "00000000000004194304").open("r+b").truncate(150001),
+                        "CL_TRUNCATED"),
+    "entry-size-past-everything": (lambda r: _poke(r / DATA / "00000000000003145728", 4,
+                                                   (0x7FFFFFFF).to_bytes(4, "big")),
+                                   "CL_LENGTH_MISMATCH"),
+    "garbled-checkpoint": (lambda r: (r / "dledger-n0/checkpoint").write_bytes(b"\xff\xfe=\n"),
+                           "DL_CHECKPOINT"),
+    "missing-index": (lambda r: shutil.rmtree(r / "dledger-n0/index"), "DL_INDEX_UNIT"),
+    "garbled-currterm": (lambda r: (r / "dledger-n0/currterm").write_text("currTerm=x\n"),
+                         "DL_CHECKPOINT"),
+    "all-zero-last-file": (lambda r: (r / DATA / "00000000000004194304").write_bytes(
+        bytes(1 << 20)), "RECOVERY_TRUNCATES"),
+    "no-data-files": (lambda r: [p.unlink() for p in (r / DATA).iterdir()], "CQ_DANGLING"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUT))
+def test_bad_dledger_input_gives_findings_not_tracebacks(case, dledger_stores, tmp_path, mqtool):
+    root = tmp_path / "store"
+    _sparse_copy(dledger_stores["dledger-clean"], root)
+    damage, expected_code = BAD_INPUT[case]
+    damage(root)
+    for command in ("info", "dump"):
+        proc = mqtool(command, "--json", root)
+        assert proc.returncode == 0, (command, proc.stderr)
+    proc = mqtool("verify", "--json", root)
+    findings = json.loads(proc.stdout)["findings"]
+    assert proc.returncode == (1 if any(f["severity"] == "error" for f in findings) else 0)
+    assert expected_code in {f["code"] for f in findings}
+
+
+def test_two_dledger_folders_are_one_clear_error(dledger_stores, tmp_path, mqtool):
+    root = tmp_path / "store"
+    _sparse_copy(dledger_stores["dledger-clean"], root)
+    _sparse_copy(root / "dledger-n0", root / "dledger-n1")
+    proc = mqtool("info", root)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("mqtool: error:") and len(proc.stderr.splitlines()) == 1
+    assert "dledger-n0, dledger-n1" in proc.stderr
+    assert mqtool("info", root / "dledger-n1" / "data").returncode == 0
