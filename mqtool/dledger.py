@@ -54,6 +54,7 @@ class LedgerWalk:
     last_pos: int | None
     entries: int
     index_rewritten_from: int | None = None   # first entry whose DLedger index unit disagreed
+    rewritten_units: list = None    # (index, pos, size, magic, term) of every unit rewritten
 
 
 def _entry_refusal(header, absolute: int, limit: int, last_index: int, last_term: int) -> str | None:
@@ -143,6 +144,10 @@ def walk_ledger(dledger: DLedgerLog, start_file: int | None = None) -> LedgerWal
                 if not rewriting and not _unit_agrees(dledger, header, absolute):
                     rewriting = True
                     walk.index_rewritten_from = header.index
+                    walk.rewritten_units = []
+                if rewriting:
+                    walk.rewritten_units.append((header.index, absolute, header.size,
+                                                 header.magic, header.term))
                 if walk.first_index is None:
                     walk.first_index = header.index
                 walk.last_index, walk.last_term, walk.last_pos = header.index, header.term, absolute

@@ -487,7 +487,7 @@ class Store:
     def refuse_unexplained_layout(root: Path, command: str) -> None:
         """Raise StoreLayoutError (exit 2) naming what ``root`` holds that mqtool cannot explain
         (:func:`unexplained_layout`). Every mutating command calls this before anything else."""
-        findings = unexplained_layout(root)
+        findings = unexplained_layout(root, command)
         if findings:
             raise StoreLayoutError(f"{root}: {command} refused: the store holds "
                                    + "; ".join(findings) + ", a layout mqtool does not fully "
@@ -624,9 +624,21 @@ def _is_mqtool_backup(path: Path) -> bool:
         (sub / MANIFEST).is_file() for sub in path.iterdir() if sub.is_dir())
 
 
-def unexplained_layout(root: Path) -> list[str]:
-    """What the store root holds that mqtool does not fully understand, one phrase per finding
-    (empty: a plain CommitLog store, or nothing mqtool would have to leave behind untouched).
+# mutating commands that know a pure DLedger-mode store (one dledger-<id>/ with data/, no
+# commitlog/): recover follows DLedger's own recovery, undo puts bytes back
+DLEDGER_AWARE_COMMANDS = ("recover", "undo")
+
+
+def _pure_dledger(root: Path) -> bool:
+    folders = [p for p in root.iterdir() if p.name.startswith(dl_fmt.DLEDGER_DIR_PREFIX)]
+    return not (root / "commitlog").exists() and len(folders) == 1 and \
+        (folders[0] / dl_fmt.DATA_DIR).is_dir()
+
+
+def unexplained_layout(root: Path, command: str | None = None) -> list[str]:
+    """What the store root holds that ``command`` (None: any mutating command) does not fully
+    understand, one phrase per finding (empty: a plain CommitLog store, a pure DLedger store for
+    the DLEDGER_AWARE_COMMANDS, or nothing mqtool would have to leave behind untouched).
 
     Files at the root that no broker reads (notes, scripts) are not findings: a repair neither
     reads nor changes them. Folders holding data are, unless mqtool knows what they are."""
@@ -634,14 +646,16 @@ def unexplained_layout(root: Path) -> list[str]:
     root = Path(root)
     if not root.is_dir():
         return []
+    dledger_known = command in DLEDGER_AWARE_COMMANDS and _pure_dledger(root)
     findings = []
     entries = sorted(root.iterdir(), key=lambda p: p.name)
     for entry in entries:
         name = entry.name
         if not entry.is_dir():
             continue
-        if name.startswith("dledger-"):
-            findings.append(f"{name}/ (a DLedger-mode CommitLog)")
+        if name.startswith(dl_fmt.DLEDGER_DIR_PREFIX):
+            if not dledger_known:
+                findings.append(f"{name}/ (a DLedger-mode CommitLog)")
         elif name in KNOWN_ROOT_DIRS or name == BACKUP_DIR or name.startswith(STAGE_PREFIX):
             if name == "compaction":
                 extra = [p.name + ("/" if p.is_dir() else "") for p in sorted(entry.iterdir())
@@ -650,7 +664,7 @@ def unexplained_layout(root: Path) -> list[str]:
                     findings.append(f"compaction/{extra[0]} (5.x compaction-topic data)")
         elif _holds_data(entry) and not _is_mqtool_backup(entry):
             findings.append(f"{name}/ (an unknown folder that holds data)")
-    if not (root / "commitlog").is_dir():
+    if not (root / "commitlog").is_dir() and not dledger_known:
         derived = [d + "/" for d in DERIVED_DIRS if (root / d).is_dir() and _holds_data(root / d)]
         if derived:
             findings.append(f"{' and '.join(derived)} with data but no commitlog/")
