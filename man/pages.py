@@ -61,12 +61,20 @@ unquoted integer keys; the .bak copy is used when the main file is empty or unre
 
 The CommitLog is scanned without CRC checks (use verify for integrity).
 
+DLedger-mode stores (enableDLegerCommitLog: no commitlog/, the records inside DLedger entries
+under dledger-<selfId>/data/) and stores upgraded from a plain CommitLog to DLedger are read the
+same way; the passport then names the layout and the DLedger ledger: first and last entry
+(index, term), the committed index of the DLedger checkpoint and how far it lags the data,
+currTerm, and for an upgraded store dividedCommitlogOffset. CommitLog offsets are the broker's
+(a record's offset is its entry's pos + 48).
+
 """ + _GEOMETRY,
         "arguments": {"store": "A store root (the directory holding commitlog/, consumequeue/, "
                                "index/, checkpoint) or a bare CommitLog directory."},
         "output": """\
 With --json, one JSON document with the keys root, layout, geometry, passport (family,
-claims, recovery_rules, geometry, inconsistencies), commitlog, consume_queues, topics,
+claims, recovery_rules, geometry, inconsistencies, layout, and dledger for a DLedger-mode
+store), commitlog, consume_queues, topics,
 index_files, checkpoint, abort, lock and config. Offsets are CommitLog byte offsets,
 times are epoch milliseconds (the table also shows UTC).""",
         "examples": [
