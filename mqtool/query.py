@@ -320,11 +320,13 @@ class IndexSet:
     """All IndexFiles of a store, oldest first (the broker's load order), mapped read-only.
     Use as a context manager; repeated lookups reuse the maps."""
 
-    def __init__(self, store: Store):
+    def __init__(self, store: Store, skip: frozenset[str] = frozenset()):
         self.store = store
         self.files: list[IndexFile] = []
         try:
             for info in store.index_files:
+                if info.name in skip:
+                    continue
                 self.files.append(IndexFile(info, store.index_slots, store.index_entries))
         except BaseException:
             self.close()
@@ -963,11 +965,17 @@ def broker_query_message(store: Store, topic: str, key: str, max_num: int = MAX_
     this store as it is: the IndexFiles' offsets (at most 64, newest files and entries first),
     sorted ascending, duplicates kept, without the ones outside the readable CommitLog
     [minOffset, ``max_offset``) (default: the recovery's processOffset). No collision filter:
-    the broker has none."""
+    the broker has none.
+
+    In DLedger mode the IndexFiles an abnormal start deletes are left out: nothing re-dispatches
+    their records, so the broker never finds those keys again."""
     if max_offset is None:
         max_offset = readable_end(store)
     low = store.commitlog.min_offset if store.commitlog.segments else 0
-    with IndexSet(store) as index:
+    skip = frozenset()
+    if store.dledger is not None and store.abort_exists:
+        skip = frozenset(predict_recovery(store).index_files_deleted)
+    with IndexSet(store, skip) as index:
         offsets, _problems = index.broker_query_offset(topic, key, max_num, begin, end)
     return [o for o in sorted(offsets) if low <= o < max_offset]
 

@@ -386,3 +386,25 @@ def test_two_dledger_folders_are_one_clear_error(dledger_stores, tmp_path, mqtoo
     assert proc.stderr.startswith("mqtool: error:") and len(proc.stderr.splitlines()) == 1
     assert "dledger-n0, dledger-n1" in proc.stderr
     assert mqtool("info", root / "dledger-n1" / "data").returncode == 0
+
+
+@pytest.mark.parametrize("name", DLEDGER_STORES)
+def test_broker_compatible_answers_on_the_store_before_recovery(name, dledger_stores, mqtool):
+    """Predicted from the store as the broker left it: after a crash the IndexFile the abnormal
+    start deletes is not rebuilt in DLedger mode, so its keys are not answered."""
+    from mqtool import query as q
+    from mqtool.recovery import predict_recovery
+
+    recover = _recover_json(name)
+    store = Store(dledger_stores[name])
+    end = predict_recovery(store).process_offset
+    assert end == recover["afterRecovery"]["maxPhyOffset"]
+    wrong = [e for e in recover["queryMessage"]
+             if q.broker_query_message(store, e["topic"], e["key"], max_offset=end)
+             != e["offsets"]]
+    assert wrong == []
+    entry = next(e for e in recover["queryMessage"] if e["kind"] == "hot key")
+    proc = mqtool("query", "--json", "--broker-compatible", "--key", entry["key"], "--topic",
+                  entry["topic"], dledger_stores[name])
+    summary = json.loads(proc.stdout.splitlines()[-1])
+    assert summary["offsets"] == entry["offsets"]
