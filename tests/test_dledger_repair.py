@@ -142,3 +142,15 @@ def test_rebuild_index_restores_what_the_crash_recovery_lost(dledger_stores, tmp
     after = q.broker_query_message(Store(store), "TopicTest", key)
     assert len(after) > len(before)
     assert mqtool("rebuild-index", store).stderr.strip().endswith("nothing to do")
+
+
+def test_rebuild_queues_regenerates_the_brokers_consume_queues(dledger_stores, tmp_path, mqtool):
+    original = dledger_stores["dledger-clean"]
+    store = tmp_path / "store"
+    sparse_copy(original, store)
+    for path in (store / "consumequeue" / "TopicTest").rglob("*"):
+        if path.is_file():
+            path.unlink()
+    proc = mqtool("rebuild-queues", store)
+    assert proc.returncode == 0, proc.stderr
+    assert digests(store / "consumequeue") == digests(original / "consumequeue")

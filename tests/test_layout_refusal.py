@@ -4,8 +4,9 @@ A DLedger-mode store (no commitlog/, messages inside dledger-<id>/data/) looked 
 like a plain store that lost its CommitLog, and `recover` "repaired" it by deleting every
 ConsumeQueue. Every mutating command now refuses such a store (and a store holding folders of
 data it does not know) before it reads or plans anything: exit 2, one line on stderr, not one byte
-changed. `recover`, `rebuild-index` and `undo` know pure DLedger stores (DLedger's own recovery,
-see test_dledger_repair.py); truncate, rebuild-queues and fixture damage still refuse them, and every command refuses a store upgraded from a plain CommitLog to DLedger. The plain
+changed. `recover`, `rebuild-index`, `rebuild-queues` and `undo` know pure DLedger stores
+(DLedger's own recovery, see test_dledger_repair.py); truncate and fixture damage still refuse
+them, and every command refuses a store upgraded from a plain CommitLog to DLedger. The plain
 stores the real brokers wrote (4.x and 5.x, with timerlog/, compaction/, batchconsumequeue/,
 abort.bak, config/ ...) stay accepted.
 """
@@ -100,10 +101,9 @@ def mutating_commands(store: Path, backup: Path | None, damage_kind: str) -> lis
     """Every mutating command; without ``backup`` only those that do not know DLedger stores."""
     knows_dledger = [("recover", store), ("recover", "--dry-run", store),
                      ("recover", store, "--out", store.parent / "recovered-copy"),
-                     ("rebuild-index", store), ("undo", backup)]
+                     ("rebuild-index", store), ("rebuild-queues", store), ("undo", backup)]
     return (knows_dledger if backup is not None else []) + [
-        ("truncate", store, "--to", "0"), ("rebuild-queues", store),
-        ("fixture", "damage", store, "--kind", damage_kind)]
+        ("truncate", store, "--to", "0"), ("fixture", "damage", store, "--kind", damage_kind)]
 
 
 def assert_all_refused(store: Path, backup: Path | None, phrase: str, damage_kind: str) -> None:
@@ -131,10 +131,11 @@ def test_dledger_stores_are_refused_by_the_commands_that_do_not_know_them(name, 
     assert_all_refused(dledger_stores[name], None, DLEDGER_PHRASE, kind)
 
 
-def test_recover_rebuild_index_and_undo_know_only_pure_dledger_stores(dledger_stores, tmp_path):
+def test_recover_the_rebuilds_and_undo_know_only_pure_dledger_stores(dledger_stores, tmp_path):
     pure = dledger_stores["dledger-clean"]
     assert unexplained_layout(pure, "recover") == unexplained_layout(pure, "undo") == []
     assert unexplained_layout(pure, "rebuild-index") == []
+    assert unexplained_layout(pure, "rebuild-queues") == []
     assert unexplained_layout(pure, "truncate") == unexplained_layout(pure) != []
 
 
