@@ -400,7 +400,10 @@ def iter_commitlog_records(commitlog: CommitLog, *, segments: list[Segment] | No
                         out["dledger"] = entry_fields(buf, event.offset - seg.base_offset)
                     yield out
                 elif structural and filters.offset_in_range(event.offset):
-                    yield _event_dict(event, name, seg.base_offset)
+                    out = _event_dict(event, name, seg.base_offset)
+                    if seg.is_dledger and out["record_type"] == RT_BLANK:
+                        out["magic_code"] = dledger.dl_fmt.BLANK_MAGIC   # -1, then bytes left
+                    yield out
 
 
 # --- consume queues ------------------------------------------------------------------------------

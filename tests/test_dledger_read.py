@@ -79,6 +79,7 @@ def test_each_data_file_scan_ends_where_the_brokers_did(name, dledger_stores, mq
         if kind == "blank":
             assert ours["record_type"] == "commitlog/blank"
             assert f"size={ours['total_size']}" in scan["end"]
+            assert ours["magic_code"] == dl_fmt.BLANK_MAGIC
         else:
             assert kind == "zeros" and ours["record_type"] == "commitlog/unwritten"
 
