@@ -24,6 +24,7 @@ import datetime as _dt
 import mmap
 import re
 import struct
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -958,6 +959,19 @@ def readable_end(store: Store, plan: RecoveryPlan | None = None) -> int:
     return plan.process_offset
 
 
+_LOST_INDEX_FILES: "weakref.WeakKeyDictionary[Store, frozenset[str]]" = weakref.WeakKeyDictionary()
+
+
+def _dledger_lost_index_files(store: Store) -> frozenset[str]:
+    """The IndexFiles a crashed DLedger-mode store loses for good (its abnormal start deletes
+    them and nothing re-dispatches their records); predicted once per store."""
+    if store.dledger is None or not store.abort_exists:
+        return frozenset()
+    if store not in _LOST_INDEX_FILES:
+        _LOST_INDEX_FILES[store] = frozenset(predict_recovery(store).index_files_deleted)
+    return _LOST_INDEX_FILES[store]
+
+
 def broker_query_message(store: Store, topic: str, key: str, max_num: int = MAX_MSGS_NUM_BATCH,
                          begin: int = 0, end: int = JAVA_LONG_MAX, *,
                          max_offset: int | None = None) -> list[int]:
@@ -972,9 +986,7 @@ def broker_query_message(store: Store, topic: str, key: str, max_num: int = MAX_
     if max_offset is None:
         max_offset = readable_end(store)
     low = store.commitlog.min_offset if store.commitlog.segments else 0
-    skip = frozenset()
-    if store.dledger is not None and store.abort_exists:
-        skip = frozenset(predict_recovery(store).index_files_deleted)
+    skip = _dledger_lost_index_files(store)
     with IndexSet(store, skip) as index:
         offsets, _problems = index.broker_query_offset(topic, key, max_num, begin, end)
     return [o for o in sorted(offsets) if low <= o < max_offset]
