@@ -432,3 +432,12 @@ def test_spark_byte_range_splits_read_every_entry_exactly_once(name, dledger_sto
             if type(event) is RecordBatch:
                 batched += event.offsets.tolist()
     assert one_by_one == batched == reference
+
+
+def test_verify_workers_rebuild_the_dledger_layout(dledger_stores, mqtool):
+    """verify's worker processes rebuild the CommitLog from its directory: a DLedger data
+    directory must come back as DLedger segments."""
+    store = dledger_stores["dledger-clean-damaged"]
+    one = json.loads(mqtool("verify", "--json", store).stdout)["findings"]
+    two = json.loads(mqtool("verify", "--json", "--workers", "2", store).stdout)["findings"]
+    assert one == two and [f["code"] for f in two] == ["CL_CRC_MISMATCH"]
