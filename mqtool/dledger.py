@@ -102,15 +102,16 @@ def walk_ledger(dledger: DLedgerLog, start_file: int | None = None) -> LedgerWal
     if not files:
         return LedgerWalk(0, "no data file", 0, 0, "no data file", None, -1, -1, None, 0)
     if start_file is None:
-        index = max(0, len(files) - 3)
-        reason = "third-to-last data file"
-        for i in range(index, -1, -1):
+        first_choice = index = max(0, len(files) - 3)
+        for i in range(first_choice, -1, -1):
             index = i
             if _first_entry_ok(dledger, files[i]):
                 break
-            reason = f"earlier files' first entries fail the pre-check; file {i}"
+        if index == first_choice:
+            reason = "third-to-last data file"
         else:
-            reason = "no data file's first entry passes the pre-check: file 0"
+            reason = (f"the first entry of {files[first_choice].name} fails the pre-check (or "
+                      f"its index unit); the walk starts at {files[index].name}")
     else:
         index, reason = start_file, "given"
     walk = LedgerWalk(index, reason, files[index].base_offset, index, "", None, -1, -1, None, 0)
