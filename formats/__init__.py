@@ -10,5 +10,7 @@ Modules mirror the Java classes they describe:
   inner messages, with a checked parse/build codec.
 * :mod:`.indexfile` - IndexFile header, hash slot and entry, with the geometry as parameters.
 * :mod:`.checkpoint` - StoreCheckpoint (4 KiB).
+* :mod:`.dledger` - DLedger-mode CommitLog: entry header, end-of-file blank, index unit, the
+  checkpoint/currterm text files.
 * :mod:`.codecs` - CRC, Java String.hashCode, index key hash, tagsCode, message ids, property CRC.
 """

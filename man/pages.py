@@ -63,12 +63,20 @@ they are (mqtool-consumers(1) adds what the broker's next start does to each gro
 
 The CommitLog is scanned without CRC checks (use verify for integrity).
 
+DLedger-mode stores (enableDLegerCommitLog: no commitlog/, the records inside DLedger entries
+under dledger-<selfId>/data/) and stores upgraded from a plain CommitLog to DLedger are read the
+same way; the passport then names the layout and the DLedger ledger: first and last entry
+(index, term), the committed index of the DLedger checkpoint and how far it lags the data,
+currTerm, and for an upgraded store dividedCommitlogOffset. CommitLog offsets are the broker's
+(a record's offset is its entry's pos + 48).
+
 """ + _GEOMETRY,
         "arguments": {"store": "A store root (the directory holding commitlog/, consumequeue/, "
                                "index/, checkpoint) or a bare CommitLog directory."},
         "output": """\
 With --json, one JSON document with the keys root, layout, geometry, passport (family,
-claims, recovery_rules, geometry, inconsistencies), commitlog, consume_queues, topics,
+claims, recovery_rules, geometry, inconsistencies, layout, and dledger for a DLedger-mode
+store), commitlog, consume_queues, topics,
 index_files, checkpoint, abort, lock and config. Offsets are CommitLog byte offsets,
 times are epoch milliseconds (the table also shows UTC).""",
         "examples": [
@@ -205,6 +213,13 @@ whose chain does not reach firstPos (TIMER_SLOT_CHAIN); pending units no slot le
 after the broker's load re-links its last TimerLog file (TIMER_UNREACHABLE), or only then
 (TIMER_WHEEL_BEHIND, a warning: the wheel was not flushed before a crash); pending timers whose message recovery truncates (TIMER_LOST); a missing,
 short or ahead config/timercheck (TIMER_CKPT).
+DLedger-mode stores (dledger-<selfId>/): every record is read inside its DLedger entry, whose
+broken headers are reported with the CommitLog codes above; besides, entries whose index does
+not follow the previous one (DL_INDEX_SEQUENCE) or whose term goes down (DL_TERM_ORDER), index
+units missing or disagreeing with their entry (DL_INDEX_UNIT), a DLedger checkpoint or currterm
+that is missing, unreadable or ahead of the data (DL_CHECKPOINT), and commitlog/ and the
+DLedger data not meeting at dividedCommitlogOffset (DL_LAYOUT). The body CRC is checked although
+the broker never checks it in DLedger mode, and the prediction follows DLedger's own recovery.
 
 Store: checkpoint later than the newest message (CKPT_AHEAD) or missing (CKPT_MISSING), an
 abort file (ABORT_PRESENT: the last shutdown was abnormal), a lock held by a live process

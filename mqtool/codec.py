@@ -12,13 +12,14 @@ import numpy as np
 from .formats import codecs
 from .formats import commitlog as cl_fmt
 from .formats import consumequeue as cq_fmt
+from .formats import dledger as dl_fmt
 from .formats import indexfile as idx_fmt
 from .formats import timer as timer_fmt
 
 
 def struct_format(decl: construct.Construct) -> str:
     """The big-endian struct format of a fixed-size declaration."""
-    if isinstance(decl, construct.Renamed):
+    if isinstance(decl, (construct.Renamed, construct.Const)):
         return struct_format(decl.subcon)
     if isinstance(decl, construct.FormatField):
         return decl.fmtstr[1:]
@@ -98,6 +99,12 @@ INDEX_SLOT_DTYPE = numpy_dtype(idx_fmt.index_slot)
 TIMERLOG_UNIT = declared(timer_fmt.timerlog_unit)
 TIMERLOG_BLANK = struct.Struct(">" + struct_format(timer_fmt.timerlog_blank.subcons[0])
                                + struct_format(timer_fmt.timerlog_blank.subcons[1]) + "I")
+# DLedger mode: entry header, end-of-file blank (magic first), index unit
+DLEDGER_ENTRY_HEADER = declared(dl_fmt.entry_header)
+DLEDGER_BLANK = declared(dl_fmt.end_of_file_blank)
+DLEDGER_INDEX_UNIT = declared(dl_fmt.index_unit)
+DLEDGER_ENTRY_HEADER_DTYPE = numpy_dtype(dl_fmt.entry_header)
+DLEDGER_INDEX_UNIT_DTYPE = numpy_dtype(dl_fmt.index_unit)
 TIMERWHEEL_SLOT = declared(timer_fmt.timerwheel_slot)
 
 

@@ -42,7 +42,7 @@ def _file_records(seg: Segment | None) -> _FileRecords:
     with MappedFile(seg.path) as mapped:
         buf = mapped.data
         for event in scan_buffer(buf, seg.base_offset, name=seg.name, check_crc=False,
-                                 resync=True):
+                                 resync=True, layout=seg.layout):
             kind = type(event)
             if kind is MessageRecord:
                 pos = event.offset - seg.base_offset

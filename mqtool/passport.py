@@ -2,7 +2,11 @@
 
 Before any broker's rules are applied to a store (recovery prediction, repair), an operator
 needs to know what wrote it. Each claim comes with the evidence that supports it, and what the
-files disagree on is listed as an inconsistency rather than silently averaged away."""
+files disagree on is listed as an inconsistency rather than silently averaged away.
+
+The passport also names the CommitLog's layout: plain, DLedger mode (``dledger-<selfId>/``), or a
+plain CommitLog upgraded to DLedger, with the DLedger ledger (first and last entry, term,
+committed index and how far the on-disk checkpoint lags the data)."""
 from __future__ import annotations
 
 from collections import Counter
@@ -10,7 +14,9 @@ from collections import Counter
 from .errors import ParseError
 from .formats import consumequeue as cq_fmt
 from .formats import indexfile as idx_fmt
-from .store import Store
+from .formats import dledger as dl_fmt
+from .dledger import ledger_extent
+from .store import COMMITLOG_LAYOUT, UPGRADED_LAYOUT, Store, properties_int
 
 FAMILY_4 = "4.x"
 FAMILY_5 = "5.x"
@@ -88,6 +94,90 @@ def geometry_findings(store: Store) -> tuple[dict, list[str]]:
     return geometry, problems
 
 
+def dledger_section(store: Store) -> tuple[dict | None, list[str]]:
+    """(the DLedger ledger and its bookkeeping, inconsistencies) of a DLedger-mode store;
+    (None, []) for a plain one."""
+    dledger = store.dledger
+    if dledger is None:
+        return None, []
+    problems = []
+    ledger = ledger_extent(dledger)
+    checkpoint, checkpoint_source, checkpoint_error = dledger.checkpoint()
+    currterm, currterm_source, currterm_error = dledger.currterm()
+    committed = properties_int(checkpoint, dl_fmt.COMMITTED_INDEX_KEY)
+    end_index = properties_int(checkpoint, dl_fmt.END_INDEX_KEY)
+    term = properties_int(currterm, dl_fmt.CURR_TERM_KEY)
+    last = ledger["last"]
+    lag = last["index"] - committed if last is not None and committed is not None else None
+    for name, error in (("checkpoint", checkpoint_error), ("currterm", currterm_error)):
+        if error:
+            problems.append(f"{dledger.directory.name}/{name}: {error}")
+    if checkpoint is not None and (committed is None or end_index is None):
+        problems.append(f"{dledger.directory.name}/{checkpoint_source} does not hold "
+                        "committedIndex and endIndex as numbers")
+    if currterm is not None and term is None:
+        problems.append(f"{dledger.directory.name}/{currterm_source} does not hold currTerm as a "
+                        "number")
+    if lag is not None and lag < 0:
+        problems.append(f"DLedger checkpoint committedIndex {committed} is past the last entry "
+                        f"({last['index']})")
+    if last is not None and term is not None and last["term"] > term:
+        problems.append(f"the last DLedger entry has term {last['term']}, currterm says {term}")
+    if ledger["first"] is None and dledger.data_segments:
+        problems.append(f"{dledger.directory.name}/data: the first data file does not start "
+                        "with a DLedger entry")
+    sizes = _sizes(s.length for s in dledger.data_segments)
+    if len(sizes) > 1:
+        problems.append(f"DLedger data files of {len(sizes)} sizes: "
+                        + ", ".join(f"{n} x {size:,}" for size, n in sizes.items()))
+    divided = store.commitlog.divided_offset
+    plain = store.commitlog.plain_segments
+    if divided is not None:
+        plain_end = plain[-1].base_offset + plain[-1].length
+        if plain_end != divided:
+            problems.append(f"commitlog/ ends at {plain_end:,} but the DLedger data begins at "
+                            f"{divided:,} (dividedCommitlogOffset)")
+        if ledger["first"] is not None and ledger["first"]["pos"] != divided:
+            problems.append(f"the first DLedger entry lies at {ledger['first']['pos']:,}, not at "
+                            f"dividedCommitlogOffset {divided:,}")
+    section = {
+        "directory": store.relative(dledger.directory), "self_id": dledger.self_id,
+        "data_files": len(dledger.data_segments),
+        "data_file_size": _most_common_size(sizes),
+        "index_files": len(dledger.index_files), "index_file_size": dledger.index_file_size,
+        "ledger": ledger,
+        "divided_commitlog_offset": divided,
+        "checkpoint": {"source": checkpoint_source, "committed_index": committed,
+                       "end_index": end_index},
+        "current_term": term,
+        "vote_leader": currterm.get(dl_fmt.VOTE_LEADER_KEY) if currterm else None,
+        "checkpoint_lag": lag,
+    }
+    return section, problems
+
+
+def _most_common_size(sizes: dict[int, int]) -> int | None:
+    return max(sizes, key=sizes.get) if sizes else None
+
+
+def _dledger_claim(layout: str, section: dict) -> dict:
+    ledger = section["ledger"]
+    first, last = ledger["first"], ledger["last"]
+    span = (f"entries {first['index']:,}..{last['index']:,}, term {last['term']}"
+            if first and last else "no readable entry")
+    committed = section["checkpoint"]["committed_index"]
+    bookkeeping = (f", checkpoint committedIndex {committed:,} ({section['checkpoint_lag']:,} "
+                   "behind the data)" if committed is not None and section["checkpoint_lag"]
+                   is not None else ", no usable DLedger checkpoint")
+    kind = "upgraded from a plain CommitLog to DLedger mode" if layout == UPGRADED_LAYOUT \
+        else "DLedger mode"
+    upgrade = (f"; commitlog/ below dividedCommitlogOffset {section['divided_commitlog_offset']:,}"
+               if layout == UPGRADED_LAYOUT else "")
+    return {"claim": kind, "evidence": f"{section['directory']}/: {span}{bookkeeping}, "
+            f"currTerm {section['current_term']}{upgrade}; records sit in DLedger entries "
+            "(commitLogOffset = entry pos + 48) and DLedger's own recovery applies"}
+
+
 def store_passport(store: Store, *, v2_records: int | None = None,
                    prop_crc_records: int | None = None) -> dict:
     """Geometry, writer family with evidence, the recovery rules that fit, inconsistencies.
@@ -114,5 +204,12 @@ def store_passport(store: Store, *, v2_records: int | None = None,
     rules = "5.3.2+" if family == FAMILY_5 else "4.9"
     if store.abort_exists and family == FAMILY_4 and store.abort_content():
         problems.append("abort holds text although nothing else says 5.x")
-    return {"family": family, "claims": claims, "recovery_rules": rules,
-            "geometry": geometry, "inconsistencies": problems}
+    dledger, dledger_problems = dledger_section(store)
+    if dledger is not None:
+        claims.insert(0, _dledger_claim(store.layout, dledger))
+        problems += dledger_problems
+    passport = {"family": family, "claims": claims, "recovery_rules": rules,
+                "geometry": geometry, "inconsistencies": problems, "layout": store.layout}
+    if dledger is not None:
+        passport["dledger"] = dledger
+    return passport

@@ -529,7 +529,7 @@ def predict_recovery(store: Store, *, mode: str = "auto", broker_version: str = 
     segments = commitlog.segments
     file_size = commitlog.file_size
 
-    refuses = [f"commitlog/{s.name} is {s.length} bytes, not {file_size}" for s in segments
+    refuses = [f"{s.store_path} is {s.length} bytes, not {file_size}" for s in segments
                if s.length != file_size and not deleted_on_load(segments, s, version)]
     for kind, queues, upf in queue_kinds(store):
         wanted = upf * kind.unit_size
@@ -573,6 +573,9 @@ def predict_recovery(store: Store, *, mode: str = "auto", broker_version: str = 
         index_files_kept=index_kept, index_entries_stale=0, refuses_to_start=refuses,
         notes=notes, queue_recoveries=queue_recoveries)
 
+    if store.dledger is not None:   # DLedger mode: DLedger's own recovery, beside these rules
+        from .dledger import predict_dledger_recovery
+        return predict_dledger_recovery(store, plan, loaded_kinds, progress)
     if not segments:
         # recoverNormally/Abnormally with no mapped file: flushedWhere = 0, every queue destroyed
         plan.start_reason = "no CommitLog file"

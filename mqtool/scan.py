@@ -18,6 +18,14 @@ to the interpreted construct declaration so the reported error names the failing
 :func:`scan_buffer_batches` / :func:`scan_segment_batches` yield the same events with runs of
 records as :class:`RecordBatch` columns (numpy), decoded a run at a time; ``scan_buffer`` stays
 the reference they are tested against, and decodes every record the batch path refuses.
+
+Both CommitLog layouts go through the same functions: a :class:`~mqtool.store.Segment` says
+whether its records are back to back (plain) or each inside a DLedger entry (48-byte header in
+front, :mod:`mqtool.formats.dledger`). For DLedger data the scan steps from entry to entry, checks
+each header as the broker's DLedger recovery does (magic, pos = its own offset, size = header +
+body, the body is exactly one record) and decodes the record behind it; events carry the same
+offsets as in plain mode (a record's offset is entry pos + 48, the broker's commitLogOffset; a
+corrupt region starts at the entry). The buffer-level functions take ``layout``.
 """
 from __future__ import annotations
 
@@ -38,7 +46,9 @@ from .codec import HOST_FLAGS, MESSAGE_HEADER, MESSAGE_MIDDLE
 from .errors import MqtoolError, ParseError
 from .formats import codecs
 from .formats import commitlog as fmt
-from .store import CommitLog, MappedFile, Segment, parse_at
+from .formats import dledger as dl_fmt
+from .store import (COMMITLOG_LAYOUT, DLEDGER_LAYOUT, CommitLog, MappedFile, Segment, parse_at,
+                    written_extent)
 
 # --- struct codecs derived from the declarations (mqtool.codec) -----------------------------
 HEADER = MESSAGE_HEADER
@@ -52,6 +62,9 @@ _V1, _V2, _BLANK = fmt.MESSAGE_MAGIC_CODE, fmt.MESSAGE_MAGIC_CODE_V2, fmt.BLANK_
 _MAGIC_BYTES = (_U32.pack(_V1), _U32.pack(_V2))
 _MAGIC_PATTERN = re.compile(b"|".join(re.escape(m) for m in _MAGIC_BYTES))
 _PROP_CRC_PREFIX = (codecs.PROP_CRC_KEY + codecs.NAME_VALUE_SEPARATOR).encode()
+_DL_HEADER = _codec.DLEDGER_ENTRY_HEADER
+_DL_HEADER_SIZE = dl_fmt.ENTRY_HEADER_SIZE
+_DL_HEADER_FIELDS = tuple(sc.name for sc in dl_fmt.entry_header.subcons)
 
 # --- scan events ---------------------------------------------------------------------------------
 
@@ -233,8 +246,47 @@ def plausible_record_at(buf, pos: int, limit: int, base: int, check_crc: bool = 
     return rec.offset_ok and rec.body_crc_ok is not False and rec.prop_crc_ok is not False
 
 
-def find_sync_point(buf, start: int, limit: int, base: int, check_crc: bool = True) -> int:
-    """The first plausible record position >= start, or ``limit`` when there is none."""
+def entry_problem(buf, pos: int, limit: int, base: int) -> tuple[str, str, int] | None:
+    """Why the DLedger entry at file position ``pos`` is not one the broker's DLedger recovery
+    accepts, as (code, detail, declared entry size); None when its header is sound and its body
+    is exactly as long as the record it holds declares."""
+    if pos < 0 or pos + _DL_HEADER_SIZE > limit:
+        return ("CL_TRUNCATED", f"{max(limit - pos, 0)} bytes remain, fewer than a DLedger entry "
+                "header", 0)
+    magic, size, index, _term, entry_pos, _ch, _chain, _crc, body_size = \
+        _DL_HEADER.unpack_from(buf, pos)
+    if magic != dl_fmt.ENTRY_MAGIC:
+        return "CL_BAD_MAGIC", f"DLedger entry magic {magic} is not {dl_fmt.ENTRY_MAGIC}", size
+    if entry_pos != base + pos:
+        return ("CL_OFFSET_MISMATCH", f"DLedger entry {index} records pos {entry_pos} but lies at "
+                f"{base + pos}", size)
+    if size != _DL_HEADER_SIZE + body_size or body_size < MIN_MESSAGE_SIZE:
+        return ("CL_LENGTH_MISMATCH", f"DLedger entry {index}: size {size} but body size "
+                f"{body_size} + {_DL_HEADER_SIZE}", size)
+    if pos + size > limit:
+        return ("CL_TRUNCATED", f"DLedger entry {index} of {size} bytes but {limit - pos} bytes "
+                "remain in the file", size)
+    declared = _I32.unpack_from(buf, pos + _DL_HEADER_SIZE)[0]
+    if declared != body_size:
+        return ("CL_LENGTH_MISMATCH", f"DLedger entry {index}: body size {body_size} but the "
+                f"record inside declares {declared}", size)
+    return None
+
+
+def plausible_entry_at(buf, pos: int, limit: int, base: int, check_crc: bool = True) -> bool:
+    """A resynchronisation point in DLedger data: a sound entry holding a plausible record."""
+    if entry_problem(buf, pos, limit, base) is not None:
+        return False
+    size = _I32.unpack_from(buf, pos + 4)[0]
+    return plausible_record_at(buf, pos + _DL_HEADER_SIZE, pos + size, base, check_crc)
+
+
+def find_sync_point(buf, start: int, limit: int, base: int, check_crc: bool = True,
+                    layout: str = COMMITLOG_LAYOUT) -> int:
+    """The first plausible record position (DLedger: entry position) >= start, or ``limit``
+    when there is none."""
+    if layout == DLEDGER_LAYOUT:
+        return _find_entry(buf, start, limit, base, check_crc)
     search = max(start + 4, 4)
     while True:
         # one pass finds the nearer of both magics; searching each to the file end for every
@@ -246,6 +298,28 @@ def find_sync_point(buf, start: int, limit: int, base: int, check_crc: bool = Tr
         if plausible_record_at(buf, hit - 4, limit, base, check_crc):
             return hit - 4
         search = hit + 1
+
+
+def _find_entry(buf, start: int, limit: int, base: int, check_crc: bool) -> int:
+    """The first plausible entry whose record starts at or after ``start`` (positions are
+    record positions in DLedger data too, as offsets are)."""
+    # a record's magic sits 4 bytes into the record, which starts 48 bytes into its entry
+    lead = _DL_HEADER_SIZE + 4
+    search = max(start + 4, lead)
+    while True:
+        found = _MAGIC_PATTERN.search(buf, search, limit)
+        if found is None:
+            return limit
+        hit = found.start()
+        if plausible_entry_at(buf, hit - lead, limit, base, check_crc):
+            return hit - lead
+        search = hit + 1
+
+
+def entry_fields(buf, record_pos: int) -> dict[str, int]:
+    """The DLedger entry header in front of the record at file position ``record_pos``, with
+    the declaration's field names."""
+    return dict(zip(_DL_HEADER_FIELDS, _DL_HEADER.unpack_from(buf, record_pos - _DL_HEADER_SIZE)))
 
 
 def _zero_run_end(buf, pos: int, limit: int) -> int:
@@ -262,49 +336,68 @@ def _zero_run_end(buf, pos: int, limit: int) -> int:
 
 
 def _step(buf, pos: int, limit: int, base: int, name: str, check_crc: bool,
-          resync: bool) -> tuple[ScanEvent, int | None]:
-    """The event at file position ``pos`` and where the scan goes on (None: the file ends)."""
+          resync: bool, layout: str = COMMITLOG_LAYOUT) -> tuple[ScanEvent, int | None]:
+    """The event at file position ``pos`` (DLedger: an entry's position) and where the scan
+    goes on (None: the file ends)."""
     if pos + 8 > limit:
         if any(buf[pos:limit]):
             return CorruptRegion(base + pos, limit - pos, "CL_TRUNCATED",
                                  f"{limit - pos} trailing bytes are too short for a record", 0), None
         return UnwrittenTail(base + pos, limit - pos), None
-    total_size, magic = struct.unpack_from(">iI", buf, pos)
-    if magic == _BLANK:
-        return BlankRecord(base + pos, total_size), None
-    if magic == 0 and total_size == 0:
+    dledger = layout == DLEDGER_LAYOUT
+    first, second = struct.unpack_from(">iI", buf, pos)
+    if dledger and first == dl_fmt.BLANK_MAGIC:        # magic, then the bytes left
+        return BlankRecord(base + pos, second), None
+    if not dledger and second == _BLANK:               # size, then the magic
+        return BlankRecord(base + pos, first), None
+    if first == 0 and second == 0:
         zeros_end = _zero_run_end(buf, pos, limit)
         if not resync or zeros_end >= limit:
             return UnwrittenTail(base + pos, zeros_end - pos if resync else limit - pos), None
-        nxt = find_sync_point(buf, zeros_end - 4, limit, base, check_crc) \
-            if zeros_end >= 4 else find_sync_point(buf, 0, limit, base, check_crc)
+        nxt = find_sync_point(buf, max(zeros_end - 4, 0), limit, base, check_crc, layout)
         return UnwrittenTail(base + pos, nxt - pos), nxt
+    record_pos, record_limit = pos, limit
+    if dledger:
+        problem = entry_problem(buf, pos, limit, base)
+        if problem is not None:
+            code, detail, declared = problem
+            nxt = find_sync_point(buf, pos, limit, base, check_crc, layout) if resync else limit
+            return CorruptRegion(base + pos, nxt - pos, code, detail, declared), \
+                (nxt if resync else None)
+        record_pos, record_limit = pos + _DL_HEADER_SIZE, pos + second   # the entry's size
     try:
-        rec = decode_message(buf, pos, limit, base, check_crc)
+        rec = decode_message(buf, record_pos, record_limit, base, check_crc)
     except (_Bad, struct.error) as bad:
         code = getattr(bad, "code", "CL_TRUNCATED")
         detail = getattr(bad, "detail", str(bad))
-        declared = getattr(bad, "total_size", total_size)
-        why = explain_corruption(buf, pos, limit, name)
+        declared = getattr(bad, "total_size", first)
+        why = explain_corruption(buf, record_pos, record_limit, name)
         if why and why not in detail:
             detail = f"{detail}; declaration: {why}"
-        nxt = find_sync_point(buf, pos, limit, base, check_crc) if resync else limit
+        if dledger:
+            detail = f"the record in DLedger entry {entry_fields(buf, record_pos)['index']}: " \
+                     f"{detail}"
+        nxt = find_sync_point(buf, pos, limit, base, check_crc, layout) if resync else limit
         return CorruptRegion(base + pos, nxt - pos, code, detail, declared), \
             (nxt if resync else None)
-    return rec, pos + rec.total_size
+    return rec, rec.end - base
 
 
 def scan_buffer(buf, base: int, *, name: str = "", start: int = 0, stop: int | None = None,
-                check_crc: bool = True, resync: bool = False) -> Iterator[ScanEvent]:
+                check_crc: bool = True, resync: bool = False,
+                layout: str = COMMITLOG_LAYOUT) -> Iterator[ScanEvent]:
     """Scan one segment's bytes. ``start``/``stop`` are file positions: events that *start* in
-    [start, stop) are yielded; a ``start`` other than 0 first resynchronises (Spark splits)."""
+    [start, stop) are yielded; a ``start`` other than 0 first resynchronises (Spark splits).
+    ``layout``: the segment's (:attr:`Segment.layout`)."""
     limit = len(buf)
     stop = limit if stop is None else min(stop, limit)
     pos = start
     if start > 0:
-        pos = find_sync_point(buf, start, limit, base, check_crc)
+        pos = find_sync_point(buf, start, limit, base, check_crc, layout)
     while pos < stop:
-        event, pos = _step(buf, pos, limit, base, name, check_crc, resync)
+        event, pos = _step(buf, pos, limit, base, name, check_crc, resync, layout)
+        if type(event) is MessageRecord and event.offset >= base + stop:
+            return      # DLedger: the entry starts before stop, its record does not
         yield event
         if pos is None:
             return
@@ -553,6 +646,27 @@ def _walk(buf, pos: int, walk_end: int, max_records: int) -> list[int]:
     return positions
 
 
+def _walk_entries(buf, pos: int, walk_end: int, limit: int, max_records: int,
+                  base: int) -> list[int]:
+    """:func:`_walk` for DLedger data: the record starts (entry + 48) of the entries from
+    ``pos`` that :func:`entry_problem` accepts, following each entry's size."""
+    positions = []
+    append = positions.append
+    unpack = _DL_HEADER.unpack_from
+    record_size = _I32.unpack_from
+    for _ in repeat(None, max_records):
+        if pos >= walk_end or pos + _DL_HEADER_SIZE + HEADER.size > limit:
+            break
+        magic, size, _index, _term, entry_pos, _ch, _chain, _crc, body_size = unpack(buf, pos)
+        if magic != dl_fmt.ENTRY_MAGIC or entry_pos != base + pos \
+                or size != _DL_HEADER_SIZE + body_size or body_size < MIN_MESSAGE_SIZE \
+                or pos + size > limit or record_size(buf, pos + _DL_HEADER_SIZE)[0] != body_size:
+            break
+        append(pos + _DL_HEADER_SIZE)
+        pos += size
+    return positions
+
+
 def _walk_hinted(buf, pos: int, walk_end: int, max_records: int,
                  hints: np.ndarray) -> np.ndarray:
     """:func:`_walk`'s positions, taking whole runs of them from ``hints`` (sorted positions
@@ -603,11 +717,16 @@ def _walk_hinted(buf, pos: int, walk_end: int, max_records: int,
 def _fast_batch(buf, pos: int, stop: int, limit: int, base: int, check_crc: bool,
                 topics: TopicTable, max_records: int = _BATCH_RECORDS,
                 max_bytes: int = _BATCH_BYTES,
-                hints: np.ndarray | None = None) -> RecordBatch | None:
+                hints: np.ndarray | None = None,
+                layout: str = COMMITLOG_LAYOUT) -> RecordBatch | None:
     """The run of records from ``pos`` that decode_message accepts, decoded as columns; None when
     the record at ``pos`` is not one (the reference path handles it)."""
     walk_end = min(stop, limit - HEADER.size + 1, pos + max_bytes)
-    if hints is None:
+    if layout == DLEDGER_LAYOUT:
+        positions = np.array(_walk_entries(buf, pos, walk_end, limit, max_records, base),
+                             dtype=np.int64)
+        positions = positions[positions < stop]
+    elif hints is None:
         positions = np.array(_walk(buf, pos, walk_end, max_records), dtype=np.int64)
     else:
         positions = _walk_hinted(buf, pos, walk_end, max_records, hints)
@@ -724,7 +843,8 @@ def _fast_batch(buf, pos: int, stop: int, limit: int, base: int, check_crc: bool
 def scan_buffer_batches(buf, base: int, *, name: str = "", start: int = 0,
                         stop: int | None = None, check_crc: bool = True, resync: bool = False,
                         topics: TopicTable | None = None, batch_records: int = _BATCH_RECORDS,
-                        hints: np.ndarray | None = None) -> Iterator[RecordBatch | ScanEvent]:
+                        hints: np.ndarray | None = None,
+                        layout: str = COMMITLOG_LAYOUT) -> Iterator[RecordBatch | ScanEvent]:
     """:func:`scan_buffer` with the message records grouped: the same events in the same order,
     except that every run of MessageRecords comes as :class:`RecordBatch` objects (never a
     MessageRecord). Batches are only valid until the next one is requested.
@@ -741,16 +861,18 @@ def scan_buffer_batches(buf, base: int, *, name: str = "", start: int = 0,
     topics = TopicTable() if topics is None else topics
     pos = start
     if start > 0:
-        pos = find_sync_point(buf, start, limit, base, check_crc)
+        pos = find_sync_point(buf, start, limit, base, check_crc, layout)
     while pos < stop:
         batch = _fast_batch(buf, pos, stop, limit, base, check_crc, topics, batch_records,
-                            hints=hints)
+                            hints=hints, layout=layout)
         if batch is not None:
             yield batch
             pos = int(batch.position[-1] + batch.total_size[-1])
             continue
-        event, pos = _step(buf, pos, limit, base, name, check_crc, resync)
+        event, pos = _step(buf, pos, limit, base, name, check_crc, resync, layout)
         if type(event) is MessageRecord:
+            if event.offset >= base + stop:
+                return      # DLedger: the entry starts before stop, its record does not
             yield RecordBatch.from_records([event], base, topics)
         else:
             yield event
@@ -773,25 +895,6 @@ def expand_batches(events) -> Iterator[ScanEvent]:
 _RELEASE_EVERY = 32 * 1024 * 1024
 
 
-def written_extent(fd: int, size: int) -> int:
-    """End of the last extent holding data (SEEK_DATA/SEEK_HOLE); ``size`` when the file
-    system cannot tell."""
-    end, pos = 0, 0
-    try:
-        while pos < size:
-            try:
-                start = os.lseek(fd, pos, os.SEEK_DATA)
-            except OSError as err:
-                if err.errno == errno.ENXIO:
-                    break
-                raise
-            pos = os.lseek(fd, start, os.SEEK_HOLE)
-            end = pos
-    except (OSError, AttributeError):
-        return size
-    return min(size, end)
-
-
 def scan_segment(segment: Segment, start: int | None = None, end: int | None = None, *,
                  check_crc: bool = True, resync: bool = False,
                  progress=None) -> Iterator[ScanEvent]:
@@ -802,7 +905,7 @@ def scan_segment(segment: Segment, start: int | None = None, end: int | None = N
     largest record) are mapped, since a preallocated file's unwritten tail is a sparse hole
     of zeros, and pages behind the scan are handed back to the kernel as it goes."""
     return _scan_mapped(segment, start, end, progress, scan_buffer,
-                        {"check_crc": check_crc, "resync": resync})
+                        {"check_crc": check_crc, "resync": resync, "layout": segment.layout})
 
 
 def scan_segment_batches(segment: Segment, start: int | None = None, end: int | None = None, *,
@@ -816,7 +919,7 @@ def scan_segment_batches(segment: Segment, start: int | None = None, end: int | 
         hints = np.asarray(hints, dtype=np.int64) - segment.base_offset
     return _scan_mapped(segment, start, end, progress, scan_buffer_batches,
                         {"check_crc": check_crc, "resync": resync, "topics": topics,
-                         "hints": hints})
+                         "hints": hints, "layout": segment.layout})
 
 
 def _scan_mapped(segment: Segment, start: int | None, end: int | None, progress, scan,
@@ -825,7 +928,7 @@ def _scan_mapped(segment: Segment, start: int | None, end: int | None, progress,
         return
     with open(segment.path, "rb") as fh:
         written = written_extent(fh.fileno(), segment.length)
-        limit = min(segment.length, written + fmt.MAX_RECORD_SIZE)
+        limit = min(segment.length, written + fmt.MAX_RECORD_SIZE + dl_fmt.ENTRY_HEADER_SIZE)
         limit = min(segment.length, limit + (-limit % mmap.PAGESIZE))
         buf = mmap.mmap(fh.fileno(), limit, access=mmap.ACCESS_READ) if limit else b""
     first = 0 if start is None else max(0, start - segment.base_offset)
@@ -895,6 +998,37 @@ class Scanner:
         for event in self.scan(start, end):
             if type(event) is MessageRecord:
                 yield event
+
+
+# --- DLedger entry headers ------------------------------------------------------------------------
+
+class EntryHeader(NamedTuple):
+    """One DLedger entry header as stored (nothing checked), at file position ``position``."""
+
+    position: int
+    magic: int
+    size: int
+    index: int
+    term: int
+    pos: int
+    channel: int
+    chain_crc: int
+    body_crc: int
+    body_size: int
+
+
+def entry_header_at(buf, position: int) -> EntryHeader | None:
+    """The entry header at ``position``; None when fewer than 48 bytes remain."""
+    if position < 0 or position + _DL_HEADER_SIZE > len(buf):
+        return None
+    return EntryHeader(position, *_DL_HEADER.unpack_from(buf, position))
+
+
+def first_int(buf, position: int) -> int | None:
+    """The int at ``position`` (a DLedger entry's magic, or the blank's -1); None past the end."""
+    if position < 0 or position + 4 > len(buf):
+        return None
+    return _I32.unpack_from(buf, position)[0]
 
 
 def read_body(commitlog: CommitLog, record: MessageRecord) -> bytes:

@@ -4,6 +4,14 @@
 bare CommitLog directory, or a single file whose kind is recognised by :func:`identify_file`.
 Nothing here opens a file for writing. Geometry (CommitLog file size, ConsumeQueue units per
 file, IndexFile slots/entries) is inferred from the files, never assumed, and can be overridden.
+
+The CommitLog's records live in one of two layouts, and this module is the one place that tells
+them apart: plain ``commitlog/`` files, or DLedger-mode data files (``dledger-<id>/data/``,
+:mod:`mqtool.formats.dledger`) where each record sits inside an entry with a 48-byte header. A
+:class:`Segment` knows its layout from where its file lives; a record's global offset is its file
+base plus its position in the file in both layouts (the broker's commitLogOffset = entry pos +
+48), so everything above the scanner addresses records the same way. A store upgraded from a
+plain CommitLog has both: plain files below dividedCommitlogOffset, DLedger files above.
 """
 from __future__ import annotations
 
@@ -24,6 +32,7 @@ from .errors import ParseError, StoreLayoutError, StoreNotFoundError
 from .formats import checkpoint as ckpt_fmt
 from .formats import commitlog as cl_fmt
 from .formats import consumequeue as cq_fmt
+from .formats import dledger as dl_fmt
 from .formats import indexfile as idx_fmt
 
 OFFSET_NAME = re.compile(r"^\d{20}$")
@@ -55,6 +64,9 @@ class MappedFile:
         self.data = mmap.mmap(self._fh.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
         self.size = size
 
+    def fileno(self) -> int:
+        return self._fh.fileno()
+
     def close(self) -> None:
         if isinstance(self.data, mmap.mmap):
             try:
@@ -70,17 +82,47 @@ class MappedFile:
         self.close()
 
 
+COMMITLOG_LAYOUT = "commitlog"    # records back to back, TOTALSIZE first, blank = size + magic
+DLEDGER_LAYOUT = "dledger"        # each record inside a DLedger entry, blank = -1 + bytes left
+
+
+def layout_of(path: Path) -> str:
+    """The record layout of a CommitLog data file, from where it lives: DLedger keeps its data
+    files in ``dledger-<selfId>/data/``."""
+    parent = Path(path).parent
+    if parent.name == dl_fmt.DATA_DIR and parent.parent.name.startswith(dl_fmt.DLEDGER_DIR_PREFIX):
+        return DLEDGER_LAYOUT
+    return COMMITLOG_LAYOUT
+
+
 @dataclass(frozen=True)
 class Segment:
-    """One CommitLog (or offset-named queue) file."""
+    """One CommitLog (or offset-named queue) file. ``layout`` (COMMITLOG_LAYOUT or
+    DLEDGER_LAYOUT) defaults to what :func:`layout_of` reads from the path."""
 
     path: Path
     base_offset: int
     length: int
+    layout: str = ""
+
+    def __post_init__(self):
+        if not self.layout:
+            object.__setattr__(self, "layout", layout_of(self.path))
 
     @property
     def name(self) -> str:
         return self.path.name
+
+    @property
+    def is_dledger(self) -> bool:
+        return self.layout == DLEDGER_LAYOUT
+
+    @property
+    def store_path(self) -> str:
+        """The CommitLog file's path inside its store, as reports name it."""
+        if self.is_dledger:
+            return f"{self.path.parent.parent.name}/{dl_fmt.DATA_DIR}/{self.name}"
+        return f"commitlog/{self.name}"
 
 
 def _offset_files(directory: Path) -> tuple[list[Segment], list[Path]]:
@@ -103,12 +145,180 @@ def _most_common(values, default):
     return Counter(values).most_common(1)[0][0]
 
 
+def written_extent(fd: int, size: int) -> int:
+    """End of the last extent holding data (SEEK_DATA/SEEK_HOLE); ``size`` when the file
+    system cannot tell."""
+    end, pos = 0, 0
+    try:
+        while pos < size:
+            try:
+                start = os.lseek(fd, pos, os.SEEK_DATA)
+            except OSError as err:
+                if err.errno == errno.ENXIO:
+                    break
+                raise
+            pos = os.lseek(fd, start, os.SEEK_HOLE)
+            end = pos
+    except (OSError, AttributeError):
+        return size
+    return min(size, end)
+
+
+UPGRADED_LAYOUT = "dledger-upgraded"   # plain commitlog/ below dividedCommitlogOffset, DLedger above
+
+
+def read_properties_file(path: Path) -> tuple[dict[str, str] | None, str | None, str | None]:
+    """(values, file it came from, error) for a DLedger text file, falling back to ``.bak`` (the
+    previous content, which DLedger keeps) when the file is missing, unreadable or empty."""
+    errors = []
+    for candidate in (path, path.with_name(path.name + ".bak")):
+        if not candidate.is_file():
+            continue
+        try:
+            text = candidate.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            errors.append(f"{candidate.name}: {err}")
+            continue
+        values = dl_fmt.parse_properties_text(text)
+        if values:
+            return values, candidate.name, "; ".join(errors) or None
+        errors.append(f"{candidate.name}: no key=value line")
+    return None, None, "; ".join(errors) or f"{path.name}: missing"
+
+
+def properties_int(values: dict[str, str] | None, key: str) -> int | None:
+    try:
+        return int(values[key]) if values is not None else None
+    except (KeyError, ValueError):
+        return None
+
+
+@dataclass
+class DLedgerLog:
+    """The files of ``dledger-<selfId>/``: data segments, DLedger index files, the checkpoint
+    and currterm text files. Geometry (data file size, units per index file) comes from the
+    files; nothing here reads more than a header or a unit."""
+
+    directory: Path
+    data_segments: list[Segment]
+    index_files: list[Segment]
+    stray_files: list[Path]
+
+    @classmethod
+    def beside(cls, directory: Path) -> DLedgerLog | None:
+        """The DLedger files of the store whose ``commitlog/`` (or DLedger data directory) is
+        ``directory``; None when there are none. Two ``dledger-*`` folders holding data files
+        are an error: which one the broker uses depends on its dLegerSelfId."""
+        directory = Path(directory)
+        if layout_of(directory / "0") == DLEDGER_LAYOUT:
+            return cls.load(directory.parent)
+        if directory.name != "commitlog" or not directory.parent.is_dir():
+            return None
+        found = sorted(p for p in directory.parent.iterdir()
+                       if p.name.startswith(dl_fmt.DLEDGER_DIR_PREFIX)
+                       and (p / dl_fmt.DATA_DIR).is_dir())
+        if len(found) > 1:
+            raise StoreLayoutError(f"{directory.parent}: {len(found)} DLedger folders with data "
+                                   f"({', '.join(p.name for p in found)}); point mqtool at one "
+                                   "of their data/ folders")
+        return cls.load(found[0]) if found else None
+
+    @classmethod
+    def load(cls, directory: Path) -> DLedgerLog:
+        data, stray = _offset_files(directory / dl_fmt.DATA_DIR)
+        index, index_stray = _offset_files(directory / dl_fmt.INDEX_DIR)
+        return cls(Path(directory), data, index, stray + index_stray)
+
+    @property
+    def self_id(self) -> str:
+        return self.directory.name[len(dl_fmt.DLEDGER_DIR_PREFIX):]
+
+    @property
+    def data_dir(self) -> Path:
+        return self.directory / dl_fmt.DATA_DIR
+
+    @property
+    def index_dir(self) -> Path:
+        return self.directory / dl_fmt.INDEX_DIR
+
+    @property
+    def index_file_size(self) -> int:
+        return _most_common([f.length for f in self.index_files], dl_fmt.INDEX_FILE_SIZE)
+
+    def checkpoint(self) -> tuple[dict[str, str] | None, str | None, str | None]:
+        """committedIndex/endIndex as DLedger last persisted them (see read_properties_file)."""
+        return read_properties_file(self.directory / dl_fmt.CHECKPOINT_FILE)
+
+    def currterm(self) -> tuple[dict[str, str] | None, str | None, str | None]:
+        """currTerm/voteLeader (see read_properties_file)."""
+        return read_properties_file(self.directory / dl_fmt.CURRTERM_FILE)
+
+    def index_unit(self, n: int):
+        """The DLedger index unit of entry ``n`` (parsed), or None where no file holds it."""
+        offset = n * dl_fmt.INDEX_UNIT_SIZE
+        for f in self.index_files:
+            if f.base_offset <= offset and offset + dl_fmt.INDEX_UNIT_SIZE <= f.base_offset + f.length:
+                with open(f.path, "rb") as fh:
+                    fh.seek(offset - f.base_offset)
+                    data = fh.read(dl_fmt.INDEX_UNIT_SIZE)
+                if len(data) < dl_fmt.INDEX_UNIT_SIZE:
+                    return None
+                return parse_at(dl_fmt.index_unit, data, file=f.name)
+        return None
+
+    def last_written_unit(self) -> int | None:
+        """The number of the last index unit that is not all zeros (None: no such unit). The
+        index file is sparse: only its written extents are read."""
+        for f in reversed(self.index_files):
+            with open(f.path, "rb") as fh:
+                end = written_extent(fh.fileno(), f.length)
+                chunk = 1 << 20
+                while end > 0:
+                    start = max(0, end - chunk)
+                    fh.seek(start)
+                    data = fh.read(end - start).rstrip(b"\0")
+                    if data:
+                        last_byte = start + len(data) - 1
+                        return (f.base_offset + last_byte) // dl_fmt.INDEX_UNIT_SIZE
+                    end = start
+        return None
+
+    def first_entry(self):
+        """The header of the first entry of the first data file (parsed), or None when that file
+        does not start with an entry."""
+        for seg in self.data_segments:
+            if seg.length < dl_fmt.ENTRY_HEADER_SIZE:
+                continue
+            with open(seg.path, "rb") as fh:
+                data = fh.read(dl_fmt.ENTRY_HEADER_SIZE)
+            header = parse_at(dl_fmt.entry_header, data, file=seg.name)
+            return header if header.magic == dl_fmt.ENTRY_MAGIC else None
+        return None
+
+
 class CommitLog:
-    """The CommitLog segments of a store, addressed by global offset."""
+    """The CommitLog segments of a store, addressed by global offset.
+
+    ``directory`` is ``commitlog/`` (the store's DLedger data files are found beside it) or a
+    DLedger data directory. For a pure DLedger store ``directory`` becomes the DLedger data
+    directory; ``dledger`` describes the DLedger files (None in plain mode)."""
 
     def __init__(self, directory: Path, file_size: int | None = None):
         self.directory = Path(directory)
-        self.segments, self.stray_files = _offset_files(self.directory)
+        self.dledger = DLedgerLog.beside(self.directory)
+        if self.dledger is not None and self.directory == self.dledger.data_dir:
+            plain, self.stray_files = [], []
+        else:
+            plain, self.stray_files = _offset_files(self.directory)
+        if self.dledger is not None:
+            if not plain and not self.directory.is_dir():
+                self.directory = self.dledger.data_dir
+            self.stray_files = self.stray_files + self.dledger.stray_files
+            self.segments = sorted(plain + self.dledger.data_segments,
+                                   key=lambda s: (s.base_offset, s.layout))
+        else:
+            self.segments = plain
+        self.plain_segments = plain
         self.inferred_file_size = _most_common([s.length for s in self.segments], 0)
         self.file_size = file_size or self.inferred_file_size or 1024 ** 3
         self._bases = [s.base_offset for s in self.segments]
@@ -116,6 +326,20 @@ class CommitLog:
     @property
     def min_offset(self) -> int:
         return self.segments[0].base_offset if self.segments else 0
+
+    @property
+    def layout(self) -> str:
+        """COMMITLOG_LAYOUT, DLEDGER_LAYOUT, or UPGRADED_LAYOUT (plain files, then DLedger)."""
+        if self.dledger is None:
+            return COMMITLOG_LAYOUT
+        return UPGRADED_LAYOUT if self.plain_segments else DLEDGER_LAYOUT
+
+    @property
+    def divided_offset(self) -> int | None:
+        """dividedCommitlogOffset of an upgraded store: where the DLedger data begins."""
+        if self.dledger is None or not self.plain_segments or not self.dledger.data_segments:
+            return None
+        return self.dledger.data_segments[0].base_offset
 
     @property
     def end_offset(self) -> int:
@@ -232,7 +456,7 @@ class Store:
             commitlog_dir = self.root
         self.commitlog = CommitLog(commitlog_dir, commitlog_file_size)
         self.is_bare_commitlog = commitlog_dir == self.root
-        if not self.is_bare_commitlog and not any(
+        if not self.is_bare_commitlog and self.commitlog.dledger is None and not any(
                 (self.root / p).exists() for p in ("commitlog", "consumequeue", "index", "checkpoint",
                                                    "batchconsumequeue")):
             raise StoreLayoutError(
@@ -263,7 +487,7 @@ class Store:
     def refuse_unexplained_layout(root: Path, command: str) -> None:
         """Raise StoreLayoutError (exit 2) naming what ``root`` holds that mqtool cannot explain
         (:func:`unexplained_layout`). Every mutating command calls this before anything else."""
-        findings = unexplained_layout(root)
+        findings = unexplained_layout(root, command)
         if findings:
             raise StoreLayoutError(f"{root}: {command} refused: the store holds "
                                    + "; ".join(findings) + ", a layout mqtool does not fully "
@@ -300,6 +524,16 @@ class Store:
         if guesses:
             return guesses[0]
         return idx_fmt.DEFAULT_SLOT_COUNT, idx_fmt.DEFAULT_ENTRY_COUNT
+
+    @property
+    def layout(self) -> str:
+        """How the CommitLog's records are laid out: COMMITLOG_LAYOUT, DLEDGER_LAYOUT or
+        UPGRADED_LAYOUT (see :class:`CommitLog`)."""
+        return self.commitlog.layout
+
+    @property
+    def dledger(self) -> DLedgerLog | None:
+        return self.commitlog.dledger
 
     # -- small files ---------------------------------------------------------------------------
     @property
@@ -390,9 +624,22 @@ def _is_mqtool_backup(path: Path) -> bool:
         (sub / MANIFEST).is_file() for sub in path.iterdir() if sub.is_dir())
 
 
-def unexplained_layout(root: Path) -> list[str]:
-    """What the store root holds that mqtool does not fully understand, one phrase per finding
-    (empty: a plain CommitLog store, or nothing mqtool would have to leave behind untouched).
+# mutating commands that know a pure DLedger-mode store (one dledger-<id>/ with data/, no
+# commitlog/): recover follows DLedger's own recovery, the rebuilds read the records inside the
+# entries, undo puts bytes back (truncate and fixture damage do not know DLedger entries yet)
+DLEDGER_AWARE_COMMANDS = ("recover", "rebuild-index", "rebuild-queues", "undo")
+
+
+def _pure_dledger(root: Path) -> bool:
+    folders = [p for p in root.iterdir() if p.name.startswith(dl_fmt.DLEDGER_DIR_PREFIX)]
+    return not (root / "commitlog").exists() and len(folders) == 1 and \
+        (folders[0] / dl_fmt.DATA_DIR).is_dir()
+
+
+def unexplained_layout(root: Path, command: str | None = None) -> list[str]:
+    """What the store root holds that ``command`` (None: any mutating command) does not fully
+    understand, one phrase per finding (empty: a plain CommitLog store, a pure DLedger store for
+    the DLEDGER_AWARE_COMMANDS, or nothing mqtool would have to leave behind untouched).
 
     Files at the root that no broker reads (notes, scripts) are not findings: a repair neither
     reads nor changes them. Folders holding data are, unless mqtool knows what they are."""
@@ -400,14 +647,16 @@ def unexplained_layout(root: Path) -> list[str]:
     root = Path(root)
     if not root.is_dir():
         return []
+    dledger_known = command in DLEDGER_AWARE_COMMANDS and _pure_dledger(root)
     findings = []
     entries = sorted(root.iterdir(), key=lambda p: p.name)
     for entry in entries:
         name = entry.name
         if not entry.is_dir():
             continue
-        if name.startswith("dledger-"):
-            findings.append(f"{name}/ (a DLedger-mode CommitLog)")
+        if name.startswith(dl_fmt.DLEDGER_DIR_PREFIX):
+            if not dledger_known:
+                findings.append(f"{name}/ (a DLedger-mode CommitLog)")
         elif name in KNOWN_ROOT_DIRS or name == BACKUP_DIR or name.startswith(STAGE_PREFIX):
             if name == "compaction":
                 extra = [p.name + ("/" if p.is_dir() else "") for p in sorted(entry.iterdir())
@@ -416,7 +665,7 @@ def unexplained_layout(root: Path) -> list[str]:
                     findings.append(f"compaction/{extra[0]} (5.x compaction-topic data)")
         elif _holds_data(entry) and not _is_mqtool_backup(entry):
             findings.append(f"{name}/ (an unknown folder that holds data)")
-    if not (root / "commitlog").is_dir():
+    if not (root / "commitlog").is_dir() and not dledger_known:
         derived = [d + "/" for d in DERIVED_DIRS if (root / d).is_dir() and _holds_data(root / d)]
         if derived:
             findings.append(f"{' and '.join(derived)} with data but no commitlog/")
@@ -424,8 +673,11 @@ def unexplained_layout(root: Path) -> list[str]:
 
 
 # -- single files --------------------------------------------------------------------------------
+DLEDGER_INDEX_KIND = "dledger-index"      # dledger-<id>/index/<offset>
+DLEDGER_TEXT_KIND = "dledger-text"        # dledger-<id>/checkpoint, currterm (and .bak)
 FILE_KINDS = ("commitlog", "consumequeue", "batchconsumequeue", "index", "checkpoint", "abort",
-              "lock", "config", "timerlog", "timerwheel", "timercheck")
+              "lock", "config", "timerlog", "timerwheel", "timercheck", DLEDGER_INDEX_KIND,
+              DLEDGER_TEXT_KIND)
 
 
 def identify_file(path: Path) -> str:
@@ -438,6 +690,15 @@ def identify_file(path: Path) -> str:
         raise StoreLayoutError(f"{path}: not a regular file")
     name, parts = path.name, path.resolve().parts
     size = path.stat().st_size
+    if any(part.startswith(dl_fmt.DLEDGER_DIR_PREFIX) for part in parts[:-1]):
+        if OFFSET_NAME.match(name) and layout_of(path) == DLEDGER_LAYOUT:
+            return "commitlog"  # CommitLog records inside DLedger entries
+        if OFFSET_NAME.match(name) and path.parent.name == dl_fmt.INDEX_DIR:
+            return DLEDGER_INDEX_KIND
+        if name in (dl_fmt.CHECKPOINT_FILE, dl_fmt.CURRTERM_FILE) or name in (
+                dl_fmt.CHECKPOINT_FILE + ".bak", dl_fmt.CURRTERM_FILE + ".bak"):
+            return DLEDGER_TEXT_KIND
+        raise StoreLayoutError(f"{path}: not a DLedger file of a known kind")
     if name == "checkpoint":
         return "checkpoint"
     if name in ("abort", "abort.bak"):

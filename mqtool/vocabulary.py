@@ -74,6 +74,12 @@ CODES: dict[str, tuple[str, str]] = {
     "TIMER_LOST": (ERROR, "a pending timer whose message the broker's next start truncates"),
     "TIMER_WHEEL_BEHIND": (WARNING, "pending TimerLog units on no slot chain that the broker's "
                                     "load re-links (wheel not flushed)"),
+    "DL_INDEX_SEQUENCE": (ERROR, "a DLedger entry's index does not follow the previous entry's"),
+    "DL_TERM_ORDER": (ERROR, "a DLedger entry's term is lower than the previous entry's"),
+    "DL_INDEX_UNIT": (ERROR, "a DLedger index unit is missing or disagrees with its entry"),
+    "DL_CHECKPOINT": (WARNING, "the DLedger checkpoint or currterm is missing, unreadable or "
+                               "ahead of the data"),
+    "DL_LAYOUT": (ERROR, "commitlog/ and the DLedger data do not meet at dividedCommitlogOffset"),
 }
 
 # --- consumer forensics (mqtool.consumers) ---------------------------------------------------

@@ -20,6 +20,7 @@ from .codec import (BATCH_CQ_UNIT, BLANK_RECORD, CQ_UNIT, INDEX_ENTRY, INDEX_ENT
                     PROPERTIES_LENGTH, TIMERLOG_BLANK, TIMERLOG_UNIT, TIMERWHEEL_SLOT, TOPIC_LENGTH,
                     index_key_hashes)
 
+from . import codec as _codec
 from .formats import codecs
 from .formats import commitlog as cl_fmt
 from .formats import consumequeue as cq_fmt
@@ -626,6 +627,11 @@ class IndexWriter:
                 fh.write(self._buf)
 
     close = flush
+
+
+def dledger_index_unit_bytes(magic: int, pos: int, size: int, index: int, term: int) -> bytes:
+    """One DLedger index unit (DLedgerEntryCoder.encodeIndex)."""
+    return _codec.DLEDGER_INDEX_UNIT.pack(magic, pos, size, index, term)
 
 
 def checkpoint_bytes(physic: int, logics: int, index: int, master_flushed: int = 0,

@@ -1,11 +1,14 @@
-"""Mutating commands refuse a store whose layout mqtool does not fully understand.
+"""Mutating commands refuse a store whose layout they do not fully understand.
 
 A DLedger-mode store (no commitlog/, messages inside dledger-<id>/data/) looked to older mqtool
 like a plain store that lost its CommitLog, and `recover` "repaired" it by deleting every
 ConsumeQueue. Every mutating command now refuses such a store (and a store holding folders of
 data it does not know) before it reads or plans anything: exit 2, one line on stderr, not one byte
-changed. The plain stores the real brokers wrote (4.x and 5.x, with timerlog/, compaction/,
-batchconsumequeue/, abort.bak, config/ ...) stay accepted.
+changed. `recover`, `rebuild-index`, `rebuild-queues` and `undo` know pure DLedger stores
+(DLedger's own recovery, see test_dledger_repair.py); truncate and fixture damage still refuse
+them, and every command refuses a store upgraded from a plain CommitLog to DLedger. The plain
+stores the real brokers wrote (4.x and 5.x, with timerlog/, compaction/, batchconsumequeue/,
+abort.bak, config/ ...) stay accepted.
 """
 from __future__ import annotations
 
@@ -94,14 +97,16 @@ def backup_of(real_backup: Path, store: Path, dest: Path) -> Path:
     return dest
 
 
-def mutating_commands(store: Path, backup: Path, damage_kind: str) -> list[tuple]:
-    return [("recover", store), ("recover", "--dry-run", store), ("recover", store, "--out",
-            store.parent / "recovered-copy"), ("truncate", store, "--to", "0"),
-            ("rebuild-queues", store), ("rebuild-index", store), ("undo", backup),
-            ("fixture", "damage", store, "--kind", damage_kind)]
+def mutating_commands(store: Path, backup: Path | None, damage_kind: str) -> list[tuple]:
+    """Every mutating command; without ``backup`` only those that do not know DLedger stores."""
+    knows_dledger = [("recover", store), ("recover", "--dry-run", store),
+                     ("recover", store, "--out", store.parent / "recovered-copy"),
+                     ("rebuild-index", store), ("rebuild-queues", store), ("undo", backup)]
+    return (knows_dledger if backup is not None else []) + [
+        ("truncate", store, "--to", "0"), ("fixture", "damage", store, "--kind", damage_kind)]
 
 
-def assert_all_refused(store: Path, backup: Path, phrase: str, damage_kind: str) -> None:
+def assert_all_refused(store: Path, backup: Path | None, phrase: str, damage_kind: str) -> None:
     before = file_states(store, digest=True)
     stats = file_states(store, digest=False)
     for argv in mutating_commands(store, backup, damage_kind):
@@ -121,12 +126,17 @@ DAMAGE_KINDS = ("bit-flip", "delete-file", "stray-file", "torn-tail", "truncate-
 
 
 @pytest.mark.parametrize("name", DLEDGER_STORES)
-def test_dledger_stores_are_refused_by_every_mutating_command(name, dledger_stores, real_backup,
-                                                             tmp_path):
-    store = dledger_stores[name]
-    backup = backup_of(real_backup, store, tmp_path / "backup")
+def test_dledger_stores_are_refused_by_the_commands_that_do_not_know_them(name, dledger_stores):
     kind = DAMAGE_KINDS[DLEDGER_STORES.index(name)]
-    assert_all_refused(store, backup, DLEDGER_PHRASE, kind)
+    assert_all_refused(dledger_stores[name], None, DLEDGER_PHRASE, kind)
+
+
+def test_recover_the_rebuilds_and_undo_know_only_pure_dledger_stores(dledger_stores, tmp_path):
+    pure = dledger_stores["dledger-clean"]
+    assert unexplained_layout(pure, "recover") == unexplained_layout(pure, "undo") == []
+    assert unexplained_layout(pure, "rebuild-index") == []
+    assert unexplained_layout(pure, "rebuild-queues") == []
+    assert unexplained_layout(pure, "truncate") == unexplained_layout(pure) != []
 
 
 @pytest.mark.parametrize("kind", sorted(PLAIN_LAYOUTS))

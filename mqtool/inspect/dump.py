@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from .. import timer
+from .. import dledger, timer
 from ..errors import MqtoolError, StoreLayoutError, StoreNotFoundError
 from ..formats import checkpoint as ckpt_fmt
 from ..store import INDEX_NAME, OFFSET_NAME, CommitLog, Segment, Store, identify_file
@@ -37,7 +37,8 @@ class DumpOptions:
 
 
 DUMPABLE_KINDS = ("commitlog", "consumequeue", "batchconsumequeue", "index", "checkpoint",
-                  "abort", "lock", "config", "timerlog", "timerwheel", "timercheck")
+                  "abort", "lock", "config", "timerlog", "timerwheel", "timercheck",
+                  dledger.DLEDGER_INDEX_KIND, dledger.DLEDGER_TEXT_KIND)
 
 
 def path_kind(path: Path, kind: str | None = None) -> str:
@@ -133,5 +134,7 @@ def dump_path(path: Path, options: DumpOptions | None = None) -> Iterator[dict]:
     elif kind == "timercheck":
         _require_nonempty(path, kind)
         yield {"file": path.name, **timer.timer_checkpoint_dict(path)}
+    elif kind in (dledger.DLEDGER_INDEX_KIND, dledger.DLEDGER_TEXT_KIND):
+        yield from dledger.dump_file(path, kind)
     else:
         raise StoreLayoutError(f"{path}: dumping {kind} files is not supported")

@@ -9,11 +9,13 @@ import zlib
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
+from .. import dledger
 from ..errors import MqtoolError
 from ..formats import codecs
 from ..innerbatch import OpenedBatch, is_inner_batch, open_record
 from ..formats import commitlog as cl_fmt
-from ..scan import BlankRecord, MessageRecord, Scanner, UnwrittenTail, read_body
+from ..scan import (BlankRecord, MessageRecord, Scanner, UnwrittenTail, entry_fields,
+                    read_body)
 from ..store import CommitLog, MappedFile, Segment
 from .records import RT_BLANK, RT_CORRUPT, RT_MESSAGE, RT_UNWRITTEN
 
@@ -386,6 +388,8 @@ def iter_commitlog_records(commitlog: CommitLog, *, segments: list[Segment] | No
                                           file_offset=event.offset - seg.base_offset,
                                           body_mode=body_mode, max_body_bytes=max_body_bytes,
                                           decompress=decompress)
+                    if seg.is_dledger:
+                        out["dledger"] = entry_fields(buf, event.offset - seg.base_offset)
                     if not opening:
                         yield out
                         continue
@@ -395,4 +399,7 @@ def iter_commitlog_records(commitlog: CommitLog, *, segments: list[Segment] | No
                         if whole or filters.matches_properties(d["properties"]):
                             yield d
                 elif structural and filters.offset_in_range(event.offset):
-                    yield _event_dict(event, name, seg.base_offset)
+                    out = _event_dict(event, name, seg.base_offset)
+                    if seg.is_dledger and out["record_type"] == RT_BLANK:
+                        out["magic_code"] = dledger.dl_fmt.BLANK_MAGIC   # -1, then bytes left
+                    yield out

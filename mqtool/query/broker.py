@@ -3,6 +3,7 @@ end) and :func:`explain`: why it would fail or differ from mqtool's answer."""
 from __future__ import annotations
 
 import datetime as _dt
+import weakref
 
 from ..recovery import RecoveryPlan, predict_recovery
 from ..store import Store
@@ -20,6 +21,19 @@ def readable_end(store: Store, plan: RecoveryPlan | None = None) -> int:
     return plan.process_offset
 
 
+_LOST_INDEX_FILES: "weakref.WeakKeyDictionary[Store, frozenset[str]]" = weakref.WeakKeyDictionary()
+
+
+def _dledger_lost_index_files(store: Store) -> frozenset[str]:
+    """The IndexFiles a crashed DLedger-mode store loses for good (its abnormal start deletes
+    them and nothing re-dispatches their records); predicted once per store."""
+    if store.dledger is None or not store.abort_exists:
+        return frozenset()
+    if store not in _LOST_INDEX_FILES:
+        _LOST_INDEX_FILES[store] = frozenset(predict_recovery(store).index_files_deleted)
+    return _LOST_INDEX_FILES[store]
+
+
 def broker_query_message(store: Store, topic: str, key: str, max_num: int = MAX_MSGS_NUM_BATCH,
                          begin: int = 0, end: int = JAVA_LONG_MAX, *,
                          max_offset: int | None = None) -> list[int]:
@@ -27,11 +41,15 @@ def broker_query_message(store: Store, topic: str, key: str, max_num: int = MAX_
     this store as it is: the IndexFiles' offsets (at most 64, newest files and entries first),
     sorted ascending, duplicates kept, without the ones outside the readable CommitLog
     [minOffset, ``max_offset``) (default: the recovery's processOffset). No collision filter:
-    the broker has none."""
+    the broker has none.
+
+    In DLedger mode the IndexFiles an abnormal start deletes are left out: nothing re-dispatches
+    their records, so the broker never finds those keys again."""
     if max_offset is None:
         max_offset = readable_end(store)
     low = store.commitlog.min_offset if store.commitlog.segments else 0
-    with IndexSet(store) as index:
+    skip = _dledger_lost_index_files(store)
+    with IndexSet(store, skip) as index:
         offsets, _problems = index.broker_query_offset(topic, key, max_num, begin, end)
     return [o for o in sorted(offsets) if low <= o < max_offset]
 

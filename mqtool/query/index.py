@@ -192,11 +192,13 @@ class IndexSet:
     """All IndexFiles of a store, oldest first (the broker's load order), mapped read-only.
     Use as a context manager; repeated lookups reuse the maps."""
 
-    def __init__(self, store: Store):
+    def __init__(self, store: Store, skip: frozenset[str] = frozenset()):
         self.store = store
         self.files: list[IndexFile] = []
         try:
             for info in store.index_files:
+                if info.name in skip:
+                    continue
                 self.files.append(IndexFile(info, store.index_slots, store.index_entries))
         except BaseException:
             self.close()

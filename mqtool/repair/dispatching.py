@@ -45,7 +45,7 @@ def _segment_records(seg: Segment, start: int, stop: int):
                 return
             first_scan = pos
         events = scan_buffer(buf, seg.base_offset, name=seg.name, start=first_scan, stop=limit,
-                             check_crc=False, resync=False)
+                             check_crc=False, resync=False, layout=seg.layout)
         first = True
         released = 0
         for event in events:
@@ -72,7 +72,7 @@ def _segment_records(seg: Segment, start: int, stop: int):
 
 def _records_from_file_start(buf, seg: Segment, pos: int, limit: int):
     for event in scan_buffer(buf, seg.base_offset, name=seg.name, start=0, stop=limit,
-                             check_crc=False, resync=False):
+                             check_crc=False, resync=False, layout=seg.layout):
         if type(event) is not MessageRecord:
             return
         if event.offset - seg.base_offset >= pos:

@@ -141,7 +141,7 @@ def _resolve_local(source: str) -> tuple[str, str]:
     if not path.is_dir():
         raise StoreLayoutError(f"{source}: not a directory (give a store root or a CommitLog "
                                f"directory)")
-    if (path / "commitlog").is_dir():
+    if (path / "commitlog").is_dir() or CommitLog(path / "commitlog").dledger is not None:
         return str(path), str(path / "commitlog")
     has_segments = any(OFFSET_NAME.match(p.name) and p.is_file() for p in path.iterdir())
     if path.name == "commitlog" or has_segments:

@@ -31,7 +31,7 @@ from ..formats import commitlog as cl_fmt
 from ..scan import (FLAG_FALSE, FLAG_NONE, FLAG_TRUE, BlankRecord, CorruptRegion, MessageRecord,
                     RecordBatch, UnwrittenTail, find_sync_point, scan_buffer,
                     scan_buffer_batches, scan_segment, scan_segment_batches, written_extent)
-from ..store import Segment
+from ..store import Segment, layout_of
 from .plan import Split, is_local, local_path
 
 #: how far past its end a remote task reads at first: the next split's first record must fit
@@ -62,10 +62,11 @@ def _bounds(buf, split: Split, limit: int, check_crc: bool) -> tuple[int, int] |
     if split.start == 0:
         first = 0
     else:
-        first = find_sync_point(buf, split.start, limit, base, check_crc)
+        first = find_sync_point(buf, split.start, limit, base, check_crc, layout_of(split.url))
         if first >= min(split.end, limit):
             return None
-    stop = limit if split.end >= limit else find_sync_point(buf, split.end, limit, base, check_crc)
+    stop = limit if split.end >= limit else find_sync_point(buf, split.end, limit, base, check_crc,
+                                                            layout_of(split.url))
     return first, stop
 
 
@@ -126,7 +127,8 @@ def _remote_events(split: Split, check_crc: bool, opener, batches: bool = False)
         else:
             # a candidate before ``end`` has its whole record in the window (records are at most
             # MAX_RECORD_SIZE), so it is judged as on the whole file
-            first = find_sync_point(buf, split.start, window.hi, base, check_crc)
+            first = find_sync_point(buf, split.start, window.hi, base, check_crc,
+                                    layout_of(split.url))
             if first >= split.end:
                 return
         if split.end >= split.length:
@@ -134,14 +136,15 @@ def _remote_events(split: Split, check_crc: bool, opener, batches: bool = False)
         else:
             step = OVERHANG
             while True:
-                stop = find_sync_point(buf, split.end, window.hi, base, check_crc)
+                stop = find_sync_point(buf, split.end, window.hi, base, check_crc,
+                                       layout_of(split.url))
                 if window.hi >= split.length or stop + cl_fmt.MAX_RECORD_SIZE <= window.hi:
                     break
                 step *= 2
                 window.fill_to(window.hi + step)
         scan = scan_buffer_batches if batches else scan_buffer
         yield from scan(buf, base, name=split.name, start=first, stop=stop,
-                        check_crc=check_crc, resync=True)
+                        check_crc=check_crc, resync=True, layout=layout_of(split.url))
     finally:
         handle.close()
 

@@ -106,7 +106,7 @@ class _SegmentChecker:
         self.ctx = ctx
         self.index = index
         self.segment = ctx.segments[index]
-        self.rel = f"commitlog/{self.segment.name}"
+        self.rel = self.segment.store_path
         self.progress = progress
         self.fds = _FdCache()
         self.hashes = _KeyHashes()

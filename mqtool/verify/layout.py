@@ -29,7 +29,7 @@ def _layout_findings(store: Store, sink: _Sink, version: str) -> None:
     size = commitlog.file_size
     segments = commitlog.segments
     for i, seg in enumerate(segments):
-        rel = f"commitlog/{seg.name}"
+        rel = seg.store_path
         if seg.length != size:
             last_empty = i == len(segments) - 1 and seg.length == 0
             sink.add(_finding("CL_FILE_SIZE", rel, 0,

@@ -121,11 +121,12 @@ def _merge_results(store: Store, plan: RecoveryPlan, results: list[_SegmentResul
 
     # what lies past the recovered end
     if plan.stop_file is not None and (beyond_total or plan.cq_units_truncated or plan.bytes_dropped):
-        rel = f"commitlog/{plan.stop_file}"
+        rel = next((s.store_path for s in store.commitlog.segments if s.name == plan.stop_file),
+                   f"commitlog/{plan.stop_file}")
         if stale:
             first = plan.first_lost_offset
             seg = store.commitlog.segment_for(first) if first is not None else None
-            sink.add(_finding("CL_STALE_DATA", f"commitlog/{seg.name}" if seg else rel,
+            sink.add(_finding("CL_STALE_DATA", seg.store_path if seg else rel,
                               first - seg.base_offset if seg else plan.stop_position,
                               f"{beyond_total} plausible record{'s' if beyond_total != 1 else ''} "
                               f"past the end of the written data ({P}), referenced by no "

@@ -10,6 +10,7 @@ from concurrent.futures import ProcessPoolExecutor
 from ..batchcq import check_batch_consume_queues
 from ..recovery import BrokerRules, predict_recovery, resolve_broker_version
 from ..consumers import consumer_findings
+from ..dledger import check_dledger
 from ..timer import check_timer_store
 from ..store import Store
 from .findings import Finding, _Sink, VerifyReport, _finding
@@ -116,7 +117,7 @@ def verify_store(store: Store, *, quick: bool = False, progress=None, broker_ver
         for key, found in r.batch_records.items():
             batch_records.setdefault(key, []).extend(o for o in found if o < plan.process_offset)
     for found in (check_batch_consume_queues(store, batch_records, plan.redispatch_from)
-                  + check_timer_store(store, plan=plan)):
+                  + check_timer_store(store, plan=plan) + check_dledger(store)):
         extra = {k: found[k] for k in ("commitlog_offset", "topic", "queue_id", "count")
                  if k in found}
         sink.add(_finding(found["code"], found["file"], found["offset"], found["message"],

@@ -1,0 +1,156 @@
+"""`mqtool recover` on DLedger-mode stores leaves what the real broker's next start leaves.
+
+On the three reference stores the result must equal the broker's recovered.tar.gz byte for byte
+(the DLedger checkpoint/currterm and their .bak files, the abort file gone, the IndexFile the
+crash's abnormal start deletes gone and not rebuilt), a second run finds nothing to do, and undo
+puts the store back byte for byte. On damaged copies: data files past the end deleted,
+ConsumeQueue units past the end removed, disagreeing DLedger index units rewritten; and where the
+broker would exit instead of starting, recover refuses and changes nothing."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from conftest import DLEDGER_STORES
+from mqtool.formats import dledger as dl_fmt
+from mqtool.store import Store
+from test_dledger_recovery import entries, in_file, poke, sparse_copy
+
+
+def digests(root: Path) -> dict[str, str]:
+    out = {}
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if not d.startswith(".mqtool")]
+        for name in files:
+            path = Path(folder) / name
+            sha = hashlib.sha256()
+            with open(path, "rb") as fh:
+                while chunk := fh.read(1 << 20):
+                    sha.update(chunk)
+            out[path.relative_to(root).as_posix()] = sha.hexdigest()
+    return out
+
+
+@pytest.mark.parametrize("name", DLEDGER_STORES)
+def test_recover_equals_the_brokers_end_state_and_undo_puts_it_back(name, dledger_stores,
+                                                                    unpack_shared, tmp_path,
+                                                                    mqtool):
+    store = tmp_path / "store"
+    sparse_copy(dledger_stores[name], store)
+    original = digests(store)
+    proc = mqtool("recover", "--json", store)
+    assert proc.returncode == (1 if name == "dledger-crash" else 0), proc.stderr
+    result = json.loads(proc.stdout)
+    assert digests(store) == digests(unpack_shared(name, "recovered.tar.gz"))
+    again = mqtool("recover", store)
+    assert again.returncode == 0 and "nothing to do" in again.stderr
+    proc = mqtool("undo", result["backup"])
+    assert proc.returncode == 0, proc.stderr
+    assert digests(store) == original
+
+
+def test_dry_run_changes_nothing(dledger_stores, tmp_path, mqtool):
+    store = tmp_path / "store"
+    sparse_copy(dledger_stores["dledger-crash"], store)
+    before = digests(store)
+    proc = mqtool("recover", "--dry-run", store)
+    assert proc.returncode == 1 and "index/20261124234339309" in proc.stdout
+    assert digests(store) == before and not (store / ".mqtool-backup").exists()
+
+
+@pytest.fixture
+def clean_copy(dledger_stores, tmp_path) -> Path:
+    dest = tmp_path / "store"
+    sparse_copy(dledger_stores["dledger-clean"], dest)
+    return dest
+
+
+def test_a_bad_entry_one_file_back_cuts_the_log_there(clean_copy, mqtool):
+    victim = in_file(entries(), 3145728)[-5]
+    poke(clean_copy, victim, 8, (victim["index"] + 2).to_bytes(8, "big"))
+    data_files = sorted(p.name for p in (clean_copy / "dledger-n0" / "data").iterdir())
+    proc = mqtool("recover", "--json", clean_copy)
+    assert proc.returncode == 1, proc.stderr      # messages and queue units are lost
+    assert sorted(p.name for p in (clean_copy / "dledger-n0" / "data").iterdir()) == \
+        data_files[:-1]
+    store = Store(clean_copy)
+    for queue in store.consume_queues:
+        for seg in queue.segments:
+            data = seg.path.read_bytes()
+            for at in range(0, len(data), 20):
+                offset = int.from_bytes(data[at:at + 8], "big")
+                assert offset < victim["pos"], (queue.key, at, offset)
+    last = victim["index"] - 1
+    text = (clean_copy / "dledger-n0" / "checkpoint").read_text()
+    assert text == f"committedIndex={last}\nendIndex={last}\n"
+    # the kept bytes are the broker's: nothing past the end of the log is erased in the data
+    assert (clean_copy / "dledger-n0" / "data" / data_files[-2]).stat().st_size == 1 << 20
+    verify = json.loads(mqtool("verify", "--json", clean_copy).stdout)
+    assert verify["recovery"]["process_offset"] == victim["pos"]
+    assert "RECOVERY_TRUNCATES" not in {f["code"] for f in verify["findings"]}
+
+
+def test_disagreeing_index_units_are_rewritten(clean_copy, mqtool):
+    victim = entries()[1990]
+    index_file = clean_copy / "dledger-n0" / "index" / "00000000000000000000"
+    at = victim["index"] * dl_fmt.INDEX_UNIT_SIZE
+    original = index_file.read_bytes()[at:at + 32]
+    poke(clean_copy, {"entryFile": "dledger-n0/index/00000000000000000000",
+                      "entryFilePos": at}, 4, (123).to_bytes(8, "big"))
+    proc = mqtool("recover", clean_copy)
+    assert proc.returncode == 0, proc.stderr
+    with open(index_file, "rb") as fh:
+        fh.seek(at)
+        assert fh.read(32) == original
+    assert index_file.stat().st_size == dl_fmt.INDEX_FILE_SIZE
+
+
+def test_recover_refuses_where_the_broker_would_exit(clean_copy, mqtool):
+    victim = in_file(entries(), 2097152)[100]
+    poke(clean_copy, victim, dl_fmt.POS_FIELD_OFFSET, (1).to_bytes(8, "big"))
+    before = digests(clean_copy)
+    proc = mqtool("recover", clean_copy)
+    assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1
+    assert "processOffset is too small" in proc.stderr and "refuses" in proc.stderr
+    assert digests(clean_copy) == before
+
+
+def test_rebuild_index_restores_what_the_crash_recovery_lost(dledger_stores, tmp_path, mqtool):
+    """Beyond the broker: after the crash's recovery deleted the newer IndexFile, rebuild-index
+    regenerates it from the records inside the DLedger entries, with the very bytes the broker
+    had written (only its name differs: the broker names a file by the clock when it creates it,
+    mqtool by the first record's store time), and key lookups find those messages again."""
+    from mqtool import query as q
+
+    original = dledger_stores["dledger-crash"]
+    store = tmp_path / "store"
+    sparse_copy(original, store)
+    assert mqtool("recover", store).returncode == 1
+    lost = original / "index" / "20261124234339309"
+    assert not (store / "index" / lost.name).exists()
+    key = "hotkey-0"
+    before = q.broker_query_message(Store(store), "TopicTest", key)
+    proc = mqtool("rebuild-index", store)
+    assert proc.returncode == 0, proc.stderr
+    rebuilt = sorted((store / "index").iterdir())
+    assert [p.read_bytes() for p in rebuilt] == \
+        [p.read_bytes() for p in sorted((original / "index").iterdir())]
+    after = q.broker_query_message(Store(store), "TopicTest", key)
+    assert len(after) > len(before)
+    assert mqtool("rebuild-index", store).stderr.strip().endswith("nothing to do")
+
+
+def test_rebuild_queues_regenerates_the_brokers_consume_queues(dledger_stores, tmp_path, mqtool):
+    original = dledger_stores["dledger-clean"]
+    store = tmp_path / "store"
+    sparse_copy(original, store)
+    for path in (store / "consumequeue" / "TopicTest").rglob("*"):
+        if path.is_file():
+            path.unlink()
+    proc = mqtool("rebuild-queues", store)
+    assert proc.returncode == 0, proc.stderr
+    assert digests(store / "consumequeue") == digests(original / "consumequeue")
