@@ -38,6 +38,7 @@ Modules, in the order to read them:
   the lock refusal.
 * :mod:`.run` - :func:`run_repair` and :func:`run_undo`: a command end to end.
 * :mod:`.planners` - recover, truncate, rebuild-queues, rebuild-index: each fills a stage.
+* :mod:`.dledger` - recover of a DLedger-mode store: DLedger's own recovery on the stage.
 * :mod:`.dispatching` - the broker's dispatch: records to ConsumeQueue units and index entries.
 * :mod:`.writers` - the staged ConsumeQueue, BatchConsumeQueue and IndexFile writers.
 * :mod:`.queues` - ConsumeQueue recovery, truncation and settling on the stage.

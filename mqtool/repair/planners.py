@@ -77,8 +77,8 @@ def plan_recover(store: Store, stage: Stage, *, mode: str = "auto", broker_versi
     rules_options = dict(mode=mode, broker_version=broker_version, check_crc=check_crc,
                          message_index_safe=message_index_safe,
                          force_verify_prop_crc=force_verify_prop_crc)
-    if store.dledger is not None:   # DLedger mode: DLedger's own recovery (mqtool.dledger_repair)
-        from ..dledger_repair import plan_dledger_recover
+    if store.dledger is not None:   # DLedger mode: DLedger's own recovery (repair/dledger.py)
+        from .dledger import plan_dledger_recover
         return plan_dledger_recover(store, stage, mode=mode, keep_stale=keep_stale,
                                     progress=progress, options=rules_options)
     segments = store.commitlog.segments

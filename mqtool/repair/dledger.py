@@ -21,17 +21,20 @@ one), recover refuses.
 """
 from __future__ import annotations
 
-from .dledger import walk_ledger
-from .formats import dledger as dl_fmt
-from .recovery import predict_recovery
-from .store import Store
+from ..dledger import walk_ledger
+from ..formats import dledger as dl_fmt
+from ..recovery import predict_recovery
+from ..store import Store
 
 
 def plan_dledger_recover(store: Store, stage, *, mode: str = "auto", keep_stale: bool = False,
                          progress=None, options: dict | None = None):
     """The RepairPlan of ``recover`` on a DLedger-mode store (see the module docstring)."""
-    from .repair import (RepairError, _abort_op, _finish_queues, _recover_queues,
-                         _recover_summary, _stage_bytes, _truncate_queues, build_plan)
+    from .bookkeeping import _abort_op, _stage_bytes
+    from .changes import build_plan
+    from .planners import _recover_summary
+    from .queues import _finish_queues, _recover_queues, _truncate_queues
+    from .transaction import RepairError
 
     rp = predict_recovery(store, mode=mode)
     if rp.refuses_to_start:
@@ -100,7 +103,7 @@ _REASONS = {
 
 def _rewrite_index_units(stage, store: Store, units: list[tuple]) -> None:
     """Write DLedger index units (index, pos, size, magic, term) into the staged index files."""
-    from .writer import dledger_index_unit_bytes
+    from ..writer import dledger_index_unit_bytes
 
     dledger = store.dledger
     folder = store.relative(dledger.index_dir)
