@@ -193,13 +193,15 @@ def audit(
     """Audit CommitLogs on Spark (see the help above)."""
     size = _prepare(paths, broker_name, split_size)
     from ..spark import job
+    from ..spark.session import spark_failures
 
-    spark = _session(master, conf, "mqtool spark audit")
-    try:
-        result = job.audit(spark, paths, broker_names=broker_name or None, out=out,
-                           split_size=size, overwrite=overwrite)
-    finally:
-        spark.stop()
+    with spark_failures():
+        spark = _session(master, conf, "mqtool spark audit")
+        try:
+            result = job.audit(spark, paths, broker_names=broker_name or None, out=out,
+                               split_size=size, overwrite=overwrite)
+        finally:
+            spark.stop()
     if json_output:
         emit_json_document(result.summary)
     else:
@@ -235,14 +237,16 @@ def export(
         raise MqtoolError(f"--format must be parquet or json, got {fmt!r}")
     size = _prepare(paths, broker_name, split_size)
     from ..spark import job
+    from ..spark.session import spark_failures
 
-    spark = _session(master, conf, "mqtool spark export")
-    try:
-        summary = job.export(spark, paths, out, fmt=fmt, broker_names=broker_name or None,
-                             split_size=size, topics=topic or None, decompress=decompress,
-                             overwrite=overwrite)
-    finally:
-        spark.stop()
+    with spark_failures():
+        spark = _session(master, conf, "mqtool spark export")
+        try:
+            summary = job.export(spark, paths, out, fmt=fmt, broker_names=broker_name or None,
+                                 split_size=size, topics=topic or None, decompress=decompress,
+                                 overwrite=overwrite)
+        finally:
+            spark.stop()
     if json_output:
         emit_json_document(summary)
     else:

@@ -19,9 +19,25 @@ import importlib.util
 from ..errors import OptionalDependencyError
 
 MISSING_PYSPARK = "pyspark is not installed; install 'mqtool[spark]' (and Java 17+)"
+#: what Spark's Arrow exchange (mapInArrow, Python data sources) needs besides pyspark
+ARROW_PACKAGES = ("pyarrow", "pandas")
 
 
 def require_pyspark() -> None:
-    """Raise :class:`OptionalDependencyError` (one line for the CLI) when pyspark is absent."""
+    """Raise :class:`OptionalDependencyError` (one line for the CLI) when pyspark, or what its
+    Arrow exchange needs, is absent."""
     if importlib.util.find_spec("pyspark") is None:
         raise OptionalDependencyError(MISSING_PYSPARK)
+    for name in ARROW_PACKAGES:
+        if importlib.util.find_spec(name) is None:
+            raise OptionalDependencyError(f"{name} is not installed; install 'mqtool[spark]'")
+
+
+def register(spark) -> None:
+    """Make ``spark.read.format("rocketmq")`` read CommitLogs in this session (Spark 4's Python
+    data source API): ``spark.read.format("rocketmq").load("/archive/broker-a/store")``. See
+    :mod:`mqtool.spark.source` for the options."""
+    require_pyspark()
+    from .source import RocketMQDataSource
+
+    spark.dataSource.register(RocketMQDataSource)

@@ -31,7 +31,8 @@ from ..verify import CODES, ERROR, INFO, WARNING
 from . import schema, session
 from .plan import (DEFAULT_SPLIT_SIZE, BrokerInput, Split, finding, layout_findings,
                    make_splits, resolve_inputs)
-from .splits import audit_partition, check_remote_reader, export_partition, gap_finding_row
+from .arrow import audit_arrow_partition
+from .splits import check_remote_reader, export_partition, gap_finding_row
 
 #: findings returned to the caller (the tables hold all of them)
 LISTED_FINDINGS = 1000
@@ -143,18 +144,11 @@ def _rewrite_without(spark: SparkSession, path: str, struct, cutoffs: dict, fmt:
     session.rename(spark, fixed, path)
 
 
-def _scan(spark: SparkSession, splits: list[Split], partition_fn, columns, out_path: str | None,
-          fmt: str, mode: str, partition_by: list[str]):
-    """Run the one scan job. Returns the rows as a DataFrame to query (read back from
-    ``out_path``, or cached), the tasks' side reports, the rows cut as stale
-    ({(broker, file): blank offset}) and notes."""
-    sc = spark.sparkContext
-    sink = sc.accumulator([], _ListParam())
-    rdd = sc.parallelize(splits, max(1, len(splits))).mapPartitions(
-        functools.partial(partition_fn, sink=sink))
-    struct = schema.struct_type(columns)
-    frame = spark.createDataFrame(rdd, struct, verifySchema=False) \
-        .withColumn("store_date", _store_date())
+def _finish_scan(spark: SparkSession, frame: DataFrame, sink, out_path: str | None, fmt: str,
+                 mode: str, partition_by: list[str]):
+    """Write (or cache) the scan's rows, then join the tasks' side reports: returns the rows as
+    a DataFrame to query, the side reports, the rows cut as stale ({(broker, file): blank
+    offset}) and notes."""
     full = frame.schema
     if out_path is not None:
         frame.write.mode(mode).partitionBy(*partition_by).format(fmt).save(out_path)
@@ -170,6 +164,35 @@ def _scan(spark: SparkSession, splits: list[Split], partition_fn, columns, out_p
         cutoffs, notes = chain_check(sides)
         result = _cut(frame, cutoffs)
     return result, sides, cutoffs, notes
+
+
+def _scan_arrow(spark: SparkSession, splits: list[Split], check_crc: bool, out_path: str | None,
+                mode: str):
+    """The audit's scan: one task per split (``spark.range`` numbers them), each handing Arrow
+    record batches of the scanner's columns to Spark (``mapInArrow``): no Python object per
+    message between the scanner and the JVM."""
+    sc = spark.sparkContext
+    sink = sc.accumulator([], _ListParam())
+    fn = functools.partial(audit_arrow_partition, splits=splits, check_crc=check_crc, sink=sink)
+    frame = spark.range(0, len(splits), 1, max(1, len(splits))) \
+        .mapInArrow(fn, schema.struct_type(schema.MESSAGE_COLUMNS)) \
+        .withColumn("store_date", _store_date())
+    return _finish_scan(spark, frame, sink, out_path, "parquet", mode, ["broker", "store_date"])
+
+
+def _scan(spark: SparkSession, splits: list[Split], partition_fn, columns, out_path: str | None,
+          fmt: str, mode: str, partition_by: list[str]):
+    """Run the one scan job. Returns the rows as a DataFrame to query (read back from
+    ``out_path``, or cached), the tasks' side reports, the rows cut as stale
+    ({(broker, file): blank offset}) and notes."""
+    sc = spark.sparkContext
+    sink = sc.accumulator([], _ListParam())
+    rdd = sc.parallelize(splits, max(1, len(splits))).mapPartitions(
+        functools.partial(partition_fn, sink=sink))
+    struct = schema.struct_type(columns)
+    frame = spark.createDataFrame(rdd, struct, verifySchema=False) \
+        .withColumn("store_date", _store_date())
+    return _finish_scan(spark, frame, sink, out_path, fmt, mode, partition_by)
 
 
 # --- findings ------------------------------------------------------------------------------------
@@ -508,9 +531,7 @@ def audit(spark: SparkSession, sources: list[str], *, broker_names: list[str] | 
     brokers, splits = _plan(spark, sources, broker_names, split_size)
     mode = _mode(overwrite)
     messages_path = session.join(out, "messages") if out else None
-    messages, sides, cutoffs, notes = _scan(
-        spark, splits, functools.partial(audit_partition, check_crc=check_crc),
-        schema.MESSAGE_COLUMNS, messages_path, "parquet", mode, ["broker", "store_date"])
+    messages, sides, cutoffs, notes = _scan_arrow(spark, splits, check_crc, messages_path, mode)
 
     # used twice (findings, per-queue figures): sort the queues once
     gaps = queue_steps(messages).persist(StorageLevel.MEMORY_AND_DISK)

@@ -9,7 +9,9 @@ inputs, fsspec or pyarrow.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -80,17 +82,35 @@ def build_session(master: str | None = None, *, app_name: str = "mqtool",
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
             settings["spark.driver.host"] = "127.0.0.1"
             settings["spark.driver.bindAddress"] = "127.0.0.1"
-            if "PYSPARK_PYTHON" not in os.environ:
-                settings["spark.pyspark.python"] = sys.executable
     if progress:
         settings["spark.ui.showConsoleProgress"] = "true"
     settings.update(conf or {})
+    if not submitted:
+        choose_executor_python(master, settings)
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     ship_code(spark)
     return spark
+
+
+def choose_executor_python(master: str | None, settings: dict[str, str]) -> str | None:
+    """The Python executors start: the user's (PYSPARK_PYTHON, or ``spark.pyspark.python``
+    given with --conf), else this interpreter on local and standalone masters, whose executors
+    run on this machine or on workers installed alike (Spark's own default is ``python3`` from
+    PATH, which has mqtool only by chance). Returns the choice, None when left to Spark.
+
+    PySpark's driver reads the executors' Python from the PYSPARK_PYTHON environment variable
+    when the context starts (``spark.pyspark.python`` alone does not reach it), so the choice
+    is put there."""
+    python = settings.get("spark.pyspark.python") or os.environ.get("PYSPARK_PYTHON")
+    if python is None and (is_local_master(master) or master.startswith("spark://")):
+        python = sys.executable
+    if python is not None:
+        os.environ["PYSPARK_PYTHON"] = python
+        settings["spark.pyspark.python"] = python
+    return python
 
 
 # --- shipping mqtool -----------------------------------------------------------------------------
@@ -137,6 +157,72 @@ def ship_code(spark) -> str | None:
     if Path(archive).parent.name.startswith("mqtool-spark-"):
         atexit.register(shutil.rmtree, Path(archive).parent, True)
     return archive
+
+
+# --- failures --------------------------------------------------------------------------------
+
+_MISSING_MODULE = re.compile(r"(?:ModuleNotFoundError|ImportError): No module named '([^']+)'")
+_MQTOOL_ERROR = re.compile(r"mqtool\.errors\.(\w+Error): (.+)")
+_OS_ERROR = re.compile(r"((?:PermissionError|FileNotFoundError|IsADirectoryError|OSError): .+)")
+#: what to install for a module an executor could not import
+_PACKAGES = {"mqtool": "mqtool[spark]", "numpy": "mqtool[spark]", "construct": "mqtool[spark]",
+             "pyarrow": "mqtool[spark]", "pandas": "mqtool[spark]", "fsspec": "fsspec",
+             "s3fs": "s3fs", "pyspark": "mqtool[spark]"}
+
+
+@contextlib.contextmanager
+def spark_failures():
+    """Spark's and py4j's exceptions as one-line mqtool errors (:func:`describe_failure`); the
+    original stays chained for --debug."""
+    from ..errors import MqtoolError
+
+    try:
+        yield
+    except MqtoolError:
+        raise
+    except Exception as err:
+        if is_spark_failure(err):
+            raise describe_failure(err) from err
+        raise
+
+
+def is_spark_failure(err: BaseException) -> bool:
+    """An exception that Spark or py4j raised (a failed job, a JVM error)."""
+    module = type(err).__module__ or ""
+    return module.startswith(("py4j", "pyspark"))
+
+
+def describe_failure(err: BaseException):
+    """A one-line :class:`mqtool.errors.MqtoolError` for a failed Spark job: an executor that
+    cannot import a dependency names the package to install; an mqtool or I/O error raised in
+    a task keeps its own text; anything else gives the first line of Spark's message."""
+    from ..errors import MqtoolError, OptionalDependencyError
+
+    java = getattr(err, "java_exception", None)
+    text = str(err)
+    if java is not None:
+        try:
+            text = text + "\n" + java.toString()
+        except Exception:   # the JVM is gone
+            pass
+    missing = _MISSING_MODULE.search(text)
+    if missing:
+        module = missing.group(1).split(".")[0]
+        package = _PACKAGES.get(module, module)
+        python = os.environ.get("PYSPARK_PYTHON", "python3")
+        return OptionalDependencyError(
+            f"an executor's Python ({python}) cannot import {module}: install '{package}' into "
+            f"it, or give a Python that has it with PYSPARK_PYTHON or --conf "
+            f"spark.pyspark.python")
+    own = _MQTOOL_ERROR.search(text)
+    if own:
+        return MqtoolError(f"a Spark task failed: {own.group(2).strip()}")
+    io = _OS_ERROR.search(text)
+    if io:
+        return MqtoolError(f"a Spark task could not read its input: {io.group(1).strip()}")
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    first = lines[0] if lines else type(err).__name__
+    return MqtoolError(f"the Spark job failed: {first[:400]}")
 
 
 # --- the driver's file system access -------------------------------------------------------------

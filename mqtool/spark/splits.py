@@ -26,11 +26,10 @@ from pathlib import Path
 from typing import Iterator
 
 from ..errors import MqtoolError, OptionalDependencyError
-from ..formats import codecs
 from ..formats import commitlog as cl_fmt
-from ..scan import (FLAG_FALSE, FLAG_NONE, FLAG_TRUE, BlankRecord, CorruptRegion, MessageRecord,
-                    RecordBatch, UnwrittenTail, find_sync_point, scan_buffer,
-                    scan_buffer_batches, scan_segment, scan_segment_batches, written_extent)
+from ..scan import (BlankRecord, CorruptRegion, MessageRecord, RecordBatch, UnwrittenTail,
+                    find_sync_point, scan_buffer, scan_buffer_batches, scan_segment,
+                    scan_segment_batches, written_extent)
 from ..store import Segment
 from .plan import Split, is_local, local_path
 
@@ -39,11 +38,6 @@ OVERHANG = 2 * cl_fmt.MAX_RECORD_SIZE
 #: non-message events a task reports in full (the rest are counted)
 MAX_REGIONS_PER_SPLIT = 10_000
 
-_TX_MASK = cl_fmt.TRANSACTION_TYPE_MASK
-_TX_NAMES = cl_fmt.TRANSACTION_NAMES
-_INNER_BATCH = cl_fmt.INNER_BATCH_FLAG
-_EMPTY_BODY_CRC = codecs.body_crc(b"")
-_VERSIONS = {cl_fmt.MESSAGE_MAGIC_CODE: "V1", cl_fmt.MESSAGE_MAGIC_CODE_V2: "V2"}
 
 
 # --- reading a split -----------------------------------------------------------------------------
@@ -170,6 +164,41 @@ def remote_opener():
     return open_with_pyarrow
 
 
+def fsspec_lister():
+    """A lister (:data:`mqtool.spark.plan.Lister`) of non-local URLs through fsspec, for readers
+    that have no Hadoop FileSystem at hand (the ``rocketmq`` data source)."""
+    from .plan import ListedEntry
+
+    try:
+        import fsspec
+    except ImportError:
+        raise OptionalDependencyError(f"listing non-local paths: {REMOTE_HINT}") from None
+
+    def list_dir(url: str):
+        from urllib.parse import urlparse
+
+        scheme = urlparse(url).scheme
+        try:
+            fs = fsspec.filesystem(scheme)
+        except (ImportError, ValueError) as err:
+            raise OptionalDependencyError(f"{url}: {err}") from None
+        if not fs.exists(url):
+            return None
+        if not fs.isdir(url):
+            from ..errors import StoreLayoutError
+            raise StoreLayoutError(f"{url}: not a directory (give a store root or a CommitLog "
+                                   f"directory)")
+        entries = []
+        for info in fs.ls(url, detail=True):
+            path = info["name"].rstrip("/")
+            full = path if "://" in path else f"{scheme}://{path}"
+            entries.append(ListedEntry(path.rsplit("/", 1)[-1], full,
+                                       info.get("type") == "directory", int(info.get("size") or 0)))
+        return entries
+
+    return list_dir
+
+
 REMOTE_HINT = ("executors read byte ranges of non-local files with fsspec (plus its hdfs/s3 "
                "driver, e.g. s3fs) or pyarrow; install one on the driver and every executor, or "
                "give local / file:// paths (a shared mount works)")
@@ -240,86 +269,7 @@ def note_event(side: dict, event) -> None:
         side["regions"].append(("unwritten", event.offset, event.length, None, None, None))
 
 
-# --- rows ----------------------------------------------------------------------------------------
-
-def _inner_num(sys_flag: int, props: dict) -> int | None:
-    """The queue-offset step of an inner-batch record (verify's rule), None for others."""
-    if not sys_flag & _INNER_BATCH:
-        return None
-    try:
-        return max(1, int(props.get("INNER_NUM", "1")))
-    except ValueError:
-        return 1
-
-
-def _crc_ok(flag, body_length: int, body_crc: int):
-    # dump's body_crc_ok: an empty body is checked too (its CRC must be that of no bytes)
-    if flag is None and body_length <= 0:
-        return body_crc == _EMPTY_BODY_CRC
-    return flag
-
-
-def message_row(split: Split, rec: MessageRecord) -> tuple:
-    """One row of the ``messages`` table (columns: :data:`mqtool.spark.schema.MESSAGE_COLUMNS`)."""
-    props = codecs.decode_properties(rec.properties_raw) if rec.properties_raw else {}
-    sys_flag = rec.sys_flag
-    return (split.broker, split.name, rec.offset - split.base_offset, rec.offset, rec.total_size,
-            _VERSIONS.get(rec.magic_code, "UNKNOWN"), rec.topic, rec.queue_id, rec.queue_offset,
-            rec.physical_offset, sys_flag, _TX_NAMES[sys_flag & _TX_MASK], rec.born_timestamp,
-            rec.store_timestamp, rec.reconsume_times, props.get("TAGS"), props.get("KEYS"),
-            props.get("UNIQ_KEY"), rec.body_crc, _crc_ok(rec.body_crc_ok, rec.body_length,
-                                                          rec.body_crc),
-            rec.prop_crc_ok, rec.body_length, _inner_num(sys_flag, props))
-
-
-_FLAGS = {FLAG_TRUE: True, FLAG_FALSE: False, FLAG_NONE: None}
-
-
-def batch_rows(split: Split, batch: RecordBatch) -> list[tuple]:
-    """:func:`message_row` of every record of a batch, from its numpy columns (the records are
-    never built one by one; only the properties are decoded per record)."""
-    names = batch.topics.names
-    position = batch.position.tolist()
-    offsets = (batch.position + batch.base).tolist()
-    topics = [names[i] for i in batch.topic_id.tolist()]
-    sizes, magics, queue_ids = (batch.total_size.tolist(), batch.magic_code.tolist(),
-                                batch.queue_id.tolist())
-    queue_offsets, physical = batch.queue_offset.tolist(), batch.physical_offset.tolist()
-    sys_flags, born, stored = (batch.sys_flag.tolist(), batch.born_timestamp.tolist(),
-                               batch.store_timestamp.tolist())
-    reconsumes, crcs, lengths = (batch.reconsume_times.tolist(), batch.body_crc.tolist(),
-                                 batch.body_length.tolist())
-    crc_flags = [_FLAGS[f] for f in batch.body_crc_ok.tolist()]
-    prop_flags = [_FLAGS[f] for f in batch.prop_crc_ok.tolist()]
-    has_props = (batch.properties_length > 0).tolist()
-    decode, properties_raw = codecs.decode_properties, batch.properties_raw
-    broker, name, versions, tx_names = split.broker, split.name, _VERSIONS, _TX_NAMES
-    rows = []
-    for i in range(len(position)):
-        props = decode(properties_raw(i)) if has_props[i] else {}
-        sys_flag = sys_flags[i]
-        rows.append((broker, name, position[i], offsets[i], sizes[i],
-                     versions.get(magics[i], "UNKNOWN"), topics[i], queue_ids[i],
-                     queue_offsets[i], physical[i], sys_flag, tx_names[sys_flag & _TX_MASK],
-                     born[i], stored[i], reconsumes[i], props.get("TAGS"), props.get("KEYS"),
-                     props.get("UNIQ_KEY"), crcs[i], _crc_ok(crc_flags[i], lengths[i], crcs[i]),
-                     prop_flags[i], lengths[i], _inner_num(sys_flag, props)))
-    return rows
-
-
-def audit_partition(splits, check_crc: bool, sink) -> Iterator[tuple]:
-    """mapPartitions body of the audit: message rows out, one side report per split to
-    ``sink`` (an accumulator)."""
-    for split in splits:
-        side = new_side(split)
-        for event in split_events(split, check_crc=check_crc, batches=True):
-            if type(event) is RecordBatch:
-                note_batch(side, event)
-                yield from batch_rows(split, event)
-            else:
-                note_event(side, event)
-        sink.add([side])
-
+# --- export rows -------------------------------------------------------------------------------
 
 def export_row(split: Split, rec: MessageRecord, buf_body: bytes, decompress: bool,
                columns: tuple[str, ...]) -> tuple:
@@ -342,7 +292,7 @@ def export_partition(splits, check_crc: bool, decompress: bool, topics: frozense
                      columns: tuple[str, ...], sink) -> Iterator[tuple]:
     for split in splits:
         side = new_side(split)
-        reader = _BodyReader(split)
+        reader = BodyReader(split)
         try:
             for event in split_events(split, check_crc=check_crc):
                 note_event(side, event)
@@ -357,21 +307,22 @@ def export_partition(splits, check_crc: bool, decompress: bool, topics: frozense
         sink.add([side])
 
 
-class _BodyReader:
+class BodyReader:
     """Stored bodies of one file's records (a second read of the same bytes the scan saw)."""
 
-    def __init__(self, split: Split):
+    def __init__(self, split: Split, opener=None):
         self.split = split
+        self.opener = opener
         self.handle = None
 
     def body(self, rec: MessageRecord) -> bytes:
         if rec.body_length <= 0:
             return b""
         if self.handle is None:
-            if is_local(self.split.url):
+            if self.opener is None and is_local(self.split.url):
                 self.handle = open(local_path(self.split.url), "rb")
             else:
-                opener = remote_opener()
+                opener = self.opener or remote_opener()
                 if opener is None:
                     raise OptionalDependencyError(f"{self.split.url}: {REMOTE_HINT}")
                 self.handle = opener(self.split.url)
