@@ -214,11 +214,12 @@ def split_batches(split: Split, *, check_crc: bool = True, bodies: bool = False,
 def audit_arrow_partition(batches, splits: list[Split], check_crc: bool, sink) -> Iterator:
     """``mapInArrow`` body of the audit: the input rows are split numbers; message batches out,
     one side report per split to ``sink`` (an accumulator)."""
-    from .splits import new_side
+    from .splits import new_side, note_done
 
     for ids in batches:
         for index in ids.column(0).to_pylist():
             split = splits[index]
             side = new_side(split)
             yield from split_batches(split, check_crc=check_crc, side=side)
+            note_done(side)
             sink.add([side])

@@ -484,6 +484,7 @@ def _summary(brokers, splits, sides, queues, findings_by, uniq, file_rows, holes
     totals["by_code"] = dict(sorted(totals["by_code"].items()))
     topics = [{"broker": k[0], "topic": k[1], **v} for k, v in sorted(by_topic.items())]
     origins = sorted({s["origin"] for s in sides if s.get("origin")})
+    peaks = [s["peak_rss"] for s in sides if s.get("peak_rss")]
     return {
         "tool": f"mqtool {__version__} spark audit",
         "master": master,
@@ -501,6 +502,7 @@ def _summary(brokers, splits, sides, queues, findings_by, uniq, file_rows, holes
         "holes_total": len(holes),
         "notes": notes,
         "executor_code": origins,
+        "executor_peak_rss": max(peaks) if peaks else None,
     }
 
 

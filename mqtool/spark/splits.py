@@ -238,6 +238,17 @@ def new_side(split: Split) -> dict:
             "origin": getattr(mqtool, "__file__", None)}
 
 
+def note_done(side: dict) -> None:
+    """Close a side report: the task process's peak memory so far (tasks reuse Python workers,
+    so it is the worker's peak over the splits it read)."""
+    try:
+        import resource
+
+        side["peak_rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    except (ImportError, OSError):
+        side["peak_rss"] = None
+
+
 def note_batch(side: dict, batch: RecordBatch) -> None:
     if side["entry"] is None:
         side["entry"] = batch.base + int(batch.position[0])
@@ -304,6 +315,7 @@ def export_partition(splits, check_crc: bool, decompress: bool, topics: frozense
                 yield export_row(split, event, reader.body(event), decompress, columns)
         finally:
             reader.close()
+        note_done(side)
         sink.add([side])
 
 
