@@ -864,13 +864,13 @@ def test_spark_submit_with_the_shipped_zip(installed, reference, tmp_path):
                            env=_clean_env(tmp_path)).stdout.strip()
     assert archive.endswith("mqtool.zip") and where.endswith("submit.py")
     out = tmp_path / "out"
+    # pip's spark-submit finds its Spark (SPARK_HOME) through PYSPARK_PYTHON
     proc = subprocess.run([str(installed / "bin" / "spark-submit"), "--master", "local[2]",
-                           "--conf", f"spark.pyspark.python={python}",
-                           "--conf", f"spark.pyspark.driver.python={python}",
                            "--py-files", archive, where, "audit", "--json", "--out", str(out),
                            str(FIXTURE_STORE / "store")],
                           capture_output=True, text=True, cwd=tmp_path,
-                          env=_clean_env(tmp_path, SPARK_LOCAL_IP="127.0.0.1"))
+                          env=_clean_env(tmp_path, SPARK_LOCAL_IP="127.0.0.1",
+                                         PYSPARK_PYTHON=str(python)))
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["totals"]["records"] == len(reference["clean-small"]["dump"])

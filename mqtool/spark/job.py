@@ -29,8 +29,8 @@ from .. import __version__
 from ..formats import commitlog as cl_fmt
 from ..verify import CODES, ERROR, INFO, WARNING
 from . import schema, session
-from .plan import (DEFAULT_SPLIT_SIZE, BrokerInput, Split, finding, layout_findings,
-                   make_splits, resolve_inputs)
+from .plan import (DEFAULT_SPLIT_SIZE, BrokerInput, Split, check_output, finding,
+                   layout_findings, make_splits, resolve_inputs)
 from .arrow import audit_arrow_partition
 from .splits import check_remote_reader, export_partition, gap_finding_row
 
@@ -513,12 +513,8 @@ def _mode(overwrite: bool) -> str:
 
 
 def _check_out(spark: SparkSession, out: str | None, overwrite: bool) -> None:
-    from ..errors import MqtoolError
-
-    if out is None or overwrite or not session.path_exists(spark, out):
-        return
-    if not session.is_empty_dir(spark, out):
-        raise MqtoolError(f"{out} exists and is not empty; give --overwrite or a new directory")
+    check_output(out, overwrite, exists=functools.partial(session.path_exists, spark),
+                 is_empty_dir=functools.partial(session.is_empty_dir, spark))
 
 
 def audit(spark: SparkSession, sources: list[str], *, broker_names: list[str] | None = None,
@@ -534,6 +530,7 @@ def audit(spark: SparkSession, sources: list[str], *, broker_names: list[str] | 
     mode = _mode(overwrite)
     messages_path = session.join(out, "messages") if out else None
     messages, sides, cutoffs, notes = _scan_arrow(spark, splits, check_crc, messages_path, mode)
+    phases = {"plan_and_scan": time.perf_counter() - started}
 
     # used twice (findings, per-queue figures): sort the queues once
     gaps = queue_steps(messages).persist(StorageLevel.MEMORY_AND_DISK)
@@ -557,16 +554,22 @@ def audit(spark: SparkSession, sources: list[str], *, broker_names: list[str] | 
     for r in listed:
         if r.get("details"):
             r["details"] = json.loads(r["details"])
+    phases["findings"] = time.perf_counter() - started - sum(phases.values())
 
     queues = _queue_table(messages, gaps)
+    phases["queues"] = time.perf_counter() - started - sum(phases.values())
     uniq = _uniq_keys(messages, session.join(out, "uniq_key_duplicates") if out else None, mode)
+    phases["uniq_keys"] = time.perf_counter() - started - sum(phases.values())
     file_rows, holes = _file_rows(brokers, sides, cutoffs, splits)
     if out is not None:
         spark.createDataFrame(file_rows, schema.struct_type(schema.FILE_COLUMNS),
                               verifySchema=False).coalesce(1).write.mode(mode) \
             .parquet(session.join(out, "files"))
+    phases["files"] = time.perf_counter() - started - sum(phases.values())
     summary = _summary(brokers, splits, sides, queues, findings_by, uniq, file_rows, holes, notes,
                        spark.sparkContext.master, split_size, out, started)
+    # where the job's time went (seconds), for sizing and benchmarks
+    summary["phase_seconds"] = {k: round(v, 3) for k, v in phases.items()}
     if out is not None:
         session.write_text(spark, session.join(out, "summary.json"),
                            json.dumps(summary, indent=2, ensure_ascii=False) + "\n")

@@ -61,9 +61,12 @@ def _quiet_log_config() -> str:
 
 
 def build_session(master: str | None = None, *, app_name: str = "mqtool",
-                  conf: dict[str, str] | None = None, progress: bool = False):
+                  conf: dict[str, str] | None = None, progress: bool = False,
+                  log_level: str = "OFF"):
     """A SparkSession on ``master`` (default ``local[*]``, or spark-submit's), with mqtool's code
-    shipped to executors when they are not this process's children."""
+    shipped to executors when they are not this process's children. Spark's own log is off by
+    default: a failed task comes back as the job's exception, which the caller reports in one
+    line (:func:`spark_failures`); ``log_level="WARN"`` shows Spark's account too."""
     require_pyspark()
     from pyspark.sql import SparkSession
 
@@ -89,10 +92,51 @@ def build_session(master: str | None = None, *, app_name: str = "mqtool",
         choose_executor_python(master, settings)
     for key, value in settings.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    if submitted or progress or log_level != "OFF":
+        spark = builder.getOrCreate()
+    else:
+        with _jvm_output_to(spark_log_path()):
+            spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(log_level)
     ship_code(spark)
     return spark
+
+
+def spark_log_path() -> Path:
+    """Where the JVM that this process starts writes its output (banners, Spark's log, the
+    executors' Python workers' standard error)."""
+    return Path(tempfile.gettempdir()) / f"mqtool-spark-{os.getpid()}.log"
+
+
+_KEPT_LOGS: set[str] = set()
+
+
+def _drop_log(path: Path) -> None:
+    # a log that an error message points to stays; the others go with the process
+    if str(path) not in _KEPT_LOGS:
+        with contextlib.suppress(OSError):
+            path.unlink()
+
+
+@contextlib.contextmanager
+def _jvm_output_to(path: Path):
+    """Start the JVM with its standard error on ``path`` (it inherits this process's file
+    descriptor 2): the user's terminal gets mqtool's one-line messages, not Java's."""
+    try:
+        sys.stderr.flush()
+        log = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        saved = os.dup(2)
+    except OSError:
+        yield
+        return
+    os.dup2(log, 2)
+    atexit.register(_drop_log, path)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(log)
 
 
 def choose_executor_python(master: str | None, settings: dict[str, str]) -> str | None:
@@ -222,7 +266,12 @@ def describe_failure(err: BaseException):
         return MqtoolError(f"a Spark task could not read its input: {io.group(1).strip()}")
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     first = lines[0] if lines else type(err).__name__
-    return MqtoolError(f"the Spark job failed: {first[:400]}")
+    log = spark_log_path()
+    where = ""
+    if log.is_file():
+        _KEPT_LOGS.add(str(log))
+        where = f" (Spark's log: {log})"
+    return MqtoolError(f"the Spark job failed: {first[:400]}{where}")
 
 
 # --- the driver's file system access -------------------------------------------------------------
@@ -235,7 +284,7 @@ def _hadoop(spark, url: str):
 
 def hadoop_lister(spark) -> Lister:
     """List directories of any scheme the session's Hadoop configuration can read."""
-    from ..errors import StoreLayoutError
+    from ..errors import OptionalDependencyError, StoreLayoutError
 
     def list_dir(url: str):
         try:
@@ -247,11 +296,20 @@ def hadoop_lister(spark) -> Lister:
                                        f"CommitLog directory)")
             return [ListedEntry(s.getPath().getName(), s.getPath().toString(), s.isDirectory(),
                                 s.getLen()) for s in fs.listStatus(path)]
-        except StoreLayoutError:
+        except (StoreLayoutError, OptionalDependencyError):
             raise
         except Exception as err:  # py4j hands over any Java exception (no such scheme, auth)
-            raise StoreLayoutError(f"{url}: cannot list it through Hadoop: "
-                                   f"{_java_message(err)}") from None
+            message = _java_message(err)
+            if "UnsupportedFileSystemException" in message:
+                scheme = url.split("://", 1)[0]
+                hint = (" (S3 is s3a:// there, with hadoop-aws: --conf spark.jars.packages="
+                        "org.apache.hadoop:hadoop-aws:<Spark's Hadoop version>)"
+                        if scheme in ("s3", "s3n", "s3a") else
+                        " (add the package of that file system to the session with --conf "
+                        "spark.jars.packages=...)")
+                raise OptionalDependencyError(f"{url}: Spark's Hadoop has no file system for "
+                                              f"{scheme}://{hint}") from None
+            raise StoreLayoutError(f"{url}: cannot list it through Hadoop: {message}") from None
 
     return list_dir
 

@@ -24,6 +24,7 @@ import mmap
 import os
 from pathlib import Path
 from typing import Iterator
+from urllib.parse import urlparse
 
 from ..errors import MqtoolError, OptionalDependencyError
 from ..formats import commitlog as cl_fmt
@@ -140,28 +141,76 @@ def _remote_events(split: Split, check_crc: bool, opener, batches: bool = False)
         handle.close()
 
 
-def remote_opener():
-    """A function url -> binary file object for non-local schemes, or None when neither fsspec
-    nor pyarrow is installed."""
+_PYARROW_SCHEMES = {"s3": "s3", "s3a": "s3", "gs": "gs", "gcs": "gs", "hdfs": "hdfs"}
+#: the fsspec driver of a scheme, named in errors
+FSSPEC_PACKAGES = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "abfs": "adlfs",
+                   "abfss": "adlfs", "az": "adlfs", "hdfs": "pyarrow (with libhdfs)"}
+
+
+def _fsspec_can_open(scheme: str) -> bool:
     try:
         import fsspec
-    except ImportError:
-        pass
-    else:
-        return lambda url: fsspec.open(url, "rb").open()
+
+        fsspec.get_filesystem_class(scheme)
+    except (ImportError, ValueError):
+        return False
+    return True
+
+
+def _pyarrow_can_open(scheme: str) -> bool:
+    if scheme not in _PYARROW_SCHEMES:
+        return False
     try:
-        from pyarrow import fs as pafs
+        from pyarrow import fs  # noqa: F401
     except ImportError:
-        return None
+        return False
+    return True
 
-    def open_with_pyarrow(url: str):
-        # pyarrow knows s3://, not Hadoop's s3a:// name for the same store
-        if url.startswith("s3a://"):
-            url = "s3://" + url[len("s3a://"):]
-        filesystem, path = pafs.FileSystem.from_uri(url)
-        return filesystem.open_input_file(path)
 
-    return open_with_pyarrow
+def _open_with_fsspec(url: str):
+    import fsspec
+
+    return fsspec.open(url, "rb").open()
+
+
+def _open_with_pyarrow(url: str):
+    from pyarrow import fs as pafs
+
+    scheme, rest = url.split("://", 1)
+    # pyarrow knows s3:// and gs://, not Hadoop's s3a:// and gcs:// names for the same stores
+    filesystem, path = pafs.FileSystem.from_uri(f"{_PYARROW_SCHEMES[scheme]}://{rest}")
+    return filesystem.open_input_file(path)
+
+
+def reader_for(url: str):
+    """A function url -> binary file object for a non-local URL (fsspec with the scheme's
+    driver, else pyarrow's own file systems), or None when nothing installed reads it."""
+    scheme = urlparse(url).scheme
+    if _fsspec_can_open(scheme):
+        return _open_with_fsspec
+    if _pyarrow_can_open(scheme):
+        return _open_with_pyarrow
+    return None
+
+
+def remote_opener():
+    """A function url -> binary file object for non-local URLs, choosing the reader by scheme;
+    it raises OptionalDependencyError for a scheme nothing installed reads."""
+    def open_url(url: str):
+        opener = reader_for(url)
+        if opener is None:
+            raise OptionalDependencyError(missing_reader(url))
+        return opener(url)
+
+    return open_url
+
+
+def missing_reader(url: str) -> str:
+    scheme = urlparse(url).scheme
+    package = FSSPEC_PACKAGES.get(scheme, f"the fsspec driver of {scheme}://")
+    return (f"{url}: nothing installed reads {scheme}:// by byte range; install fsspec and "
+            f"{package} on the driver and every executor, or give local / file:// paths "
+            f"(a shared mount works)")
 
 
 def fsspec_lister():
@@ -172,16 +221,15 @@ def fsspec_lister():
     try:
         import fsspec
     except ImportError:
-        raise OptionalDependencyError(f"listing non-local paths: {REMOTE_HINT}") from None
+        raise OptionalDependencyError("listing non-local paths needs fsspec (and the driver of "
+                                      "their scheme, e.g. s3fs)") from None
 
     def list_dir(url: str):
-        from urllib.parse import urlparse
-
         scheme = urlparse(url).scheme
         try:
             fs = fsspec.filesystem(scheme)
-        except (ImportError, ValueError) as err:
-            raise OptionalDependencyError(f"{url}: {err}") from None
+        except (ImportError, ValueError):
+            raise OptionalDependencyError(missing_reader(url)) from None
         if not fs.exists(url):
             return None
         if not fs.isdir(url):
@@ -199,16 +247,12 @@ def fsspec_lister():
     return list_dir
 
 
-REMOTE_HINT = ("executors read byte ranges of non-local files with fsspec (plus its hdfs/s3 "
-               "driver, e.g. s3fs) or pyarrow; install one on the driver and every executor, or "
-               "give local / file:// paths (a shared mount works)")
-
-
 def check_remote_reader(sources: list[str]) -> None:
-    """Non-local inputs need fsspec or pyarrow to be read by byte range: say so before work."""
-    remote = [s for s in sources if not is_local(s)]
-    if remote and remote_opener() is None:
-        raise OptionalDependencyError(f"{remote[0]}: {REMOTE_HINT}")
+    """Non-local inputs need a reader of their scheme (fsspec and its driver, or pyarrow): say
+    so before any work."""
+    for source in sources:
+        if not is_local(source) and reader_for(source) is None:
+            raise OptionalDependencyError(missing_reader(source))
 
 
 def split_events(split: Split, *, check_crc: bool = True, opener=None,
@@ -219,8 +263,6 @@ def split_events(split: Split, *, check_crc: bool = True, opener=None,
     if opener is None and is_local(split.url):
         return _local_events(split, check_crc, batches)
     opener = opener or remote_opener()
-    if opener is None:
-        raise OptionalDependencyError(f"{split.url}: {REMOTE_HINT}")
     return _remote_events(split, check_crc, opener, batches)
 
 
@@ -335,8 +377,6 @@ class BodyReader:
                 self.handle = open(local_path(self.split.url), "rb")
             else:
                 opener = self.opener or remote_opener()
-                if opener is None:
-                    raise OptionalDependencyError(f"{self.split.url}: {REMOTE_HINT}")
                 self.handle = opener(self.split.url)
         self.handle.seek(rec.body_position - self.split.base_offset)
         return self.handle.read(rec.body_length)
