@@ -3,9 +3,9 @@
 No pyspark here (``mapInArrow`` functions and the ``rocketmq`` data source's reader run it on
 executors). A :class:`mqtool.scan.RecordBatch` already holds every fixed field of its records as
 numpy columns; this module hands them to Arrow as they are, and finds TAGS, KEYS and UNIQ_KEY
-in the properties with Arrow's vectorised regular expressions, so no Python object is built per
-message. Only the rare inner-batch records (their INNER_NUM) and properties that are not valid
-UTF-8 (damage) are decoded one by one, with the single-process rule
+with Arrow's string kernels over all of a batch's properties at once, so no Python object is
+built per message. Only the rare inner-batch records (their INNER_NUM) and properties that are
+not valid UTF-8 (damage) are decoded one by one, with the single-process rule
 (:func:`mqtool.formats.codecs.decode_properties`).
 """
 from __future__ import annotations
@@ -38,16 +38,6 @@ def require_pyarrow():
     return pyarrow
 
 
-def _property_pattern(name: str) -> str:
-    # decode_properties keeps the last "NAME\x01value" segment with a non-empty value: a greedy
-    # prefix makes the match the last such segment
-    sep, pair = codecs.PROPERTY_SEPARATOR, codecs.NAME_VALUE_SEPARATOR
-    return f"(?s)^(?:.*{sep})?{name}{pair}(?P<v>[^{sep}]+)"
-
-
-_PATTERNS = {column: _property_pattern(name) for column, name in PROPERTY_COLUMNS}
-
-
 def _arrow_type(pa, kind: str):
     return {"string": pa.string(), "long": pa.int64(), "int": pa.int32(),
             "boolean": pa.bool_(), "binary": pa.binary()}[kind]
@@ -66,9 +56,14 @@ def _binary_column(pa, buf, starts: np.ndarray, ends: np.ndarray):
     total = int(offsets[-1])
     if total:
         source = np.frombuffer(buf, dtype=np.uint8)
-        # each byte's source position: its record's start plus its rank within the record
-        index = np.arange(total, dtype=np.int64) + np.repeat(starts - offsets[:-1], lengths)
-        data = source[index]
+        # each byte's source position, as a running sum: +1 inside a value, a jump to the next
+        # value's start at its first byte (one pass, no per-value Python)
+        kept = lengths > 0
+        first, starts_kept = offsets[:-1][kept], starts[kept]
+        step = np.ones(total, dtype=np.int64)
+        step[first] = starts_kept
+        step[first[1:]] -= starts_kept[:-1] + lengths[kept][:-1] - 1
+        data = source[np.cumsum(step, out=step)]
     else:
         data = np.zeros(0, dtype=np.uint8)
     if total < 2 ** 31:
@@ -78,6 +73,26 @@ def _binary_column(pa, buf, starts: np.ndarray, ends: np.ndarray):
     return pa.Array.from_buffers(pa.large_binary(), len(lengths),
                                  [None, pa.py_buffer(offsets), pa.py_buffer(data)]) \
         .cast(pa.binary())
+
+
+def _property_values(pa, pc, text, name: str):
+    """The value of property ``name`` in every row of ``text`` (properties as strings), null
+    where there is none, by decode_properties' rule: split on 0x02, a segment ``name`` 0x01
+    ``value`` with a non-empty value counts, the last such segment wins."""
+    segments = pc.split_pattern(text, codecs.PROPERTY_SEPARATOR)
+    flat = pc.list_flatten(segments)
+    prefix = name + codecs.NAME_VALUE_SEPARATOR
+    hits = pc.and_(pc.starts_with(flat, prefix),
+                   pc.greater(pc.binary_length(flat), len(prefix.encode())))
+    index = np.flatnonzero(hits.to_numpy(zero_copy_only=False))
+    rows = pc.list_parent_indices(segments).to_numpy()[index]
+    last = np.ones(len(index), dtype=bool)
+    last[:-1] = rows[1:] != rows[:-1]
+    index, rows = index[last], rows[last]
+    values = pc.utf8_slice_codeunits(flat.take(pa.array(index)), start=len(prefix))
+    where = np.full(len(text), -1, dtype=np.int64)
+    where[rows] = np.arange(len(rows))
+    return values.take(pa.array(where, mask=where < 0))
 
 
 def _properties_columns(pa, pc, batch: RecordBatch) -> dict:
@@ -92,11 +107,7 @@ def _properties_columns(pa, pc, batch: RecordBatch) -> dict:
         decoded = [codecs.decode_properties(v) if v else {} for v in raw.to_pylist()]
         return {column: pa.array([d.get(name) for d in decoded], pa.string())
                 for column, name in PROPERTY_COLUMNS}
-    out = {}
-    for column, pattern in _PATTERNS.items():
-        # struct_field, unlike .field(), keeps the nulls of records without the property
-        out[column] = pc.struct_field(pc.extract_regex(text, pattern=pattern), "v")
-    return out
+    return {column: _property_values(pa, pc, text, name) for column, name in PROPERTY_COLUMNS}
 
 
 def _inner_num(pa, batch: RecordBatch):
