@@ -148,9 +148,27 @@ def _crc_flags(pa, batch: RecordBatch):
 _TRANSACTIONS = [cl_fmt.TRANSACTION_NAMES[i << 2] for i in range(4)]
 
 
-def message_batch(split: Split, batch: RecordBatch, *, bodies: bool = False, body_reader=None):
+#: the last store timestamp read as a date (9999-12-31T23:59:59.999Z): later ones are damage
+LAST_MILLI = 253402300799999
+_DAY_MS = 86_400_000
+
+
+def _store_dates(pa, stored: np.ndarray):
+    """store_date (UTC, yyyy-mm-dd) of every store timestamp, ``invalid`` outside year 1970
+    to 9999; the few distinct days are formatted once."""
+    valid = (stored >= 0) & (stored <= LAST_MILLI)
+    days, codes = np.unique(stored[valid] // _DAY_MS, return_inverse=True)
+    names = [str(np.datetime64(int(d), "D")) for d in days.tolist()] + ["invalid"]
+    index = np.full(len(stored), len(days), dtype=np.int64)
+    index[valid] = codes.reshape(-1)
+    return _take_names(pa, names, index)
+
+
+def message_batch(split: Split, batch: RecordBatch, *, bodies: bool = False, body_reader=None,
+                  store_date: bool = False):
     """The ``messages`` rows of a scanner batch (columns: MESSAGE_COLUMNS, then ``body`` with
-    ``bodies``: the stored bytes) as one pyarrow.RecordBatch."""
+    ``bodies``: the stored bytes, then ``store_date`` with ``store_date``) as one
+    pyarrow.RecordBatch."""
     pa = require_pyarrow()
     import pyarrow.compute as pc
 
@@ -189,6 +207,9 @@ def message_batch(split: Split, batch: RecordBatch, *, bodies: bool = False, bod
     if bodies:
         columns["body"] = _bodies(pa, batch, body_reader)
         fields.append(("body", "binary"))
+    if store_date:
+        columns["store_date"] = _store_dates(pa, batch.store_timestamp)
+        fields.append(("store_date", "string"))
     return pa.RecordBatch.from_arrays([columns[name] for name, _ in fields],
                                       schema=arrow_schema(fields))
 
@@ -203,7 +224,7 @@ def _bodies(pa, batch: RecordBatch, body_reader):
 
 
 def split_batches(split: Split, *, check_crc: bool = True, bodies: bool = False,
-                  side: dict | None = None, opener=None) -> Iterator:
+                  side: dict | None = None, opener=None, store_date: bool = False) -> Iterator:
     """Arrow record batches of the messages one split owns; with ``side``, what the driver
     needs besides the rows is noted there (:func:`mqtool.spark.splits.new_side`)."""
     from .splits import BodyReader, note_batch, note_event, split_events
@@ -214,7 +235,8 @@ def split_batches(split: Split, *, check_crc: bool = True, bodies: bool = False,
             if type(event) is RecordBatch:
                 if side is not None:
                     note_batch(side, event)
-                yield message_batch(split, event, bodies=bodies, body_reader=reader)
+                yield message_batch(split, event, bodies=bodies, body_reader=reader,
+                                    store_date=store_date)
             elif side is not None:
                 note_event(side, event)
     finally:
@@ -231,6 +253,6 @@ def audit_arrow_partition(batches, splits: list[Split], check_crc: bool, sink) -
         for index in ids.column(0).to_pylist():
             split = splits[index]
             side = new_side(split)
-            yield from split_batches(split, check_crc=check_crc, side=side)
+            yield from split_batches(split, check_crc=check_crc, side=side, store_date=True)
             note_done(side)
             sink.add([side])

@@ -31,8 +31,8 @@ from ..verify import CODES, ERROR, INFO, WARNING
 from . import schema, session
 from .plan import (DEFAULT_SPLIT_SIZE, BrokerInput, Split, check_output, finding,
                    layout_findings, make_splits, resolve_inputs)
-from .arrow import audit_arrow_partition
-from .splits import check_remote_reader, export_partition, gap_finding_row
+from .arrow import LAST_MILLI, audit_arrow_partition
+from .splits import check_remote_reader, export_partition
 
 #: findings returned to the caller (the tables hold all of them)
 LISTED_FINDINGS = 1000
@@ -44,7 +44,6 @@ _DISPATCHED = [cl_fmt.TRANSACTION_NAMES[cl_fmt.TRANSACTION_NOT_TYPE],
 _PREPARED = cl_fmt.TRANSACTION_NAMES[cl_fmt.TRANSACTION_PREPARED_TYPE]
 _ROLLBACK = cl_fmt.TRANSACTION_NAMES[cl_fmt.TRANSACTION_ROLLBACK_TYPE]
 _WIDE = "decimal(38,0)"          # damaged queue offsets make differences past 64 bits
-_LAST_MILLI = 253402300799999   # 9999-12-31T23:59:59.999Z: later "timestamps" are damage
 
 
 class _ListParam(AccumulatorParam):
@@ -80,7 +79,7 @@ def _plan(spark: SparkSession, sources: list[str], broker_names: list[str] | Non
 
 def _store_date(column: str = "store_timestamp"):
     ts = F.col(column)
-    return (F.when(ts.between(0, _LAST_MILLI),
+    return (F.when(ts.between(0, LAST_MILLI),
                    F.date_format(F.timestamp_millis(ts), "yyyy-MM-dd"))
             .otherwise(F.lit("invalid")))
 
@@ -175,8 +174,7 @@ def _scan_arrow(spark: SparkSession, splits: list[Split], check_crc: bool, out_p
     sink = sc.accumulator([], _ListParam())
     fn = functools.partial(audit_arrow_partition, splits=splits, check_crc=check_crc, sink=sink)
     frame = spark.range(0, len(splits), 1, max(1, len(splits))) \
-        .mapInArrow(fn, schema.struct_type(schema.MESSAGE_COLUMNS)) \
-        .withColumn("store_date", _store_date())
+        .mapInArrow(fn, schema.struct_type(schema.MESSAGE_COLUMNS + (("store_date", "string"),)))
     return _finish_scan(spark, frame, sink, out_path, "parquet", mode, ["broker", "store_date"])
 
 
@@ -251,10 +249,25 @@ def queue_steps(messages: DataFrame) -> DataFrame:
 
 
 def _gap_findings(spark: SparkSession, gaps: DataFrame) -> DataFrame:
-    # verify writes the topic with Python's repr; Python builds these rows too
-    rows = gaps.rdd.map(functools.partial(gap_finding_row, severity=CODES["CQ_QUEUE_GAP"][0]))
-    return spark.createDataFrame(rows, schema.struct_type(schema.FINDING_COLUMNS),
-                                 verifySchema=False)
+    """CQ_QUEUE_GAP findings worded as verify words them, in Spark SQL. verify writes the topic
+    with Python's repr: the driver writes it for the few distinct topics that have gaps."""
+    topics = [r["topic"] for r in gaps.select("topic").distinct().collect()]
+    if not topics:
+        return _finding_frame(spark, [])
+    quoted = F.create_map(*[F.lit(x) for t in topics for x in (t, repr(t))])
+    expected, qoff = F.col("expected"), F.col("queue_offset")
+    message = F.format_string(
+        "%s queue %d: queue offset %d %s (expected %d after the record at %d)",
+        quoted[F.col("topic")], "queue_id", "queue_offset",
+        F.when(qoff < expected, F.lit("repeats")).otherwise(F.lit("skips")), "expected",
+        "previous_offset")
+    return gaps.select(
+        "broker", F.lit("CQ_QUEUE_GAP").alias("code"),
+        F.lit(CODES["CQ_QUEUE_GAP"][0]).alias("severity"),
+        F.concat(F.lit("commitlog/"), F.col("file")).alias("file"),
+        F.col("file_offset").alias("offset"), message.alias("message"), "commitlog_offset",
+        "topic", "queue_id", "queue_offset", F.lit(None).cast("long").alias("count"),
+        F.to_json(F.struct(expected.alias("expected"))).alias("details"))
 
 
 def _region_findings(sides: list[dict], cutoffs: dict) -> list[dict]:
@@ -540,8 +553,10 @@ def audit(spark: SparkSession, sources: list[str], *, broker_names: list[str] | 
         .unionByName(_finding_frame(spark, driver_rows))
     if out is not None:
         findings_path = session.join(out, "findings")
-        findings.coalesce(max(1, min(8, len(brokers)))).write.mode(mode).partitionBy("broker") \
-            .parquet(findings_path)
+        # repartition, not coalesce: coalesce would run the scans feeding the findings (the
+        # messages table, the queue windows) in as few tasks as there are output files
+        findings.repartition(max(1, min(8, len(brokers))), "broker").write.mode(mode) \
+            .partitionBy("broker").parquet(findings_path)
         findings = spark.read.schema(schema.struct_type(schema.FINDING_COLUMNS)) \
             .parquet(findings_path)
     else:

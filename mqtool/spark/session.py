@@ -31,6 +31,9 @@ DEFAULTS = {
     "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
     # damaged records hold any 64-bit value; an overflow must not abort the audit
     "spark.sql.ansi.enabled": "false",
+    # tables partitioned by broker and store_date are written by one open file per partition
+    # value instead of sorting every task's rows by them first
+    "spark.sql.maxConcurrentOutputFileWriters": "64",
 }
 
 _QUIET_LOG4J = """\

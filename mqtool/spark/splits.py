@@ -384,17 +384,3 @@ class BodyReader:
     def close(self) -> None:
         if self.handle is not None:
             self.handle.close()
-
-
-def gap_finding_row(row, severity: str) -> tuple:
-    """A CQ_QUEUE_GAP finding (columns: FINDING_COLUMNS) from a row of
-    :func:`mqtool.spark.job.queue_steps`, worded as ``verify`` words it."""
-    import json
-
-    expected, qoff = row["expected"], row["queue_offset"]
-    what = "repeats" if qoff < expected else "skips"
-    message = (f"{row['topic']!r} queue {row['queue_id']}: queue offset {qoff} {what} "
-               f"(expected {expected} after the record at {row['previous_offset']})")
-    return (row["broker"], "CQ_QUEUE_GAP", severity, f"commitlog/{row['file']}",
-            row["file_offset"], message, row["commitlog_offset"], row["topic"], row["queue_id"],
-            qoff, None, json.dumps({"expected": expected}, sort_keys=True))
