@@ -73,7 +73,7 @@ class AuditResult:
 def _plan(spark: SparkSession, sources: list[str], broker_names: list[str] | None,
           split_size: int) -> tuple[list[BrokerInput], list[Split]]:
     check_remote_reader(sources)
-    brokers = resolve_inputs(list(sources), broker_names, session.hadoop_lister(spark))
+    brokers = resolve_inputs(list(sources), broker_names, session.input_lister(spark))
     return brokers, make_splits(brokers, split_size)
 
 

@@ -317,6 +317,30 @@ def hadoop_lister(spark) -> Lister:
     return list_dir
 
 
+#: schemes Hadoop lists natively (fsspec's hdfs goes through libhdfs, rarely set up on a driver)
+_HADOOP_FIRST = {"hdfs", "viewfs", "webhdfs"}
+
+
+def input_lister(spark) -> Lister:
+    """List non-local inputs as the executors will read them: with fsspec when it has a driver
+    for the scheme (s3fs for s3://), else through the session's Hadoop FileSystem (hdfs://,
+    and s3a:// with hadoop-aws)."""
+    from .splits import fsspec_can_open, fsspec_lister
+
+    hadoop = hadoop_lister(spark)
+    fsspec_list = None
+
+    def list_dir(url: str):
+        nonlocal fsspec_list
+        scheme = url.split("://", 1)[0]
+        if scheme not in _HADOOP_FIRST and fsspec_can_open(scheme):
+            fsspec_list = fsspec_list or fsspec_lister()
+            return fsspec_list(url)
+        return hadoop(url)
+
+    return list_dir
+
+
 def _java_message(err: Exception) -> str:
     java = getattr(err, "java_exception", None)
     text = java.toString() if java is not None else str(err)

@@ -147,7 +147,7 @@ FSSPEC_PACKAGES = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "
                    "abfss": "adlfs", "az": "adlfs", "hdfs": "pyarrow (with libhdfs)"}
 
 
-def _fsspec_can_open(scheme: str) -> bool:
+def fsspec_can_open(scheme: str) -> bool:
     try:
         import fsspec
 
@@ -186,7 +186,7 @@ def reader_for(url: str):
     """A function url -> binary file object for a non-local URL (fsspec with the scheme's
     driver, else pyarrow's own file systems), or None when nothing installed reads it."""
     scheme = urlparse(url).scheme
-    if _fsspec_can_open(scheme):
+    if fsspec_can_open(scheme):
         return _open_with_fsspec
     if _pyarrow_can_open(scheme):
         return _open_with_pyarrow
