@@ -626,10 +626,11 @@ def test_audit_on_a_standalone_cluster_ships_mqtool_and_agrees(standalone, store
                                                              tmp_path):
     local, _ = audited["whole"]
     out = tmp_path / "cluster"
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
+    # no PYSPARK_PYTHON: the executors must get the driver's interpreter from mqtool
+    env = {k: v for k, v in os.environ.items() if k != "PYSPARK_PYTHON"}
+    env["SPARK_LOCAL_IP"] = "127.0.0.1"
     proc = run_mqtool("spark", "audit", "--master", standalone, "--json", "--out", out,
-                      "--split-size", "256k", "--conf", f"spark.pyspark.python={sys.executable}",
-                      "--conf", "spark.executor.memory=1g", "--conf", "spark.cores.max=2",
+                      "--split-size", "256k", "--conf", "spark.executor.memory=1g", "--conf", "spark.cores.max=2",
                       "--conf", "spark.sql.shuffle.partitions=2",
                       str(stores["gamma"]), env=env, cwd=REPO)
     assert proc.returncode == 1, proc.stderr[-3000:]       # gamma has errors

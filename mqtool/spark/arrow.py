@@ -10,6 +10,7 @@ not valid UTF-8 (damage) are decoded one by one, with the single-process rule
 """
 from __future__ import annotations
 
+import functools
 from typing import Iterator
 
 import numpy as np
@@ -43,6 +44,7 @@ def _arrow_type(pa, kind: str):
             "boolean": pa.bool_(), "binary": pa.binary()}[kind]
 
 
+@functools.lru_cache(maxsize=8)
 def arrow_schema(columns=schema.MESSAGE_COLUMNS):
     pa = require_pyarrow()
     return pa.schema([pa.field(name, _arrow_type(pa, kind)) for name, kind in columns])
@@ -211,7 +213,7 @@ def message_batch(split: Split, batch: RecordBatch, *, bodies: bool = False, bod
         columns["store_date"] = _store_dates(pa, batch.store_timestamp)
         fields.append(("store_date", "string"))
     return pa.RecordBatch.from_arrays([columns[name] for name, _ in fields],
-                                      schema=arrow_schema(fields))
+                                      schema=arrow_schema(tuple(fields)))
 
 
 def _bodies(pa, batch: RecordBatch, body_reader):
