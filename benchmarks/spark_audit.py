@@ -121,6 +121,9 @@ def main() -> None:
     print(f"local[2] / verify     {two / verify_s:8.2f} x   (goal <= 1.5)")
     print(f"local[1] / local[2]   {one / two:8.2f} x   (goal >= 1.7)")
     print(f"executor peak memory  {fmt_bytes(peak)}   (a Python worker; split {args.split_size})")
+    for master, summary in (("local[1]", s1), ("local[2]", s2)):
+        phases = ", ".join(f"{k} {v:.1f}" for k, v in summary["phase_seconds"].items())
+        print(f"{master} phases (s)    {phases}")
 
 
 if __name__ == "__main__":

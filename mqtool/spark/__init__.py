@@ -4,8 +4,10 @@ The work is split so that pyspark is imported only where it must be:
 
 * :mod:`mqtool.spark.plan` (driver, no pyspark): inputs -> brokers -> CommitLog files ->
   byte-range splits, and the findings the file listing alone gives (sizes, gaps, stray files);
-* :mod:`mqtool.spark.splits` (executors, no pyspark): one split scanned with the shared scanner,
-  turned into rows;
+* :mod:`mqtool.spark.splits` (executors, no pyspark): one split scanned with the shared scanner;
+* :mod:`mqtool.spark.arrow` (executors, no pyspark): the scanner's numpy batches as Arrow record
+  batches (the audit's ``mapInArrow`` and the data source's reader);
+* :mod:`mqtool.spark.source` (pyspark): ``spark.read.format("rocketmq")``, see :func:`register`;
 * :mod:`mqtool.spark.session` and :mod:`mqtool.spark.job` (driver, pyspark): the session, the
   jobs, the Parquet outputs and the summary.
 
@@ -38,6 +40,8 @@ def register(spark) -> None:
     data source API): ``spark.read.format("rocketmq").load("/archive/broker-a/store")``. See
     :mod:`mqtool.spark.source` for the options."""
     require_pyspark()
+    from .session import ship_code
     from .source import RocketMQDataSource
 
+    ship_code(spark)   # a cluster's executors import mqtool from the zip
     spark.dataSource.register(RocketMQDataSource)

@@ -1,8 +1,9 @@
 """The Spark jobs: ``audit`` (messages, findings, files, UNIQ_KEY duplicates and a summary) and
 ``export`` (every message with its body).
 
-One scan pass: tasks (:func:`mqtool.spark.splits.audit_partition`) turn their byte ranges into
-message rows, which are written as Parquet; everything else a task saw (where its records began
+One scan pass: tasks (:func:`mqtool.spark.arrow.audit_arrow_partition`, run by ``mapInArrow``)
+turn their byte ranges into Arrow record batches of the scanner's columns, which are written as
+Parquet; everything else a task saw (where its records began
 and ended, blank records, corrupt regions, runs of zeros) comes back through an accumulator,
 which is small. The record-level findings, the queue-offset gaps and every figure of the
 summary are then Spark SQL over the written ``messages`` table, so they scale with the cluster.

@@ -3,8 +3,10 @@ Hadoop FileSystem access (listing non-local inputs, writing the summary next to 
 
 ``local[*]`` is the default master: nothing to set up beyond pip and Java. Any other master
 (``spark://``, ``yarn``, ``k8s://``) gets mqtool's code as a zip through ``addPyFile``; the
-executors need Python with construct and numpy (mqtool's own dependencies) and, for non-local
-inputs, fsspec or pyarrow.
+executors need Python with mqtool's dependencies (construct, numpy, pyarrow, pandas) and, for
+non-local inputs, the reader of their scheme (s3fs, pyarrow). On local and standalone masters
+the executors run this interpreter unless the user chose another
+(:func:`choose_executor_python`).
 """
 from __future__ import annotations
 
@@ -32,8 +34,10 @@ DEFAULTS = {
     # damaged records hold any 64-bit value; an overflow must not abort the audit
     "spark.sql.ansi.enabled": "false",
     # tables partitioned by broker and store_date are written by one open file per partition
-    # value instead of sorting every task's rows by them first
+    # value instead of sorting every task's rows by them first (the planned write would add
+    # that sort to the plan whatever the writers)
     "spark.sql.maxConcurrentOutputFileWriters": "64",
+    "spark.sql.optimizer.plannedWrite.enabled": "false",
 }
 
 _QUIET_LOG4J = """\

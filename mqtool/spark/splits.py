@@ -225,19 +225,27 @@ def fsspec_lister():
                                       "their scheme, e.g. s3fs)") from None
 
     def list_dir(url: str):
+        from ..errors import StoreLayoutError
+
         scheme = urlparse(url).scheme
         try:
             fs = fsspec.filesystem(scheme)
         except (ImportError, ValueError):
             raise OptionalDependencyError(missing_reader(url)) from None
-        if not fs.exists(url):
-            return None
-        if not fs.isdir(url):
-            from ..errors import StoreLayoutError
+        try:
+            if not fs.exists(url):
+                return None
+            is_dir = fs.isdir(url)
+            listed = fs.ls(url, detail=True) if is_dir else []
+        except Exception as err:   # each file system raises its own (credentials, network)
+            text = str(err).strip().splitlines()[0] if str(err).strip() else ""
+            raise StoreLayoutError(f"{url}: cannot list it: {type(err).__name__}"
+                                   + (f": {text}" if text else "")) from None
+        if not is_dir:
             raise StoreLayoutError(f"{url}: not a directory (give a store root or a CommitLog "
                                    f"directory)")
         entries = []
-        for info in fs.ls(url, detail=True):
+        for info in listed:
             path = info["name"].rstrip("/")
             full = path if "://" in path else f"{scheme}://{path}"
             entries.append(ListedEntry(path.rsplit("/", 1)[-1], full,
