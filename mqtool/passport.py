@@ -16,7 +16,7 @@ from .formats import consumequeue as cq_fmt
 from .formats import indexfile as idx_fmt
 from .formats import dledger as dl_fmt
 from .dledger import ledger_extent
-from .store import COMMITLOG_LAYOUT, UPGRADED_LAYOUT, Store, properties_int
+from .store import UPGRADED_LAYOUT, Store, properties_int
 
 FAMILY_4 = "4.x"
 FAMILY_5 = "5.x"

@@ -30,9 +30,7 @@ corrupt region starts at the entry). The buffer-level functions take ``layout``.
 from __future__ import annotations
 
 import bisect
-import errno
 import mmap
-import os
 import re
 import struct
 from itertools import repeat

@@ -626,10 +626,11 @@ def test_audit_on_a_standalone_cluster_ships_mqtool_and_agrees(standalone, store
                                                              tmp_path):
     local, _ = audited["whole"]
     out = tmp_path / "cluster"
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
+    # no PYSPARK_PYTHON: the executors must get the driver's interpreter from mqtool
+    env = {k: v for k, v in os.environ.items() if k != "PYSPARK_PYTHON"}
+    env["SPARK_LOCAL_IP"] = "127.0.0.1"
     proc = run_mqtool("spark", "audit", "--master", standalone, "--json", "--out", out,
-                      "--split-size", "256k", "--conf", f"spark.pyspark.python={sys.executable}",
-                      "--conf", "spark.executor.memory=1g", "--conf", "spark.cores.max=2",
+                      "--split-size", "256k", "--conf", "spark.executor.memory=1g", "--conf", "spark.cores.max=2",
                       "--conf", "spark.sql.shuffle.partitions=2",
                       str(stores["gamma"]), env=env, cwd=REPO)
     assert proc.returncode == 1, proc.stderr[-3000:]       # gamma has errors
@@ -646,3 +647,302 @@ def test_audit_on_a_standalone_cluster_ships_mqtool_and_agrees(standalone, store
     assert summary["queues"] == [q for q in local.summary["queues"] if q["broker"] == "gamma"]
     assert (out / "summary.json").is_file()
     assert "mqtool: spark audit:" in proc.stderr
+
+
+# --- the columnar path and the rocketmq data source ----------------------------------------------
+
+MESSAGE_FIELDS = ("file", "file_offset", "commitlog_offset", "total_size", "topic", "queue_id",
+                  "queue_offset", "physical_offset", "sys_flag", "transaction", "born_timestamp",
+                  "store_timestamp", "reconsume_times", "tags", "keys", "uniq_key", "body_crc",
+                  "body_crc_ok", "prop_crc_ok", "body_length", "magic_version")
+
+#: broker-written stores with what the forge does not make: V2 records, property CRCs (also
+#: damaged), inner-batch records, non-ASCII topics and properties
+REAL_STORES = ("v5-clean", "v5-propcrc-damaged", "v5-batchcq-clean", "v6-unicode-small",
+               "clean-small-damaged")
+
+
+def _real_store(name: str) -> Path:
+    from conftest import SHARED_STORES
+
+    root = SHARED_STORES / name / "store"
+    if not (root / "commitlog").is_dir():
+        pytest.skip(f"{root} is not here")
+    return root
+
+
+@pytest.mark.parametrize("name", REAL_STORES)
+def test_arrow_batches_equal_dump_on_broker_written_stores(name):
+    """The executor's columns (numpy -> Arrow, properties by Arrow's regular expressions) are
+    dump's fields of every record, without Spark."""
+    from mqtool.spark.arrow import split_batches
+
+    root = _real_store(name)
+    expected = [tuple(d[c] for c in MESSAGE_FIELDS) for d in _dump(root)]
+    brokers = resolve_inputs([str(root)])
+    for size in (SMALL_SPLIT, 1 << 30):
+        got = []
+        for split in make_splits(brokers, size):
+            for batch in split_batches(split, bodies=True):
+                rows = batch.to_pydict()
+                got += [tuple(rows[c][i] for c in MESSAGE_FIELDS) for i in range(batch.num_rows)]
+        assert got == expected, (name, size)
+
+
+def test_rocketmq_data_source_reads_the_messages_columns(spark, stores, reference):
+    import mqtool.spark
+
+    mqtool.spark.register(spark)
+    frame = spark.read.format("rocketmq").option("splitSize", "64k") \
+        .load([str(stores["clean-small"]), str(stores["gamma"])])
+    assert frame.columns == list(schema_names())
+    rows = collections.defaultdict(set)
+    for r in frame.collect():
+        rows[r["broker"]].add(tuple(r[c] for c in MESSAGE_FIELDS))
+    for name in ("clean-small", "gamma"):
+        assert rows[name] == {tuple(d[c] for c in MESSAGE_FIELDS)
+                              for d in reference[name]["dump"]}, name
+    assert frame.rdd.getNumPartitions() == sum(
+        -(-f.length // SMALL_SPLIT) for n in ("clean-small", "gamma")
+        for f in resolve_inputs([str(stores[n])])[0].files if f.length)
+    # the user's own SQL over it
+    frame.createOrReplaceTempView("messages")
+    topics = {r["topic"]: r["n"] for r in spark.sql(
+        "SELECT topic, count(*) AS n FROM messages WHERE broker = 'clean-small' GROUP BY topic")
+        .collect()}
+    assert topics == collections.Counter(d["topic"] for d in reference["clean-small"]["dump"])
+
+
+def test_rocketmq_data_source_options(spark, stores, reference):
+    import mqtool.spark
+
+    mqtool.spark.register(spark)
+    frame = spark.read.format("rocketmq").option("bodies", "true").option("checkCrc", "false") \
+        .option("brokerName", "b1").load(str(stores["alpha"]))
+    assert frame.columns[-1] == "body"
+    rows = frame.select("broker", "commitlog_offset", "body_crc_ok", "body").collect()
+    dump = {d["commitlog_offset"]: d for d in reference["alpha"]["dump"]}
+    assert len(rows) == len(dump) and {r["broker"] for r in rows} == {"b1"}
+    compared = 0
+    for r in rows:
+        d = dump[r["commitlog_offset"]]
+        assert r["body_crc_ok"] is None or d["body_length"] <= 0
+        if not d.get("body_decompressed"):   # dump shows compressed bodies inflated
+            assert r["body"] == (base64.b64decode(d["body"]) if d["body"] is not None else b"")
+            compared += 1
+    assert compared > len(rows) // 2
+    with pytest.raises(Exception, match="checkCrc must be true or false"):
+        spark.read.format("rocketmq").option("checkCrc", "maybe") \
+            .load(str(stores["alpha"])).count()
+
+
+def schema_names():
+    from mqtool.spark.schema import MESSAGE_COLUMNS, names
+
+    return names(MESSAGE_COLUMNS)
+
+
+# --- bad input -----------------------------------------------------------------------------------
+
+def test_existing_output_folder_is_refused_in_one_line(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "something").write_text("x")
+    proc = run_mqtool("spark", "audit", "--master", "local[1]", "--out", out,
+                      str(FIXTURE_STORE / "store"))
+    assert proc.returncode == 2 and proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert lines[-1] == f"mqtool: error: {out} exists and is not empty; give --overwrite or a " \
+                        f"new directory", proc.stderr
+    assert not any(line.startswith(("Traceback", "py4j", "\tat ")) for line in lines)
+
+
+def test_remote_uri_without_its_file_system_is_one_line(tmp_path):
+    """Azure's abfs:// needs adlfs, which is not installed: said before Spark starts."""
+    url = "abfs://archive@account.dfs.core.windows.net/broker-a/store"
+    started = time.perf_counter()
+    proc = run_mqtool("spark", "audit", "--master", "local[1]", url)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip().splitlines() == [
+        f"mqtool: error: {url}: nothing installed reads abfs:// by byte range; install fsspec "
+        f"and adlfs on the driver and every executor, or give local / file:// paths (a shared "
+        f"mount works)"]
+    assert time.perf_counter() - started < 20
+
+
+def test_a_split_that_cannot_be_read_fails_in_one_line(spark, stores, tmp_path):
+    """A CommitLog file that shrank after the audit was planned: the task's error, not a Spark
+    stack trace."""
+    from mqtool.errors import MqtoolError
+    from mqtool.spark import job, session
+
+    root = tmp_path / "shrinking"
+    shutil.copytree(stores["alpha"], root)
+    brokers, splits = job._plan(spark, [str(root)], None, 1 << 18)
+    victim = root / "commitlog" / brokers[0].files[0].name
+    os.truncate(victim, 1000)
+    with pytest.raises(MqtoolError) as caught, session.spark_failures():
+        job._scan_arrow(spark, splits, True, None, "errorifexists")
+    text = str(caught.value)
+    assert "\n" not in text and text.startswith("a Spark task failed: ")
+    assert f"{victim}: 1000 bytes now, {1 << 20} when the audit was planned" in text
+
+
+# --- an ordinary install, tried as a new user would ----------------------------------------------
+
+@pytest.fixture(scope="session")
+def installed(tmp_path_factory) -> Path:
+    """A fresh venv with ``pip install <checkout>[spark]`` (not editable), from a copy of the
+    sources (pip builds in the source tree). Slow: made once per session."""
+    base = tmp_path_factory.mktemp("install")
+    source = base / "src"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, source / name)
+    for name in ("mqtool", "formats"):
+        shutil.copytree(REPO / name, source / name,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    venv = base / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    proc = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q",
+                           f"{source}[spark]"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return venv
+
+
+def _clean_env(home: Path, **extra) -> dict:
+    """What a new user's shell has: no venv activated, the system PATH."""
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8"}
+    for name in ("JAVA_HOME", "TMPDIR"):
+        if name in os.environ:
+            env[name] = os.environ[name]
+    env.update(extra)
+    return env
+
+
+def test_installed_console_script_audits_from_a_clean_environment(installed, reference,
+                                                                  tmp_path):
+    if shutil.which("java", path="/usr/bin:/bin") is None and "JAVA_HOME" not in os.environ:
+        pytest.skip("java is not on the system PATH")
+    out = tmp_path / "out"
+    proc = subprocess.run([str(installed / "bin" / "mqtool"), "--no-progress", "spark", "audit",
+                           "--master", "local[2]", "--json", "--out", str(out),
+                           "--split-size", "256k", str(FIXTURE_STORE / "store")],
+                          capture_output=True, text=True, cwd=tmp_path,
+                          env=_clean_env(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads(proc.stdout)
+    assert summary["totals"]["records"] == len(reference["clean-small"]["dump"])
+    assert summary["totals"]["errors"] == 0 and summary["tasks"] == 12
+    # the executors ran the venv's Python, which imported the installed mqtool
+    assert summary["executor_code"] and all(
+        origin.startswith(str(installed)) for origin in summary["executor_code"])
+    assert (out / "summary.json").is_file()
+    assert "Traceback" not in proc.stderr
+
+
+def test_installed_executor_without_dependencies_says_what_to_install(installed, tmp_path):
+    system_python = "/usr/bin/python3"
+    probe = subprocess.run([system_python, "-c", "import numpy, pyarrow"], capture_output=True) \
+        if os.path.exists(system_python) else None
+    if probe is None or probe.returncode == 0:
+        pytest.skip("needs a system Python without numpy/pyarrow")
+    proc = subprocess.run([str(installed / "bin" / "mqtool"), "--no-progress", "spark", "audit",
+                           "--master", "local[1]", str(FIXTURE_STORE / "store")],
+                          capture_output=True, text=True, cwd=tmp_path,
+                          env=_clean_env(tmp_path, PYSPARK_PYTHON=system_python))
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr[-3000:]
+    assert lines[0].startswith(f"mqtool: error: an executor's Python ({system_python}) cannot "
+                               f"import ")
+    assert "install 'mqtool[spark]'" in lines[0]
+
+
+def test_spark_submit_with_the_shipped_zip(installed, reference, tmp_path):
+    python = installed / "bin" / "python"
+    made = subprocess.run([str(python), "-c", "from mqtool.spark.session import package_zip; "
+                           f"print(package_zip({str(tmp_path)!r}))"],
+                          capture_output=True, text=True, cwd=tmp_path, env=_clean_env(tmp_path))
+    archive = made.stdout.strip()
+    where = subprocess.run([str(python), "-m", "mqtool.spark.submit", "--where"],
+                           capture_output=True, text=True, cwd=tmp_path,
+                           env=_clean_env(tmp_path)).stdout.strip()
+    assert archive.endswith("mqtool.zip") and where.endswith("submit.py")
+    out = tmp_path / "out"
+    # pip's spark-submit finds its Spark (SPARK_HOME) through PYSPARK_PYTHON
+    proc = subprocess.run([str(installed / "bin" / "spark-submit"), "--master", "local[2]",
+                           "--py-files", archive, where, "audit", "--json", "--out", str(out),
+                           str(FIXTURE_STORE / "store")],
+                          capture_output=True, text=True, cwd=tmp_path,
+                          env=_clean_env(tmp_path, SPARK_LOCAL_IP="127.0.0.1",
+                                         PYSPARK_PYTHON=str(python)))
+    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["totals"]["records"] == len(reference["clean-small"]["dump"])
+
+
+# --- remote archives: s3:// by byte range --------------------------------------------------------
+
+def _python_with(module: str) -> str | None:
+    for python in (sys.executable, shutil.which("python3")):
+        if python and subprocess.run([python, "-c", f"import {module}"],
+                                     capture_output=True).returncode == 0:
+            return python
+    return None
+
+
+@pytest.fixture(scope="module")
+def s3_emulator(tmp_path_factory):
+    """moto's standalone server: an S3 emulator (no AWS account, nothing leaves this machine)
+    on 127.0.0.1, started and stopped here. Yields the environment that points S3 clients
+    (s3fs/botocore and pyarrow read AWS_ENDPOINT_URL) at it."""
+    pytest.importorskip("s3fs")
+    python = _python_with("moto.server")
+    if python is None:
+        pytest.skip("moto's server is not installed")
+    port = _free_port()
+    log = tmp_path_factory.mktemp("moto") / "moto.log"
+    with open(log, "wb") as fh:
+        server = subprocess.Popen([python, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                                  stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
+           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+    try:
+        _wait(lambda: socket.socket().connect_ex(("127.0.0.1", port)) == 0, 60,
+              "the S3 emulator did not listen", [log])
+        yield env
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+def test_audit_of_s3_archives_reads_byte_ranges_and_agrees(s3_emulator, stores, audited,
+                                                           tmp_path):
+    import s3fs
+
+    fs = s3fs.S3FileSystem(key="testing", secret="testing",
+                           client_kwargs={"endpoint_url": s3_emulator["AWS_ENDPOINT_URL"],
+                                          "region_name": "us-east-1"})
+    fs.call_s3("create_bucket", Bucket="archive")
+    for name in ("gamma", "clean-small"):
+        for path in sorted((Path(stores[name]) / "commitlog").iterdir()):
+            fs.put_file(str(path), f"archive/{name}/store/commitlog/{path.name}")
+    local, _ = audited["whole"]
+    env = {**os.environ, **s3_emulator, "SPARK_LOCAL_IP": "127.0.0.1"}
+    proc = run_mqtool("spark", "audit", "--master", "local[2]", "--json", "--split-size", "256k",
+                      "--conf", "spark.sql.shuffle.partitions=2",
+                      "s3://archive/gamma/store", "s3://archive/clean-small/store", env=env)
+    assert proc.returncode == 1, proc.stderr[-3000:]      # gamma has errors
+    summary = json.loads(proc.stdout)
+    assert [b["broker"] for b in summary["brokers"]] == ["gamma", "clean-small"]
+    for b in summary["brokers"]:
+        other = next(x for x in local.summary["brokers"] if x["broker"] == b["broker"])
+        for key in ("records", "bytes", "by_code", "errors", "gaps", "duplicates", "topics",
+                    "queues", "corrupt_regions", "min_store_timestamp", "max_store_timestamp"):
+            assert b[key] == other[key], (b["broker"], key)
+    assert summary["tasks"] > 8

@@ -32,10 +32,12 @@ def _conf(items: Optional[List[str]]) -> dict[str, str]:
     return out
 
 
-def _prepare(paths: List[str], broker_names: Optional[List[str]], split_size: str):
-    """Check what can be checked before a JVM starts: the split size, and local inputs."""
+def _prepare(paths: List[str], broker_names: Optional[List[str]], split_size: str,
+             out: Optional[str] = None, overwrite: bool = False):
+    """Check what can be checked before a JVM starts: the split size, local inputs, the readers
+    of remote ones and a local output directory."""
     from ..spark import require_pyspark
-    from ..spark.plan import is_local, parse_split_size, resolve_inputs
+    from ..spark.plan import check_output, is_local, parse_split_size, resolve_inputs
 
     size = parse_split_size(split_size)
     if broker_names and len(broker_names) != len(paths):
@@ -49,6 +51,7 @@ def _prepare(paths: List[str], broker_names: Optional[List[str]], split_size: st
         from ..spark.splits import check_remote_reader
 
         check_remote_reader(paths)
+    check_output(out, overwrite)
     require_pyspark()
     return size
 
@@ -57,7 +60,8 @@ def _session(master: Optional[str], conf: Optional[List[str]], app_name: str):
     from ..spark.session import build_session
 
     return build_session(master, app_name=app_name, conf=_conf(conf),
-                         progress=SETTINGS.progress and sys.stderr.isatty())
+                         progress=SETTINGS.progress and sys.stderr.isatty(),
+                         log_level="WARN" if SETTINGS.debug else "OFF")
 
 
 def _cell(value) -> Text:
@@ -190,15 +194,17 @@ def audit(
     conf: Optional[List[str]] = opt.conf(),
 ):
     """Audit CommitLogs on Spark (see the help above)."""
-    size = _prepare(paths, broker_name, split_size)
+    size = _prepare(paths, broker_name, split_size, out, overwrite)
     from ..spark import job
+    from ..spark.session import spark_failures
 
-    spark = _session(master, conf, "mqtool spark audit")
-    try:
-        result = job.audit(spark, paths, broker_names=broker_name or None, out=out,
-                           split_size=size, overwrite=overwrite)
-    finally:
-        spark.stop()
+    with spark_failures():
+        spark = _session(master, conf, "mqtool spark audit")
+        try:
+            result = job.audit(spark, paths, broker_names=broker_name or None, out=out,
+                               split_size=size, overwrite=overwrite)
+        finally:
+            spark.stop()
     if json_output:
         emit_json_document(result.summary)
     else:
@@ -232,16 +238,18 @@ def export(
     """Export messages with bodies on Spark (see the help above)."""
     if fmt not in ("parquet", "json"):
         raise MqtoolError(f"--format must be parquet or json, got {fmt!r}")
-    size = _prepare(paths, broker_name, split_size)
+    size = _prepare(paths, broker_name, split_size, out, overwrite)
     from ..spark import job
+    from ..spark.session import spark_failures
 
-    spark = _session(master, conf, "mqtool spark export")
-    try:
-        summary = job.export(spark, paths, out, fmt=fmt, broker_names=broker_name or None,
-                             split_size=size, topics=topic or None, decompress=decompress,
-                             overwrite=overwrite)
-    finally:
-        spark.stop()
+    with spark_failures():
+        spark = _session(master, conf, "mqtool spark export")
+        try:
+            summary = job.export(spark, paths, out, fmt=fmt, broker_names=broker_name or None,
+                                 split_size=size, topics=topic or None, decompress=decompress,
+                                 overwrite=overwrite)
+        finally:
+            spark.stop()
     if json_output:
         emit_json_document(summary)
     else:

@@ -4,8 +4,10 @@ The work is split so that pyspark is imported only where it must be:
 
 * :mod:`mqtool.spark.plan` (driver, no pyspark): inputs -> brokers -> CommitLog files ->
   byte-range splits, and the findings the file listing alone gives (sizes, gaps, stray files);
-* :mod:`mqtool.spark.splits` (executors, no pyspark): one split scanned with the shared scanner,
-  turned into rows;
+* :mod:`mqtool.spark.splits` (executors, no pyspark): one split scanned with the shared scanner;
+* :mod:`mqtool.spark.arrow` (executors, no pyspark): the scanner's numpy batches as Arrow record
+  batches (the audit's ``mapInArrow`` and the data source's reader);
+* :mod:`mqtool.spark.source` (pyspark): ``spark.read.format("rocketmq")``, see :func:`register`;
 * :mod:`mqtool.spark.session` and :mod:`mqtool.spark.job` (driver, pyspark): the session, the
   jobs, the Parquet outputs and the summary.
 
@@ -19,9 +21,27 @@ import importlib.util
 from ..errors import OptionalDependencyError
 
 MISSING_PYSPARK = "pyspark is not installed; install 'mqtool[spark]' (and Java 17+)"
+#: what Spark's Arrow exchange (mapInArrow, Python data sources) needs besides pyspark
+ARROW_PACKAGES = ("pyarrow", "pandas")
 
 
 def require_pyspark() -> None:
-    """Raise :class:`OptionalDependencyError` (one line for the CLI) when pyspark is absent."""
+    """Raise :class:`OptionalDependencyError` (one line for the CLI) when pyspark, or what its
+    Arrow exchange needs, is absent."""
     if importlib.util.find_spec("pyspark") is None:
         raise OptionalDependencyError(MISSING_PYSPARK)
+    for name in ARROW_PACKAGES:
+        if importlib.util.find_spec(name) is None:
+            raise OptionalDependencyError(f"{name} is not installed; install 'mqtool[spark]'")
+
+
+def register(spark) -> None:
+    """Make ``spark.read.format("rocketmq")`` read CommitLogs in this session (Spark 4's Python
+    data source API): ``spark.read.format("rocketmq").load("/archive/broker-a/store")``. See
+    :mod:`mqtool.spark.source` for the options."""
+    require_pyspark()
+    from .session import ship_code
+    from .source import RocketMQDataSource
+
+    ship_code(spark)   # a cluster's executors import mqtool from the zip
+    spark.dataSource.register(RocketMQDataSource)

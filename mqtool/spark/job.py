@@ -1,8 +1,9 @@
 """The Spark jobs: ``audit`` (messages, findings, files, UNIQ_KEY duplicates and a summary) and
 ``export`` (every message with its body).
 
-One scan pass: tasks (:func:`mqtool.spark.splits.audit_partition`) turn their byte ranges into
-message rows, which are written as Parquet; everything else a task saw (where its records began
+One scan pass: tasks (:func:`mqtool.spark.arrow.audit_arrow_partition`, run by ``mapInArrow``)
+turn their byte ranges into Arrow record batches of the scanner's columns, which are written as
+Parquet; everything else a task saw (where its records began
 and ended, blank records, corrupt regions, runs of zeros) comes back through an accumulator,
 which is small. The record-level findings, the queue-offset gaps and every figure of the
 summary are then Spark SQL over the written ``messages`` table, so they scale with the cluster.
@@ -29,9 +30,10 @@ from .. import __version__
 from ..formats import commitlog as cl_fmt
 from ..verify import CODES, ERROR, INFO, WARNING
 from . import schema, session
-from .plan import (DEFAULT_SPLIT_SIZE, BrokerInput, Split, finding, layout_findings,
-                   make_splits, resolve_inputs)
-from .splits import audit_partition, check_remote_reader, export_partition, gap_finding_row
+from .plan import (DEFAULT_SPLIT_SIZE, BrokerInput, Split, check_output, finding,
+                   layout_findings, make_splits, resolve_inputs)
+from .arrow import LAST_MILLI, audit_arrow_partition
+from .splits import check_remote_reader, export_partition
 
 #: findings returned to the caller (the tables hold all of them)
 LISTED_FINDINGS = 1000
@@ -43,7 +45,6 @@ _DISPATCHED = [cl_fmt.TRANSACTION_NAMES[cl_fmt.TRANSACTION_NOT_TYPE],
 _PREPARED = cl_fmt.TRANSACTION_NAMES[cl_fmt.TRANSACTION_PREPARED_TYPE]
 _ROLLBACK = cl_fmt.TRANSACTION_NAMES[cl_fmt.TRANSACTION_ROLLBACK_TYPE]
 _WIDE = "decimal(38,0)"          # damaged queue offsets make differences past 64 bits
-_LAST_MILLI = 253402300799999   # 9999-12-31T23:59:59.999Z: later "timestamps" are damage
 
 
 class _ListParam(AccumulatorParam):
@@ -73,13 +74,13 @@ class AuditResult:
 def _plan(spark: SparkSession, sources: list[str], broker_names: list[str] | None,
           split_size: int) -> tuple[list[BrokerInput], list[Split]]:
     check_remote_reader(sources)
-    brokers = resolve_inputs(list(sources), broker_names, session.hadoop_lister(spark))
+    brokers = resolve_inputs(list(sources), broker_names, session.input_lister(spark))
     return brokers, make_splits(brokers, split_size)
 
 
 def _store_date(column: str = "store_timestamp"):
     ts = F.col(column)
-    return (F.when(ts.between(0, _LAST_MILLI),
+    return (F.when(ts.between(0, LAST_MILLI),
                    F.date_format(F.timestamp_millis(ts), "yyyy-MM-dd"))
             .otherwise(F.lit("invalid")))
 
@@ -143,18 +144,11 @@ def _rewrite_without(spark: SparkSession, path: str, struct, cutoffs: dict, fmt:
     session.rename(spark, fixed, path)
 
 
-def _scan(spark: SparkSession, splits: list[Split], partition_fn, columns, out_path: str | None,
-          fmt: str, mode: str, partition_by: list[str]):
-    """Run the one scan job. Returns the rows as a DataFrame to query (read back from
-    ``out_path``, or cached), the tasks' side reports, the rows cut as stale
-    ({(broker, file): blank offset}) and notes."""
-    sc = spark.sparkContext
-    sink = sc.accumulator([], _ListParam())
-    rdd = sc.parallelize(splits, max(1, len(splits))).mapPartitions(
-        functools.partial(partition_fn, sink=sink))
-    struct = schema.struct_type(columns)
-    frame = spark.createDataFrame(rdd, struct, verifySchema=False) \
-        .withColumn("store_date", _store_date())
+def _finish_scan(spark: SparkSession, frame: DataFrame, sink, out_path: str | None, fmt: str,
+                 mode: str, partition_by: list[str]):
+    """Write (or cache) the scan's rows, then join the tasks' side reports: returns the rows as
+    a DataFrame to query, the side reports, the rows cut as stale ({(broker, file): blank
+    offset}) and notes."""
     full = frame.schema
     if out_path is not None:
         frame.write.mode(mode).partitionBy(*partition_by).format(fmt).save(out_path)
@@ -170,6 +164,34 @@ def _scan(spark: SparkSession, splits: list[Split], partition_fn, columns, out_p
         cutoffs, notes = chain_check(sides)
         result = _cut(frame, cutoffs)
     return result, sides, cutoffs, notes
+
+
+def _scan_arrow(spark: SparkSession, splits: list[Split], check_crc: bool, out_path: str | None,
+                mode: str):
+    """The audit's scan: one task per split (``spark.range`` numbers them), each handing Arrow
+    record batches of the scanner's columns to Spark (``mapInArrow``): no Python object per
+    message between the scanner and the JVM."""
+    sc = spark.sparkContext
+    sink = sc.accumulator([], _ListParam())
+    fn = functools.partial(audit_arrow_partition, splits=splits, check_crc=check_crc, sink=sink)
+    frame = spark.range(0, len(splits), 1, max(1, len(splits))) \
+        .mapInArrow(fn, schema.struct_type(schema.MESSAGE_COLUMNS + (("store_date", "string"),)))
+    return _finish_scan(spark, frame, sink, out_path, "parquet", mode, ["broker", "store_date"])
+
+
+def _scan(spark: SparkSession, splits: list[Split], partition_fn, columns, out_path: str | None,
+          fmt: str, mode: str, partition_by: list[str]):
+    """Run the one scan job. Returns the rows as a DataFrame to query (read back from
+    ``out_path``, or cached), the tasks' side reports, the rows cut as stale
+    ({(broker, file): blank offset}) and notes."""
+    sc = spark.sparkContext
+    sink = sc.accumulator([], _ListParam())
+    rdd = sc.parallelize(splits, max(1, len(splits))).mapPartitions(
+        functools.partial(partition_fn, sink=sink))
+    struct = schema.struct_type(columns)
+    frame = spark.createDataFrame(rdd, struct, verifySchema=False) \
+        .withColumn("store_date", _store_date())
+    return _finish_scan(spark, frame, sink, out_path, fmt, mode, partition_by)
 
 
 # --- findings ------------------------------------------------------------------------------------
@@ -228,10 +250,25 @@ def queue_steps(messages: DataFrame) -> DataFrame:
 
 
 def _gap_findings(spark: SparkSession, gaps: DataFrame) -> DataFrame:
-    # verify writes the topic with Python's repr; Python builds these rows too
-    rows = gaps.rdd.map(functools.partial(gap_finding_row, severity=CODES["CQ_QUEUE_GAP"][0]))
-    return spark.createDataFrame(rows, schema.struct_type(schema.FINDING_COLUMNS),
-                                 verifySchema=False)
+    """CQ_QUEUE_GAP findings worded as verify words them, in Spark SQL. verify writes the topic
+    with Python's repr: the driver writes it for the few distinct topics that have gaps."""
+    topics = [r["topic"] for r in gaps.select("topic").distinct().collect()]
+    if not topics:
+        return _finding_frame(spark, [])
+    quoted = F.create_map(*[F.lit(x) for t in topics for x in (t, repr(t))])
+    expected, qoff = F.col("expected"), F.col("queue_offset")
+    message = F.format_string(
+        "%s queue %d: queue offset %d %s (expected %d after the record at %d)",
+        quoted[F.col("topic")], "queue_id", "queue_offset",
+        F.when(qoff < expected, F.lit("repeats")).otherwise(F.lit("skips")), "expected",
+        "previous_offset")
+    return gaps.select(
+        "broker", F.lit("CQ_QUEUE_GAP").alias("code"),
+        F.lit(CODES["CQ_QUEUE_GAP"][0]).alias("severity"),
+        F.concat(F.lit("commitlog/"), F.col("file")).alias("file"),
+        F.col("file_offset").alias("offset"), message.alias("message"), "commitlog_offset",
+        "topic", "queue_id", "queue_offset", F.lit(None).cast("long").alias("count"),
+        F.to_json(F.struct(expected.alias("expected"))).alias("details"))
 
 
 def _region_findings(sides: list[dict], cutoffs: dict) -> list[dict]:
@@ -461,6 +498,7 @@ def _summary(brokers, splits, sides, queues, findings_by, uniq, file_rows, holes
     totals["by_code"] = dict(sorted(totals["by_code"].items()))
     topics = [{"broker": k[0], "topic": k[1], **v} for k, v in sorted(by_topic.items())]
     origins = sorted({s["origin"] for s in sides if s.get("origin")})
+    peaks = [s["peak_rss"] for s in sides if s.get("peak_rss")]
     return {
         "tool": f"mqtool {__version__} spark audit",
         "master": master,
@@ -478,6 +516,7 @@ def _summary(brokers, splits, sides, queues, findings_by, uniq, file_rows, holes
         "holes_total": len(holes),
         "notes": notes,
         "executor_code": origins,
+        "executor_peak_rss": max(peaks) if peaks else None,
     }
 
 
@@ -488,12 +527,8 @@ def _mode(overwrite: bool) -> str:
 
 
 def _check_out(spark: SparkSession, out: str | None, overwrite: bool) -> None:
-    from ..errors import MqtoolError
-
-    if out is None or overwrite or not session.path_exists(spark, out):
-        return
-    if not session.is_empty_dir(spark, out):
-        raise MqtoolError(f"{out} exists and is not empty; give --overwrite or a new directory")
+    check_output(out, overwrite, exists=functools.partial(session.path_exists, spark),
+                 is_empty_dir=functools.partial(session.is_empty_dir, spark))
 
 
 def audit(spark: SparkSession, sources: list[str], *, broker_names: list[str] | None = None,
@@ -508,9 +543,8 @@ def audit(spark: SparkSession, sources: list[str], *, broker_names: list[str] | 
     brokers, splits = _plan(spark, sources, broker_names, split_size)
     mode = _mode(overwrite)
     messages_path = session.join(out, "messages") if out else None
-    messages, sides, cutoffs, notes = _scan(
-        spark, splits, functools.partial(audit_partition, check_crc=check_crc),
-        schema.MESSAGE_COLUMNS, messages_path, "parquet", mode, ["broker", "store_date"])
+    messages, sides, cutoffs, notes = _scan_arrow(spark, splits, check_crc, messages_path, mode)
+    phases = {"plan_and_scan": time.perf_counter() - started}
 
     # used twice (findings, per-queue figures): sort the queues once
     gaps = queue_steps(messages).persist(StorageLevel.MEMORY_AND_DISK)
@@ -520,8 +554,10 @@ def audit(spark: SparkSession, sources: list[str], *, broker_names: list[str] | 
         .unionByName(_finding_frame(spark, driver_rows))
     if out is not None:
         findings_path = session.join(out, "findings")
-        findings.coalesce(max(1, min(8, len(brokers)))).write.mode(mode).partitionBy("broker") \
-            .parquet(findings_path)
+        # repartition, not coalesce: coalesce would run the scans feeding the findings (the
+        # messages table, the queue windows) in as few tasks as there are output files
+        findings.repartition(max(1, min(8, len(brokers))), "broker").write.mode(mode) \
+            .partitionBy("broker").parquet(findings_path)
         findings = spark.read.schema(schema.struct_type(schema.FINDING_COLUMNS)) \
             .parquet(findings_path)
     else:
@@ -534,16 +570,22 @@ def audit(spark: SparkSession, sources: list[str], *, broker_names: list[str] | 
     for r in listed:
         if r.get("details"):
             r["details"] = json.loads(r["details"])
+    phases["findings"] = time.perf_counter() - started - sum(phases.values())
 
     queues = _queue_table(messages, gaps)
+    phases["queues"] = time.perf_counter() - started - sum(phases.values())
     uniq = _uniq_keys(messages, session.join(out, "uniq_key_duplicates") if out else None, mode)
+    phases["uniq_keys"] = time.perf_counter() - started - sum(phases.values())
     file_rows, holes = _file_rows(brokers, sides, cutoffs, splits)
     if out is not None:
         spark.createDataFrame(file_rows, schema.struct_type(schema.FILE_COLUMNS),
                               verifySchema=False).coalesce(1).write.mode(mode) \
             .parquet(session.join(out, "files"))
+    phases["files"] = time.perf_counter() - started - sum(phases.values())
     summary = _summary(brokers, splits, sides, queues, findings_by, uniq, file_rows, holes, notes,
                        spark.sparkContext.master, split_size, out, started)
+    # where the job's time went (seconds), for sizing and benchmarks
+    summary["phase_seconds"] = {k: round(v, 3) for k, v in phases.items()}
     if out is not None:
         session.write_text(spark, session.join(out, "summary.json"),
                            json.dumps(summary, indent=2, ensure_ascii=False) + "\n")

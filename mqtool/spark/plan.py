@@ -232,6 +232,23 @@ def resolve_inputs(sources: list[str], names: list[str] | None = None,
     return brokers
 
 
+def check_output(out: str | None, overwrite: bool, *, exists=None, is_empty_dir=None) -> None:
+    """Refuse an output directory that holds something, unless ``overwrite``: one audit's tables
+    must not mix with another's. Local paths are checked here; other schemes through the
+    callables (the session's Hadoop FileSystem)."""
+    if out is None or overwrite:
+        return
+    if is_local(out):
+        path = Path(local_path(out))
+        if not path.exists():
+            return
+        if path.is_dir() and not any(path.iterdir()):
+            return
+    elif exists is None or not exists(out) or is_empty_dir(out):
+        return
+    raise MqtoolError(f"{out} exists and is not empty; give --overwrite or a new directory")
+
+
 # --- splits --------------------------------------------------------------------------------------
 
 def make_splits(brokers: list[BrokerInput], split_size: int = DEFAULT_SPLIT_SIZE) -> list[Split]:

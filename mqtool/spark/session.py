@@ -3,13 +3,17 @@ Hadoop FileSystem access (listing non-local inputs, writing the summary next to 
 
 ``local[*]`` is the default master: nothing to set up beyond pip and Java. Any other master
 (``spark://``, ``yarn``, ``k8s://``) gets mqtool's code as a zip through ``addPyFile``; the
-executors need Python with construct and numpy (mqtool's own dependencies) and, for non-local
-inputs, fsspec or pyarrow.
+executors need Python with mqtool's dependencies (construct, numpy, pyarrow, pandas) and, for
+non-local inputs, the reader of their scheme (s3fs, pyarrow). On local and standalone masters
+the executors run this interpreter unless the user chose another
+(:func:`choose_executor_python`).
 """
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -29,6 +33,11 @@ DEFAULTS = {
     "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
     # damaged records hold any 64-bit value; an overflow must not abort the audit
     "spark.sql.ansi.enabled": "false",
+    # tables partitioned by broker and store_date are written by one open file per partition
+    # value instead of sorting every task's rows by them first (the planned write would add
+    # that sort to the plan whatever the writers)
+    "spark.sql.maxConcurrentOutputFileWriters": "64",
+    "spark.sql.optimizer.plannedWrite.enabled": "false",
 }
 
 _QUIET_LOG4J = """\
@@ -59,9 +68,12 @@ def _quiet_log_config() -> str:
 
 
 def build_session(master: str | None = None, *, app_name: str = "mqtool",
-                  conf: dict[str, str] | None = None, progress: bool = False):
+                  conf: dict[str, str] | None = None, progress: bool = False,
+                  log_level: str = "OFF"):
     """A SparkSession on ``master`` (default ``local[*]``, or spark-submit's), with mqtool's code
-    shipped to executors when they are not this process's children."""
+    shipped to executors when they are not this process's children. Spark's own log is off by
+    default: a failed task comes back as the job's exception, which the caller reports in one
+    line (:func:`spark_failures`); ``log_level="WARN"`` shows Spark's account too."""
     require_pyspark()
     from pyspark.sql import SparkSession
 
@@ -80,17 +92,76 @@ def build_session(master: str | None = None, *, app_name: str = "mqtool",
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
             settings["spark.driver.host"] = "127.0.0.1"
             settings["spark.driver.bindAddress"] = "127.0.0.1"
-            if "PYSPARK_PYTHON" not in os.environ:
-                settings["spark.pyspark.python"] = sys.executable
     if progress:
         settings["spark.ui.showConsoleProgress"] = "true"
     settings.update(conf or {})
+    if not submitted:
+        choose_executor_python(master, settings)
     for key, value in settings.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    if submitted or progress or log_level != "OFF":
+        spark = builder.getOrCreate()
+    else:
+        with _jvm_output_to(spark_log_path()):
+            spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(log_level)
     ship_code(spark)
     return spark
+
+
+def spark_log_path() -> Path:
+    """Where the JVM that this process starts writes its output (banners, Spark's log, the
+    executors' Python workers' standard error)."""
+    return Path(tempfile.gettempdir()) / f"mqtool-spark-{os.getpid()}.log"
+
+
+_KEPT_LOGS: set[str] = set()
+
+
+def _drop_log(path: Path) -> None:
+    # a log that an error message points to stays; the others go with the process
+    if str(path) not in _KEPT_LOGS:
+        with contextlib.suppress(OSError):
+            path.unlink()
+
+
+@contextlib.contextmanager
+def _jvm_output_to(path: Path):
+    """Start the JVM with its standard error on ``path`` (it inherits this process's file
+    descriptor 2): the user's terminal gets mqtool's one-line messages, not Java's."""
+    try:
+        sys.stderr.flush()
+        log = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        saved = os.dup(2)
+    except OSError:
+        yield
+        return
+    os.dup2(log, 2)
+    atexit.register(_drop_log, path)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(log)
+
+
+def choose_executor_python(master: str | None, settings: dict[str, str]) -> str | None:
+    """The Python executors start: the user's (PYSPARK_PYTHON, or ``spark.pyspark.python``
+    given with --conf), else this interpreter on local and standalone masters, whose executors
+    run on this machine or on workers installed alike (Spark's own default is ``python3`` from
+    PATH, which has mqtool only by chance). Returns the choice, None when left to Spark.
+
+    PySpark's driver reads the executors' Python from the PYSPARK_PYTHON environment variable
+    when the context starts (``spark.pyspark.python`` alone does not reach it), so the choice
+    is put there."""
+    python = settings.get("spark.pyspark.python") or os.environ.get("PYSPARK_PYTHON")
+    if python is None and (is_local_master(master) or master.startswith("spark://")):
+        python = sys.executable
+    if python is not None:
+        os.environ["PYSPARK_PYTHON"] = python
+        settings["spark.pyspark.python"] = python
+    return python
 
 
 # --- shipping mqtool -----------------------------------------------------------------------------
@@ -139,6 +210,77 @@ def ship_code(spark) -> str | None:
     return archive
 
 
+# --- failures --------------------------------------------------------------------------------
+
+_MISSING_MODULE = re.compile(r"(?:ModuleNotFoundError|ImportError): No module named '([^']+)'")
+_MQTOOL_ERROR = re.compile(r"mqtool\.errors\.(\w+Error): (.+)")
+_OS_ERROR = re.compile(r"((?:PermissionError|FileNotFoundError|IsADirectoryError|OSError): .+)")
+#: what to install for a module an executor could not import
+_PACKAGES = {"mqtool": "mqtool[spark]", "numpy": "mqtool[spark]", "construct": "mqtool[spark]",
+             "pyarrow": "mqtool[spark]", "pandas": "mqtool[spark]", "fsspec": "fsspec",
+             "s3fs": "s3fs", "pyspark": "mqtool[spark]"}
+
+
+@contextlib.contextmanager
+def spark_failures():
+    """Spark's and py4j's exceptions as one-line mqtool errors (:func:`describe_failure`); the
+    original stays chained for --debug."""
+    from ..errors import MqtoolError
+
+    try:
+        yield
+    except MqtoolError:
+        raise
+    except Exception as err:
+        if is_spark_failure(err):
+            raise describe_failure(err) from err
+        raise
+
+
+def is_spark_failure(err: BaseException) -> bool:
+    """An exception that Spark or py4j raised (a failed job, a JVM error)."""
+    module = type(err).__module__ or ""
+    return module.startswith(("py4j", "pyspark"))
+
+
+def describe_failure(err: BaseException):
+    """A one-line :class:`mqtool.errors.MqtoolError` for a failed Spark job: an executor that
+    cannot import a dependency names the package to install; an mqtool or I/O error raised in
+    a task keeps its own text; anything else gives the first line of Spark's message."""
+    from ..errors import MqtoolError, OptionalDependencyError
+
+    java = getattr(err, "java_exception", None)
+    text = str(err)
+    if java is not None:
+        try:
+            text = text + "\n" + java.toString()
+        except Exception:   # the JVM is gone
+            pass
+    missing = _MISSING_MODULE.search(text)
+    if missing:
+        module = missing.group(1).split(".")[0]
+        package = _PACKAGES.get(module, module)
+        python = os.environ.get("PYSPARK_PYTHON", "python3")
+        return OptionalDependencyError(
+            f"an executor's Python ({python}) cannot import {module}: install '{package}' into "
+            f"it, or give a Python that has it with PYSPARK_PYTHON or --conf "
+            f"spark.pyspark.python")
+    own = _MQTOOL_ERROR.search(text)
+    if own:
+        return MqtoolError(f"a Spark task failed: {own.group(2).strip()}")
+    io = _OS_ERROR.search(text)
+    if io:
+        return MqtoolError(f"a Spark task could not read its input: {io.group(1).strip()}")
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    first = lines[0] if lines else type(err).__name__
+    log = spark_log_path()
+    where = ""
+    if log.is_file():
+        _KEPT_LOGS.add(str(log))
+        where = f" (Spark's log: {log})"
+    return MqtoolError(f"the Spark job failed: {first[:400]}{where}")
+
+
 # --- the driver's file system access -------------------------------------------------------------
 
 def _hadoop(spark, url: str):
@@ -149,7 +291,7 @@ def _hadoop(spark, url: str):
 
 def hadoop_lister(spark) -> Lister:
     """List directories of any scheme the session's Hadoop configuration can read."""
-    from ..errors import StoreLayoutError
+    from ..errors import OptionalDependencyError, StoreLayoutError
 
     def list_dir(url: str):
         try:
@@ -161,11 +303,44 @@ def hadoop_lister(spark) -> Lister:
                                        f"CommitLog directory)")
             return [ListedEntry(s.getPath().getName(), s.getPath().toString(), s.isDirectory(),
                                 s.getLen()) for s in fs.listStatus(path)]
-        except StoreLayoutError:
+        except (StoreLayoutError, OptionalDependencyError):
             raise
         except Exception as err:  # py4j hands over any Java exception (no such scheme, auth)
-            raise StoreLayoutError(f"{url}: cannot list it through Hadoop: "
-                                   f"{_java_message(err)}") from None
+            message = _java_message(err)
+            if "UnsupportedFileSystemException" in message:
+                scheme = url.split("://", 1)[0]
+                hint = (" (S3 is s3a:// there, with hadoop-aws: --conf spark.jars.packages="
+                        "org.apache.hadoop:hadoop-aws:<Spark's Hadoop version>)"
+                        if scheme in ("s3", "s3n", "s3a") else
+                        " (add the package of that file system to the session with --conf "
+                        "spark.jars.packages=...)")
+                raise OptionalDependencyError(f"{url}: Spark's Hadoop has no file system for "
+                                              f"{scheme}://{hint}") from None
+            raise StoreLayoutError(f"{url}: cannot list it through Hadoop: {message}") from None
+
+    return list_dir
+
+
+#: schemes Hadoop lists natively (fsspec's hdfs goes through libhdfs, rarely set up on a driver)
+_HADOOP_FIRST = {"hdfs", "viewfs", "webhdfs"}
+
+
+def input_lister(spark) -> Lister:
+    """List non-local inputs as the executors will read them: with fsspec when it has a driver
+    for the scheme (s3fs for s3://), else through the session's Hadoop FileSystem (hdfs://,
+    and s3a:// with hadoop-aws)."""
+    from .splits import fsspec_can_open, fsspec_lister
+
+    hadoop = hadoop_lister(spark)
+    fsspec_list = None
+
+    def list_dir(url: str):
+        nonlocal fsspec_list
+        scheme = url.split("://", 1)[0]
+        if scheme not in _HADOOP_FIRST and fsspec_can_open(scheme):
+            fsspec_list = fsspec_list or fsspec_lister()
+            return fsspec_list(url)
+        return hadoop(url)
 
     return list_dir
 

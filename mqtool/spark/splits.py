@@ -24,13 +24,13 @@ import mmap
 import os
 from pathlib import Path
 from typing import Iterator
+from urllib.parse import urlparse
 
 from ..errors import MqtoolError, OptionalDependencyError
-from ..formats import codecs
 from ..formats import commitlog as cl_fmt
-from ..scan import (FLAG_FALSE, FLAG_NONE, FLAG_TRUE, BlankRecord, CorruptRegion, MessageRecord,
-                    RecordBatch, UnwrittenTail, find_sync_point, scan_buffer,
-                    scan_buffer_batches, scan_segment, scan_segment_batches, written_extent)
+from ..scan import (BlankRecord, CorruptRegion, MessageRecord, RecordBatch, UnwrittenTail,
+                    find_sync_point, scan_buffer, scan_buffer_batches, scan_segment,
+                    scan_segment_batches, written_extent)
 from ..store import Segment, layout_of
 from .plan import Split, is_local, local_path
 
@@ -39,11 +39,6 @@ OVERHANG = 2 * cl_fmt.MAX_RECORD_SIZE
 #: non-message events a task reports in full (the rest are counted)
 MAX_REGIONS_PER_SPLIT = 10_000
 
-_TX_MASK = cl_fmt.TRANSACTION_TYPE_MASK
-_TX_NAMES = cl_fmt.TRANSACTION_NAMES
-_INNER_BATCH = cl_fmt.INNER_BATCH_FLAG
-_EMPTY_BODY_CRC = codecs.body_crc(b"")
-_VERSIONS = {cl_fmt.MESSAGE_MAGIC_CODE: "V1", cl_fmt.MESSAGE_MAGIC_CODE_V2: "V2"}
 
 
 # --- reading a split -----------------------------------------------------------------------------
@@ -149,40 +144,126 @@ def _remote_events(split: Split, check_crc: bool, opener, batches: bool = False)
         handle.close()
 
 
+_PYARROW_SCHEMES = {"s3": "s3", "s3a": "s3", "gs": "gs", "gcs": "gs", "hdfs": "hdfs"}
+#: the fsspec driver of a scheme, named in errors
+FSSPEC_PACKAGES = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "abfs": "adlfs",
+                   "abfss": "adlfs", "az": "adlfs", "hdfs": "pyarrow (with libhdfs)"}
+
+
+def fsspec_can_open(scheme: str) -> bool:
+    try:
+        import fsspec
+
+        fsspec.get_filesystem_class(scheme)
+    except (ImportError, ValueError):
+        return False
+    return True
+
+
+def _pyarrow_can_open(scheme: str) -> bool:
+    if scheme not in _PYARROW_SCHEMES:
+        return False
+    try:
+        from pyarrow import fs  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _open_with_fsspec(url: str):
+    import fsspec
+
+    return fsspec.open(url, "rb").open()
+
+
+def _open_with_pyarrow(url: str):
+    from pyarrow import fs as pafs
+
+    scheme, rest = url.split("://", 1)
+    # pyarrow knows s3:// and gs://, not Hadoop's s3a:// and gcs:// names for the same stores
+    filesystem, path = pafs.FileSystem.from_uri(f"{_PYARROW_SCHEMES[scheme]}://{rest}")
+    return filesystem.open_input_file(path)
+
+
+def reader_for(url: str):
+    """A function url -> binary file object for a non-local URL (fsspec with the scheme's
+    driver, else pyarrow's own file systems), or None when nothing installed reads it."""
+    scheme = urlparse(url).scheme
+    if fsspec_can_open(scheme):
+        return _open_with_fsspec
+    if _pyarrow_can_open(scheme):
+        return _open_with_pyarrow
+    return None
+
+
 def remote_opener():
-    """A function url -> binary file object for non-local schemes, or None when neither fsspec
-    nor pyarrow is installed."""
+    """A function url -> binary file object for non-local URLs, choosing the reader by scheme;
+    it raises OptionalDependencyError for a scheme nothing installed reads."""
+    def open_url(url: str):
+        opener = reader_for(url)
+        if opener is None:
+            raise OptionalDependencyError(missing_reader(url))
+        return opener(url)
+
+    return open_url
+
+
+def missing_reader(url: str) -> str:
+    scheme = urlparse(url).scheme
+    package = FSSPEC_PACKAGES.get(scheme, f"the fsspec driver of {scheme}://")
+    return (f"{url}: nothing installed reads {scheme}:// by byte range; install fsspec and "
+            f"{package} on the driver and every executor, or give local / file:// paths "
+            f"(a shared mount works)")
+
+
+def fsspec_lister():
+    """A lister (:data:`mqtool.spark.plan.Lister`) of non-local URLs through fsspec, for readers
+    that have no Hadoop FileSystem at hand (the ``rocketmq`` data source)."""
+    from .plan import ListedEntry
+
     try:
         import fsspec
     except ImportError:
-        pass
-    else:
-        return lambda url: fsspec.open(url, "rb").open()
-    try:
-        from pyarrow import fs as pafs
-    except ImportError:
-        return None
+        raise OptionalDependencyError("listing non-local paths needs fsspec (and the driver of "
+                                      "their scheme, e.g. s3fs)") from None
 
-    def open_with_pyarrow(url: str):
-        # pyarrow knows s3://, not Hadoop's s3a:// name for the same store
-        if url.startswith("s3a://"):
-            url = "s3://" + url[len("s3a://"):]
-        filesystem, path = pafs.FileSystem.from_uri(url)
-        return filesystem.open_input_file(path)
+    def list_dir(url: str):
+        from ..errors import StoreLayoutError
 
-    return open_with_pyarrow
+        scheme = urlparse(url).scheme
+        try:
+            fs = fsspec.filesystem(scheme)
+        except (ImportError, ValueError):
+            raise OptionalDependencyError(missing_reader(url)) from None
+        try:
+            if not fs.exists(url):
+                return None
+            is_dir = fs.isdir(url)
+            listed = fs.ls(url, detail=True) if is_dir else []
+        except Exception as err:   # each file system raises its own (credentials, network)
+            text = str(err).strip().splitlines()[0] if str(err).strip() else ""
+            raise StoreLayoutError(f"{url}: cannot list it: {type(err).__name__}"
+                                   + (f": {text}" if text else "")) from None
+        if not is_dir:
+            raise StoreLayoutError(f"{url}: not a directory (give a store root or a CommitLog "
+                                   f"directory)")
+        entries = []
+        for info in listed:
+            path = info["name"].rstrip("/")
+            full = path if "://" in path else f"{scheme}://{path}"
+            entries.append(ListedEntry(path.rsplit("/", 1)[-1], full,
+                                       info.get("type") == "directory", int(info.get("size") or 0)))
+        return entries
 
-
-REMOTE_HINT = ("executors read byte ranges of non-local files with fsspec (plus its hdfs/s3 "
-               "driver, e.g. s3fs) or pyarrow; install one on the driver and every executor, or "
-               "give local / file:// paths (a shared mount works)")
+    return list_dir
 
 
 def check_remote_reader(sources: list[str]) -> None:
-    """Non-local inputs need fsspec or pyarrow to be read by byte range: say so before work."""
-    remote = [s for s in sources if not is_local(s)]
-    if remote and remote_opener() is None:
-        raise OptionalDependencyError(f"{remote[0]}: {REMOTE_HINT}")
+    """Non-local inputs need a reader of their scheme (fsspec and its driver, or pyarrow): say
+    so before any work."""
+    for source in sources:
+        if not is_local(source) and reader_for(source) is None:
+            raise OptionalDependencyError(missing_reader(source))
 
 
 def split_events(split: Split, *, check_crc: bool = True, opener=None,
@@ -193,8 +274,6 @@ def split_events(split: Split, *, check_crc: bool = True, opener=None,
     if opener is None and is_local(split.url):
         return _local_events(split, check_crc, batches)
     opener = opener or remote_opener()
-    if opener is None:
-        raise OptionalDependencyError(f"{split.url}: {REMOTE_HINT}")
     return _remote_events(split, check_crc, opener, batches)
 
 
@@ -210,6 +289,17 @@ def new_side(split: Split) -> dict:
             "end": split.end, "entry": None, "exit": None, "blank": None, "messages": 0,
             "message_bytes": 0, "regions": [], "regions_dropped": 0,
             "origin": getattr(mqtool, "__file__", None)}
+
+
+def note_done(side: dict) -> None:
+    """Close a side report: the task process's peak memory so far (tasks reuse Python workers,
+    so it is the worker's peak over the splits it read)."""
+    try:
+        import resource
+
+        side["peak_rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    except (ImportError, OSError):
+        side["peak_rss"] = None
 
 
 def note_batch(side: dict, batch: RecordBatch) -> None:
@@ -243,86 +333,7 @@ def note_event(side: dict, event) -> None:
         side["regions"].append(("unwritten", event.offset, event.length, None, None, None))
 
 
-# --- rows ----------------------------------------------------------------------------------------
-
-def _inner_num(sys_flag: int, props: dict) -> int | None:
-    """The queue-offset step of an inner-batch record (verify's rule), None for others."""
-    if not sys_flag & _INNER_BATCH:
-        return None
-    try:
-        return max(1, int(props.get("INNER_NUM", "1")))
-    except ValueError:
-        return 1
-
-
-def _crc_ok(flag, body_length: int, body_crc: int):
-    # dump's body_crc_ok: an empty body is checked too (its CRC must be that of no bytes)
-    if flag is None and body_length <= 0:
-        return body_crc == _EMPTY_BODY_CRC
-    return flag
-
-
-def message_row(split: Split, rec: MessageRecord) -> tuple:
-    """One row of the ``messages`` table (columns: :data:`mqtool.spark.schema.MESSAGE_COLUMNS`)."""
-    props = codecs.decode_properties(rec.properties_raw) if rec.properties_raw else {}
-    sys_flag = rec.sys_flag
-    return (split.broker, split.name, rec.offset - split.base_offset, rec.offset, rec.total_size,
-            _VERSIONS.get(rec.magic_code, "UNKNOWN"), rec.topic, rec.queue_id, rec.queue_offset,
-            rec.physical_offset, sys_flag, _TX_NAMES[sys_flag & _TX_MASK], rec.born_timestamp,
-            rec.store_timestamp, rec.reconsume_times, props.get("TAGS"), props.get("KEYS"),
-            props.get("UNIQ_KEY"), rec.body_crc, _crc_ok(rec.body_crc_ok, rec.body_length,
-                                                          rec.body_crc),
-            rec.prop_crc_ok, rec.body_length, _inner_num(sys_flag, props))
-
-
-_FLAGS = {FLAG_TRUE: True, FLAG_FALSE: False, FLAG_NONE: None}
-
-
-def batch_rows(split: Split, batch: RecordBatch) -> list[tuple]:
-    """:func:`message_row` of every record of a batch, from its numpy columns (the records are
-    never built one by one; only the properties are decoded per record)."""
-    names = batch.topics.names
-    position = batch.position.tolist()
-    offsets = (batch.position + batch.base).tolist()
-    topics = [names[i] for i in batch.topic_id.tolist()]
-    sizes, magics, queue_ids = (batch.total_size.tolist(), batch.magic_code.tolist(),
-                                batch.queue_id.tolist())
-    queue_offsets, physical = batch.queue_offset.tolist(), batch.physical_offset.tolist()
-    sys_flags, born, stored = (batch.sys_flag.tolist(), batch.born_timestamp.tolist(),
-                               batch.store_timestamp.tolist())
-    reconsumes, crcs, lengths = (batch.reconsume_times.tolist(), batch.body_crc.tolist(),
-                                 batch.body_length.tolist())
-    crc_flags = [_FLAGS[f] for f in batch.body_crc_ok.tolist()]
-    prop_flags = [_FLAGS[f] for f in batch.prop_crc_ok.tolist()]
-    has_props = (batch.properties_length > 0).tolist()
-    decode, properties_raw = codecs.decode_properties, batch.properties_raw
-    broker, name, versions, tx_names = split.broker, split.name, _VERSIONS, _TX_NAMES
-    rows = []
-    for i in range(len(position)):
-        props = decode(properties_raw(i)) if has_props[i] else {}
-        sys_flag = sys_flags[i]
-        rows.append((broker, name, position[i], offsets[i], sizes[i],
-                     versions.get(magics[i], "UNKNOWN"), topics[i], queue_ids[i],
-                     queue_offsets[i], physical[i], sys_flag, tx_names[sys_flag & _TX_MASK],
-                     born[i], stored[i], reconsumes[i], props.get("TAGS"), props.get("KEYS"),
-                     props.get("UNIQ_KEY"), crcs[i], _crc_ok(crc_flags[i], lengths[i], crcs[i]),
-                     prop_flags[i], lengths[i], _inner_num(sys_flag, props)))
-    return rows
-
-
-def audit_partition(splits, check_crc: bool, sink) -> Iterator[tuple]:
-    """mapPartitions body of the audit: message rows out, one side report per split to
-    ``sink`` (an accumulator)."""
-    for split in splits:
-        side = new_side(split)
-        for event in split_events(split, check_crc=check_crc, batches=True):
-            if type(event) is RecordBatch:
-                note_batch(side, event)
-                yield from batch_rows(split, event)
-            else:
-                note_event(side, event)
-        sink.add([side])
-
+# --- export rows -------------------------------------------------------------------------------
 
 def export_row(split: Split, rec: MessageRecord, buf_body: bytes, decompress: bool,
                columns: tuple[str, ...]) -> tuple:
@@ -345,7 +356,7 @@ def export_partition(splits, check_crc: bool, decompress: bool, topics: frozense
                      columns: tuple[str, ...], sink) -> Iterator[tuple]:
     for split in splits:
         side = new_side(split)
-        reader = _BodyReader(split)
+        reader = BodyReader(split)
         try:
             for event in split_events(split, check_crc=check_crc):
                 note_event(side, event)
@@ -357,26 +368,26 @@ def export_partition(splits, check_crc: bool, decompress: bool, topics: frozense
                 yield export_row(split, event, reader.body(event), decompress, columns)
         finally:
             reader.close()
+        note_done(side)
         sink.add([side])
 
 
-class _BodyReader:
+class BodyReader:
     """Stored bodies of one file's records (a second read of the same bytes the scan saw)."""
 
-    def __init__(self, split: Split):
+    def __init__(self, split: Split, opener=None):
         self.split = split
+        self.opener = opener
         self.handle = None
 
     def body(self, rec: MessageRecord) -> bytes:
         if rec.body_length <= 0:
             return b""
         if self.handle is None:
-            if is_local(self.split.url):
+            if self.opener is None and is_local(self.split.url):
                 self.handle = open(local_path(self.split.url), "rb")
             else:
-                opener = remote_opener()
-                if opener is None:
-                    raise OptionalDependencyError(f"{self.split.url}: {REMOTE_HINT}")
+                opener = self.opener or remote_opener()
                 self.handle = opener(self.split.url)
         self.handle.seek(rec.body_position - self.split.base_offset)
         return self.handle.read(rec.body_length)
@@ -384,17 +395,3 @@ class _BodyReader:
     def close(self) -> None:
         if self.handle is not None:
             self.handle.close()
-
-
-def gap_finding_row(row, severity: str) -> tuple:
-    """A CQ_QUEUE_GAP finding (columns: FINDING_COLUMNS) from a row of
-    :func:`mqtool.spark.job.queue_steps`, worded as ``verify`` words it."""
-    import json
-
-    expected, qoff = row["expected"], row["queue_offset"]
-    what = "repeats" if qoff < expected else "skips"
-    message = (f"{row['topic']!r} queue {row['queue_id']}: queue offset {qoff} {what} "
-               f"(expected {expected} after the record at {row['previous_offset']})")
-    return (row["broker"], "CQ_QUEUE_GAP", severity, f"commitlog/{row['file']}",
-            row["file_offset"], message, row["commitlog_offset"], row["topic"], row["queue_id"],
-            qoff, None, json.dumps({"expected": expected}, sort_keys=True))
