@@ -25,19 +25,19 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import writer as w
-from .errors import StoreLayoutError, StoreLockedError
-from .formats import codecs
-from .formats import commitlog as cl_fmt
-from .formats import consumequeue as cq_fmt
-from .codec import CQ_UNIT as _CQ_UNIT
-from .config import JavaBean, fastjson_pretty
-from .scan import MessageRecord, Scanner
-from .store import Store
+from .. import writer as w
+from ..errors import StoreLayoutError, StoreLockedError
+from ..formats import codecs
+from ..formats import commitlog as cl_fmt
+from ..formats import consumequeue as cq_fmt
+from ..codec import CQ_UNIT as _CQ_UNIT
+from ..config import JavaBean, fastjson_pretty
+from ..scan import MessageRecord, Scanner
+from ..store import Store
 
 # --- the message mix ----------------------------------------------------------------------------
 
-from .vocabulary import DEFAULT_TOPICS
+from ..vocabulary import DEFAULT_TOPICS
 SCHEDULE_TOPIC = codecs.SCHEDULE_TOPIC
 MAX_DELAY_LEVEL = len(codecs.delay_level_table())
 TAG_POOL = ("TagA", "TagB", "TagC", "täg-ü", "标签", "order_created", "order_paid")
