@@ -1,0 +1,185 @@
+"""make_store: a whole store written through the one writer, clean or as a JVM halt leaves it."""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import writer as w
+from ..errors import StoreLayoutError
+from ..formats import commitlog as cl_fmt
+from .configs import write_configs
+from .mix import COMPACTION_CHECKPOINT, ForgeOptions, KINDS, LOCK_CONTENT, MessageGenerator
+
+
+@dataclass
+class Manifest:
+    """The generator's own record of what it meant to write (tests compare files against it)."""
+
+    messages: int = 0
+    kinds: Counter = field(default_factory=Counter)
+    compressed: int = 0
+    born_v6: int = 0
+    v2_records: int = 0
+    records_by_topic: Counter = field(default_factory=Counter)
+    # (stored topic, queue id) -> CQ units the broker would dispatch (NOT and COMMIT records)
+    cq_units: Counter = field(default_factory=Counter)
+    dispatched_cq_units: Counter = field(default_factory=Counter)
+    dispatched: int = 0
+    delay_levels: Counter = field(default_factory=Counter)
+
+    def as_json(self) -> dict:
+        by_topic: dict[str, dict[str, int]] = {}
+        for (topic, qid), n in sorted(self.cq_units.items()):
+            by_topic.setdefault(topic, {})[str(qid)] = n
+        dispatched: dict[str, dict[str, int]] = {}
+        for (topic, qid), n in sorted(self.dispatched_cq_units.items()):
+            dispatched.setdefault(topic, {})[str(qid)] = n
+        return {
+            "messages": self.messages,
+            "kinds": {k: self.kinds.get(k, 0) for k in KINDS},
+            "compressed": self.compressed,
+            "born_ipv6": self.born_v6,
+            "v2_records": self.v2_records,
+            "records_by_topic": dict(sorted(self.records_by_topic.items())),
+            "queue_offsets": by_topic,
+            "dispatched_messages": self.dispatched,
+            "dispatched_queue_offsets": dispatched,
+            "delay_levels": {str(k): v for k, v in sorted(self.delay_levels.items())},
+        }
+
+
+PROGRESS_STEP = 4096
+
+
+def _dir_is_empty(path: Path) -> bool:
+    return not path.exists() or (path.is_dir() and not any(path.iterdir()))
+
+
+def make_store(root: Path, options: ForgeOptions, *, progress=None) -> dict:
+    """Write a complete store under ``root`` (which must be absent or empty) and return the
+    summary ``mqtool fixture make`` prints. ``progress(n)`` is told of every n messages
+    written."""
+    options.validate()
+    root = Path(root)
+    if not _dir_is_empty(root):
+        raise StoreLayoutError(f"{root}: directory exists and is not empty; the forge only writes "
+                               "into a new or empty directory")
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "commitlog").mkdir(exist_ok=True)
+    store = w.StoreWriter(root, commitlog_file_size=options.commitlog_file_size,
+                          cq_units_per_file=options.cq_units, index_slots=options.index_slots,
+                          index_entries=options.index_entries,
+                          broker_version=options.broker_version, prop_crc=options.prop_crc,
+                          index=options.index, batch_topics=frozenset(options.batch_cq_topics))
+    generator = MessageGenerator(options)
+    rng = generator.rng
+    n = options.messages
+    undispatched = 0
+    if options.crash and n:
+        # the reput thread trails the CommitLog by a few percent of the log when the JVM halts
+        undispatched = min(n, max(1, round(n * rng.uniform(0.01, 0.05))))
+    dispatch_until = n - undispatched
+    manifest = Manifest(messages=n)
+    prepared_offsets: list[int] = []
+    first_store_ts = last_store_ts = last_dispatched_ts = 0
+    try:
+        for i in range(n):
+            msg, intent = generator.next(i)
+            if intent.prepared_ref is not None:
+                msg.prepared_transaction_offset = prepared_offsets[intent.prepared_ref]
+            offset, size, queue_offset = store.append(msg)
+            if intent.kind == "prepared":
+                prepared_offsets.append(offset)
+            tracked = intent.kind not in ("prepared", "rollback")
+            key = (intent.topic, intent.queue_id)
+            manifest.kinds[intent.kind] += 1
+            manifest.records_by_topic[intent.topic] += 1
+            manifest.compressed += intent.compressed
+            manifest.born_v6 += intent.born_v6
+            manifest.v2_records += w.message_magic(intent.topic, options.broker_version) \
+                == cl_fmt.MESSAGE_MAGIC_CODE_V2
+            if intent.delay_level:
+                manifest.delay_levels[intent.delay_level] += 1
+            if tracked:
+                manifest.cq_units[key] += intent.inner_num
+            if not first_store_ts:
+                first_store_ts = msg.store_timestamp
+            last_store_ts = msg.store_timestamp
+            if i < dispatch_until:
+                store.dispatch(msg.topic, msg.queue_id, offset, size, msg.sys_flag,
+                               queue_offset, msg.store_timestamp, msg.properties)
+                manifest.dispatched += 1
+                last_dispatched_ts = msg.store_timestamp
+                if tracked:
+                    manifest.dispatched_cq_units[key] += intent.inner_num
+            if progress is not None and i % PROGRESS_STEP == PROGRESS_STEP - 1:
+                progress(PROGRESS_STEP)
+        if progress is not None and n % PROGRESS_STEP:
+            progress(n % PROGRESS_STEP)
+        end_offset = store.commitlog.offset
+        index_ts = store.index.index_msg_timestamp
+    finally:
+        store.close()
+
+    preallocated = None
+    if options.crash:
+        # physicMsgTimestamp moves on the 10 s full flush, logicsMsgTimestamp on the CQ flush:
+        # both trail the last message by seconds when the JVM halts
+        physic = max(0, last_store_ts - rng.randint(2000, 5000)) if n else 0
+        logics = max(0, last_dispatched_ts - rng.randint(1000, 3000)) if last_dispatched_ts else 0
+        if n:
+            size = options.commitlog_file_size
+            next_base = end_offset - end_offset % size + size
+            allocator = w.CommitLogWriter(root / "commitlog", size, start_offset=next_base)
+            allocator.ensure_current_file()
+            allocator.close()
+            preallocated = w.offset_file_name(next_base)
+    else:
+        physic = logics = last_store_ts
+    (root / "checkpoint").write_bytes(w.checkpoint_bytes(physic, logics, index_ts))
+    (root / "lock").write_bytes(LOCK_CONTENT)
+    pid = rng.randrange(1000, 65536)
+    if options.crash:
+        # 4.x leaves abort empty; 5.x writes the broker PID into it
+        (root / "abort").write_text(str(pid) if options.broker_version >= 5 else "")
+    if options.broker_version >= 5:
+        (root / "abort.bak").write_bytes(b"")
+        if not options.crash:
+            (root / "compaction").mkdir(exist_ok=True)
+            (root / "compaction" / "position-checkpoint").write_text(COMPACTION_CHECKPOINT)
+    write_configs(root, options, generator.topics, manifest.dispatched_cq_units,
+                  last_store_ts or generator.store_clock, rng)
+    return _summary(root, options, generator, manifest, end_offset,
+                    dict(physic=physic, logics=logics, index=index_ts), preallocated)
+
+
+def _summary(root: Path, options: ForgeOptions, generator: MessageGenerator, manifest: Manifest,
+             end_offset: int, checkpoint: dict, preallocated: str | None) -> dict:
+    commitlog_files = sorted(p.name for p in (root / "commitlog").iterdir())
+    index_dir = root / "index"
+    index_files = sorted(p.name for p in index_dir.iterdir()) if index_dir.is_dir() else []
+    cq_files = sorted(p.relative_to(root).as_posix()
+                      for p in (root / "consumequeue").glob("*/*/*")) \
+        if (root / "consumequeue").is_dir() else []
+    return {
+        "root": str(root),
+        "seed": options.seed,
+        "broker_version": options.broker_version,
+        "crash": options.crash,
+        **manifest.as_json(),
+        "topics": generator.topics,
+        "queues": options.queues,
+        "commitlog": {
+            "file_size": options.commitlog_file_size,
+            "files": commitlog_files,
+            "max_offset": end_offset,
+            "preallocated": preallocated,
+        },
+        "consumequeue": {"units_per_file": options.cq_units, "files": len(cq_files)},
+        "index": {"slots": options.index_slots, "entries": options.index_entries,
+                  "files": index_files},
+        "checkpoint": {"physicMsgTimestamp": checkpoint["physic"],
+                       "logicsMsgTimestamp": checkpoint["logics"],
+                       "indexMsgTimestamp": checkpoint["index"]},
+    }
