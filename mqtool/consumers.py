@@ -168,12 +168,9 @@ def _signed32(value: int) -> int:
 
 
 def start_predicted(store: Store, plan: RecoveryPlan | None) -> bool:
-    """False without a plan, and for a DLedger store (entries in dledger-*/data, no
-    commitlog/): the recovery prediction does not model DLedger's own recovery. Queue ends are
-    then taken as the files have them."""
-    if plan is None:
-        return False
-    return bool(store.commitlog.segments) or not any(store.root.glob("dledger-*"))
+    """False without a plan: queue ends are then taken as the files have them. DLedger-mode
+    stores are predicted too (recovery.predict_recovery follows DLedger's own recovery there)."""
+    return plan is not None
 
 
 def queue_bounds(store: Store, plan: RecoveryPlan | None) -> dict[tuple[str, int], QueueBounds]:
@@ -506,11 +503,8 @@ def consumer_report(store: Store, plan: RecoveryPlan | None,
                                                 delay_load.used or cfg.DELAY_OFFSET)
     problems += found
     predicted = start_predicted(store, plan)
-    if plan is None:
+    if not predicted:
         notes.append("no recovery prediction: the queue ends are taken as the files have them")
-    elif not predicted:
-        notes.append("DLedger store: mqtool does not predict DLedger's recovery, so the queue "
-                      "ends after the next start are taken as the files have them now")
     if plan is not None and plan.refuses_to_start:
         notes.append("the broker refuses to start this store as it is (see verify); the "
                      "outcomes assume it starts")
@@ -571,7 +565,7 @@ def consumer_findings(store: Store, plan: RecoveryPlan,
                 **where)
         elif row.committed_offset > row.max_offset:
             then = (f"the next start dispatches the queue to {row.max_after_start}"
-                    if report.start_predicted else "the next start is not predicted (DLedger)")
+                    if report.start_predicted else "the next start is not predicted")
             add("CONSUMER_OFFSET_AHEAD_NOW", offsets_file,
                 f"{label}: committed offset {row.committed_offset} > queue end {row.max_offset} "
                 f"on disk; {then}", **where)
