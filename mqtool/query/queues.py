@@ -138,6 +138,18 @@ def query_batch_queue_offset(store: Store, queue: ConsumeQueue,
         result.notes.append(f"queue offset {queue_offset} lies inside the batch [{base}, "
                             f"{base + batch}) stored at CommitLog offset {phy}: the broker "
                             f"returns that whole record and continues at {base + batch}")
+    record = _unit_record(store, result, unit_out, topic, queue_id, queue_offset, phy, size,
+                          base, f"the record's QUEUEOFFSET is {{}}, the unit's msgBaseOffset "
+                                f"{base}")
+    result.found.append(Found(record, "batch-consume-queue"))
+    return result
+
+
+def _unit_record(store: Store, result: QueryResult, unit: dict, topic: str, queue_id: int,
+                 queue_offset: int, phy: int, size: int, expected_queue_offset: int,
+                 queue_offset_mismatch: str):
+    """The record a (Batch)ConsumeQueue unit points at, CRC checked; where the two disagree the
+    result says how (``queue_offset_mismatch`` is formatted with the record's QUEUEOFFSET)."""
     with RecordReader(store.commitlog) as reader:
         record, why = reader.at(phy, check_crc=True)
     if record is None:
@@ -146,16 +158,14 @@ def query_batch_queue_offset(store: Store, queue: ConsumeQueue,
     mismatches = []
     if record.topic != topic or record.queue_id != queue_id:
         mismatches.append(f"the record is in {record.topic}/{record.queue_id}")
-    if record.queue_offset != base:
-        mismatches.append(f"the record's QUEUEOFFSET is {record.queue_offset}, the unit's "
-                          f"msgBaseOffset {base}")
+    if record.queue_offset != expected_queue_offset:
+        mismatches.append(queue_offset_mismatch.format(record.queue_offset))
     if record.total_size != size:
         mismatches.append(f"the record is {record.total_size} bytes, the unit says {size}")
     if mismatches:
         result.notes.append(f"the unit and the record disagree: {'; '.join(mismatches)}")
-        unit_out["mismatch"] = mismatches
-    result.found.append(Found(record, "batch-consume-queue"))
-    return result
+        unit["mismatch"] = mismatches
+    return record
 
 
 def query_queue_offset(store: Store, topic: str, queue_id: int, queue_offset: int) -> QueryResult:
@@ -193,21 +203,8 @@ def query_queue_offset(store: Store, topic: str, queue_id: int, queue_offset: in
                        f"end (next offset {end})" if queue_offset >= end else
                        f"{topic}/{queue_id} queue offset {queue_offset}: the unit is not valid "
                        f"(offset {phy}, size {size})")
-    with RecordReader(store.commitlog) as reader:
-        record, why = reader.at(phy, check_crc=True)
-    if record is None:
-        raise NotFound(f"{topic}/{queue_id} queue offset {queue_offset} points at CommitLog "
-                       f"offset {phy}: {why}")
-    mismatches = []
-    if record.topic != topic or record.queue_id != queue_id:
-        mismatches.append(f"the record is in {record.topic}/{record.queue_id}")
-    if record.queue_offset != queue_offset:
-        mismatches.append(f"the record's QUEUEOFFSET is {record.queue_offset}")
-    if record.total_size != size:
-        mismatches.append(f"the record is {record.total_size} bytes, the unit says {size}")
-    if mismatches:
-        result.notes.append(f"the unit and the record disagree: {'; '.join(mismatches)}")
-        unit["mismatch"] = mismatches
+    record = _unit_record(store, result, unit, topic, queue_id, queue_offset, phy, size,
+                          queue_offset, "the record's QUEUEOFFSET is {}")
     if queue_offset < (first if first is not None else 0):
         result.notes.append(f"queue offset {queue_offset} is below the queue's minimum {first}: "
                             f"the broker no longer serves it")
