@@ -15,6 +15,7 @@ idempotent), and ``undo`` of that backup puts every file back whether or not its
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import errno
 import hashlib
@@ -269,12 +270,13 @@ def _current_state(store_root: Path, op: dict) -> str:
 
 
 def undo_backup(backup_dir: Path, *, force: bool = False, dry_run: bool = False,
-                check_lock=None) -> UndoReport:
+                guard=None) -> UndoReport:
     """Put the store back exactly as it was before the repair that made ``backup_dir``.
 
     Files the repair created are removed, changed and deleted files restored byte-exact. A file
     that is neither as the repair left it nor as it was before (someone wrote to the store since)
-    is a conflict: nothing is changed unless ``force``."""
+    is a conflict: nothing is changed unless ``force``. ``guard(store_root)``, a context
+    manager, surrounds everything done to the store (the caller checks and holds its lock)."""
     backup_dir = Path(backup_dir).absolute()
     if backup_dir.is_file() and backup_dir.name == MANIFEST:
         backup_dir = backup_dir.parent
@@ -282,8 +284,12 @@ def undo_backup(backup_dir: Path, *, force: bool = False, dry_run: bool = False,
     store_root = Path(manifest["store"])
     if not store_root.is_dir():
         raise StoreLayoutError(f"{store_root}: the store this backup belongs to is gone")
-    if check_lock is not None:
-        check_lock(store_root)
+    with (guard(store_root) if guard is not None else contextlib.nullcontext()):
+        return _undo(backup_dir, manifest, store_root, force=force, dry_run=dry_run)
+
+
+def _undo(backup_dir: Path, manifest: dict, store_root: Path, *, force: bool,
+          dry_run: bool) -> UndoReport:
     pending = read_pending(store_root)
     if pending is not None and Path(pending["manifest"]).resolve() != (backup_dir / MANIFEST).resolve():
         raise BackupError(f"{store_root}: another repair was interrupted ({pending['manifest']}); "

@@ -34,6 +34,7 @@ from .formats import consumequeue as cq_fmt
 from .codec import CQ_UNIT as _CQ_UNIT
 from .scan import MessageRecord, Scanner
 from .store import Store
+from .lock import holding_store_lock
 
 # --- the message mix ----------------------------------------------------------------------------
 
@@ -1073,6 +1074,7 @@ _DAMAGERS = {"torn-tail": _torn_tail, "bit-flip": _bit_flip, "zero-range": _zero
              "stray-file": _stray_file, "stale-checkpoint": _stale_checkpoint}
 
 
+@holding_store_lock("fixture damage")
 def damage_store(root: Path, kind: str, seed: int = 0, *, file: str | None = None,
                  offset: int | None = None, length: int | None = None, target: str = "body",
                  direction: str | None = None) -> dict:

@@ -21,6 +21,7 @@ from pathlib import Path
 import construct
 
 from .errors import ParseError, StoreLayoutError, StoreNotFoundError
+from .lock import held_here
 from .formats import checkpoint as ckpt_fmt
 from .formats import commitlog as cl_fmt
 from .formats import consumequeue as cq_fmt
@@ -194,6 +195,8 @@ def load_config(path: Path) -> tuple[object | None, str | None]:
 def lock_holder(path: Path) -> bool:
     """True when another process holds a POSIX record lock on byte 0 of ``path`` (the lock the
     broker's FileChannel.tryLock takes). Opens the file read-only and takes no lock itself."""
+    if held_here(path):  # ours: opening and closing the file here would drop it (POSIX locks)
+        return False
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
