@@ -22,6 +22,7 @@ import construct
 
 from .errors import ParseError, StoreLayoutError, StoreNotFoundError
 from .lock import held_here
+from .mapping import map_readonly
 from .formats import checkpoint as ckpt_fmt
 from .formats import commitlog as cl_fmt
 from .formats import consumequeue as cq_fmt
@@ -53,7 +54,7 @@ class MappedFile:
         self.path = Path(path)
         self._fh = open(self.path, "rb")
         size = os.fstat(self._fh.fileno()).st_size
-        self.data = mmap.mmap(self._fh.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+        self.data = map_readonly(self._fh.fileno()) if size else b""  # holes: no SIGBUS
         self.size = size
 
     def close(self) -> None:

@@ -2,6 +2,7 @@
 (or only report, with ``dry_run``), optionally on a copy; and ``undo``."""
 from __future__ import annotations
 
+import errno
 import shutil
 from contextlib import contextmanager
 import tempfile
@@ -87,8 +88,17 @@ def run_repair(command: str, store_path: Path, *, dry_run: bool = False,
         return _run_repair(command, source, dry_run=dry_run, backup_dir=backup_dir, out=out,
                            store_options=store_options, progress=progress, argv=argv, **options)
     with store_lock(source, command):
-        return _run_repair(command, source, dry_run=dry_run, backup_dir=backup_dir, out=out,
-                           store_options=store_options, progress=progress, argv=argv, **options)
+        try:
+            return _run_repair(command, source, dry_run=dry_run, backup_dir=backup_dir, out=out,
+                               store_options=store_options, progress=progress, argv=argv,
+                               **options)
+        except OSError as err:
+            if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            where = f" writing {err.filename}" if err.filename else ""
+            raise RepairError(f"{source}: {command} stopped{where}: No space left on device; "
+                              "the store is unchanged (stage and partial backup removed)") \
+                from None
 
 
 def _run_repair(command: str, source: Path, *, dry_run: bool, backup_dir: Path | None,

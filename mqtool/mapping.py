@@ -1,0 +1,100 @@
+"""Read-only memory maps that cannot die of SIGBUS on a full file system.
+
+On tmpfs (and other memory-backed file systems) touching a page of a *hole* through a shared
+map allocates a page for it; when the file system is full that allocation fails and the kernel
+sends SIGBUS, which kills the process in the middle of whatever it was doing (``read()`` of the
+same hole returns zeros and allocates nothing). Store files are often sparse: a CommitLog or
+ConsumeQueue file is created at full size and filled from the front, and a copy made with
+``cp --sparse`` turns every zero block into a hole.
+
+:func:`map_readonly` therefore maps the file and then replaces every page-aligned hole of the map
+with private anonymous zero pages (``MAP_FIXED``): the bytes seen are the same zeros, reading
+them maps the kernel's shared zero page, and no file system page is ever allocated.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import mmap
+import os
+
+_PAGE = mmap.PAGESIZE
+_libc = None
+
+
+def _mmap_call():
+    global _libc
+    if _libc is None:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                              ctypes.c_int, ctypes.c_long]
+        _libc = libc
+    return _libc.mmap
+
+
+def holes(fd: int, length: int) -> list[tuple[int, int]]:
+    """Page-aligned (start, end) ranges within the first ``length`` bytes of ``fd`` that are
+    holes; [] when the file system cannot tell."""
+    found: list[tuple[int, int]] = []
+    pos = 0
+    try:
+        while pos < length:
+            try:
+                hole = os.lseek(fd, pos, os.SEEK_HOLE)
+            except OSError as err:
+                if err.errno == errno.ENXIO:
+                    break
+                raise
+            if hole >= length:
+                break
+            try:
+                data = os.lseek(fd, hole, os.SEEK_DATA)
+            except OSError as err:
+                if err.errno != errno.ENXIO:
+                    raise
+                data = length
+            start = hole + (-hole % _PAGE)
+            if data >= length:
+                # to the end of the map, whose last page runs past the data (zeros too)
+                end = length + (-length % _PAGE)
+            else:
+                end = data - data % _PAGE
+            if end > start:
+                found.append((start, end))
+            pos = max(data, hole + 1)
+    except (OSError, AttributeError):
+        return []
+    return found
+
+
+def map_readonly(fd: int, length: int = 0) -> mmap.mmap:
+    """A read-only shared map of the first ``length`` bytes of ``fd`` (0: the whole file) whose
+    holes are anonymous zero pages, so reading it never allocates file system pages."""
+    buf = mmap.mmap(fd, length, access=mmap.ACCESS_READ)
+    gaps = holes(fd, len(buf))
+    if gaps:
+        try:
+            _cover(buf, gaps)
+        except OSError:
+            buf.close()
+            raise
+    return buf
+
+
+def _cover(buf: mmap.mmap, gaps: list[tuple[int, int]]) -> None:
+    import numpy as np
+    view = np.frombuffer(buf, dtype=np.uint8)
+    base = view.ctypes.data
+    del view            # the map must not stay exported, or it could not be closed
+    call = _mmap_call()
+    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_FIXED", 0x10)
+    for start, end in gaps:
+        got = call(base + start, end - start, mmap.PROT_READ, flags, -1, 0)
+        if got is None or got == ctypes.c_void_p(-1).value:
+            code = ctypes.get_errno()
+            raise OSError(code, f"cannot map zero pages over a hole: {os.strerror(code)}")
+
+
+__all__ = ["map_readonly", "holes"]
