@@ -97,4 +97,33 @@ def _cover(buf: mmap.mmap, gaps: list[tuple[int, int]]) -> None:
             raise OSError(code, f"cannot map zero pages over a hole: {os.strerror(code)}")
 
 
-__all__ = ["map_readonly", "holes"]
+def read_units(path, dtype, limit_units: int | None = None):
+    """``(units, count)`` of a file of fixed-size units (a ConsumeQueue file): ``count`` whole
+    units are in the file (at most ``limit_units``), of which ``units`` holds those up to the end
+    of the written data - the rest lie in a trailing hole and are all zeros. A 2 GiB sparse file
+    with a few units therefore costs a few bytes of memory, not 2 GiB. Read with ``pread`` in
+    bounded chunks, never through a map."""
+    import numpy as np
+    from .scan import written_extent
+    itemsize = np.dtype(dtype).itemsize
+    with open(path, "rb") as fh:
+        fd = fh.fileno()
+        size = os.fstat(fd).st_size
+        count = size // itemsize
+        if limit_units is not None:
+            count = min(count, max(0, limit_units))
+        written = -(-written_extent(fd, count * itemsize) // itemsize)
+        wanted = min(count, written)
+        out = np.zeros(wanted, dtype=dtype)
+        raw = out.view(np.uint8)
+        chunk = (4 << 20) - (4 << 20) % itemsize
+        pos = 0
+        while pos < wanted * itemsize:
+            got = os.preadv(fd, [memoryview(raw[pos:pos + chunk])], pos)
+            if got <= 0:
+                break       # the file shrank meanwhile: the rest stays zeros
+            pos += got
+    return out, count
+
+
+__all__ = ["map_readonly", "holes", "read_units"]

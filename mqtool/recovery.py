@@ -27,6 +27,7 @@ from .codec import BATCH_CQ_DTYPE, CQ_DTYPE, numpy_dtype
 from .passport import store_passport
 from .errors import ParseError
 from .formats import checkpoint as ckpt_fmt
+from .mapping import read_units
 from .formats import commitlog as cl_fmt
 from .formats import consumequeue as cq_fmt
 from .formats import indexfile as idx_fmt
@@ -75,15 +76,10 @@ BATCH_CONSUME_QUEUE = QueueKind("batchconsumequeue", cq_fmt.BATCH_CQ_STORE_UNIT_
 
 def read_cq_units(path, units_per_file: int | None = None,
                   kind: QueueKind = CONSUME_QUEUE) -> np.ndarray:
-    """The units of one queue file (a trailing partial unit is ignored); with
-    ``units_per_file``, only the part of the file the broker maps."""
-    with MappedFile(path) as mf:
-        usable = mf.size - mf.size % kind.unit_size
-        if units_per_file is not None:
-            usable = min(usable, units_per_file * kind.unit_size)
-        if usable <= 0:
-            return np.zeros(0, kind.dtype)
-        return np.frombuffer(mf.data, kind.dtype, usable // kind.unit_size).copy()
+    """The units of one queue file up to its written end (a trailing hole is all zeros, which no
+    caller counts; a trailing partial unit is ignored); with ``units_per_file``, only the part
+    of the file the broker maps."""
+    return read_units(path, kind.dtype, units_per_file)[0]  # a trailing hole is not read
 
 
 def valid_prefix(units: np.ndarray, kind: QueueKind = CONSUME_QUEUE) -> int:

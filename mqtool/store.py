@@ -179,7 +179,10 @@ def read_fastjson(path: Path):
     if not text.strip():
         raise ValueError("empty file")
     quoted = re.sub(r'([{,]\s*)(-?\d+)(\s*:)', r'\1"\2"\3', text)
-    return json.loads(quoted)
+    try:
+        return json.loads(quoted)
+    except RecursionError:  # hostile nesting: unreadable like any other bad JSON
+        raise ValueError("JSON nested too deeply") from None
 
 
 def load_config(path: Path) -> tuple[object | None, str | None]:

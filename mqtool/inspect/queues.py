@@ -9,7 +9,8 @@ import numpy as np
 
 from .. import codec
 from ..formats import consumequeue as cq_fmt
-from ..store import OFFSET_NAME, ConsumeQueue, MappedFile, queue_of_file
+from ..mapping import read_units
+from ..store import OFFSET_NAME, ConsumeQueue, queue_of_file
 from .records import RT_BCQ_END, RT_BCQ_PARTIAL, RT_BCQ_UNIT, RT_CQ_END, RT_CQ_PARTIAL, RT_CQ_UNIT
 
 
@@ -27,12 +28,13 @@ def _file_base(path: Path) -> int:
 
 
 def _load_units(path: Path, dtype: np.dtype) -> tuple[np.ndarray, int, int]:
-    """(units, file size, bytes after the last whole unit) of a queue file."""
-    with MappedFile(path) as mapped:
-        size = mapped.size
-        whole = size // dtype.itemsize
-        units = (np.frombuffer(mapped.data, dtype=dtype, count=whole).copy() if whole
-                 else np.zeros(0, dtype=dtype))
+    """(units, file size, bytes after the last whole unit) of a queue file; ``units`` ends
+    where the written data does (a trailing hole is zero units: see :func:`read_units`)."""
+    units, whole = read_units(path, dtype)
+    if whole > len(units):
+        # the hole after the written data starts with a zero unit: the queue's end
+        units = np.concatenate([units, np.zeros(1, dtype=dtype)])
+    size = path.stat().st_size
     return units, size, size - whole * dtype.itemsize
 
 
@@ -64,11 +66,12 @@ def iter_consume_queue_file(path: Path, *, file: str | None = None, topic: str |
         position = i * unit_size
         queue_offset = (base + position) // unit_size
         if msg_size == 0:
-            after = units[i + 1:]
+            after = units[i + 1:]     # the units past these, in a hole, are zeros
             nonzero = int(np.count_nonzero(after["size"] != 0) if len(after) else 0)
             yield {"record_type": RT_CQ_END, "file": file, "topic": topic, "queue_id": queue_id,
                    "file_offset": position, "queue_offset": queue_offset,
-                   "units_after_end": len(after), "nonzero_units_after_end": nonzero}
+                   "units_after_end": (size - leftover) // unit_size - i - 1,
+                   "nonzero_units_after_end": nonzero}
             return
         yield {"record_type": RT_CQ_UNIT, "file": file, "topic": topic, "queue_id": queue_id,
                "file_offset": position, "queue_offset": queue_offset,
@@ -97,7 +100,7 @@ def iter_batch_consume_queue_file(path: Path, *, file: str | None = None,
             after = units[i + 1:]
             yield {"record_type": RT_BCQ_END, "file": file, "topic": topic, "queue_id": queue_id,
                    "file_offset": position, "unit_index": (base + position) // unit_size,
-                   "units_after_end": len(after),
+                   "units_after_end": (size - leftover) // unit_size - i - 1,
                    "nonzero_units_after_end": int(np.count_nonzero(after["size"] != 0))
                    if len(after) else 0}
             return
