@@ -112,3 +112,25 @@ def test_read_maps_of_sparse_files_hold_the_same_bytes(tmp_path):
             assert part[:] == data[:20 * page]
         finally:
             part.close()
+
+
+@pytest.mark.parametrize("step", [1, 2, 4])
+def test_a_disk_full_in_the_middle_of_the_apply_is_rolled_back(crashed, tmp_path, step):
+    """ENOSPC after n operations were applied (the test hook raises it where a real disk would):
+    what was applied is put back from the backup, the backup and journal go, exit 2."""
+    store = tmp_path / "store"
+    shutil.copytree(crashed, store)
+    before = snapshot(store)
+    env = {**os.environ, "MQTOOL_TEST_FULL_DISK_AFTER_STEP": str(step)}
+    proc = subprocess.run([sys.executable, "-m", "mqtool", "--no-progress", "recover", str(store)],
+                          capture_output=True, text=True, env=env)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "No space left on device" in lines[0]
+    assert snapshot(store) == before
+    assert not (store / ".mqtool-backup").exists()
+    assert not (store / ".mqtool-pending.json").exists()
+    assert not list(store.glob(".mqtool-stage-*"))
+    # and with room again the same command repairs it
+    assert subprocess.run([sys.executable, "-m", "mqtool", "--no-progress", "recover",
+                           str(store)], capture_output=True).returncode in (0, 1)

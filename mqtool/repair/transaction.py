@@ -20,6 +20,7 @@ from .files import _CHUNK
 
 
 KILL_ENV = "MQTOOL_TEST_KILL_AFTER_STEP"
+FULL_DISK_ENV = "MQTOOL_TEST_FULL_DISK_AFTER_STEP"
 MAX_LISTED_RANGES = 64
 
 # apply order: CommitLog first (the broker deletes the same files), the abort file last
@@ -229,6 +230,10 @@ def _kill_point(step: int) -> None:
     wanted = os.environ.get(KILL_ENV)
     if wanted is not None and wanted.strip() == str(step):
         os.kill(os.getpid(), signal.SIGKILL)
+    # the same for a disk that fills up right after step n (the roll-back path)
+    wanted = os.environ.get(FULL_DISK_ENV)
+    if wanted is not None and wanted.strip() == str(step):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
 
 def _zeros_sha256(length: int) -> str:
