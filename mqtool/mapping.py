@@ -126,4 +126,51 @@ def read_units(path, dtype, limit_units: int | None = None):
     return out, count
 
 
-__all__ = ["map_readonly", "holes", "read_units"]
+def iter_unit_chunks(path, dtype, chunk_units: int = 1 << 16):
+    """``(count, chunks)`` for a file of fixed-size units: ``count`` whole units are in the file
+    and ``chunks`` yields ``(first unit index, units)`` for the parts holding data, in order,
+    at most ``chunk_units`` at a time; units in holes are zeros and are not yielded. Memory is
+    one chunk whatever the file's size."""
+    import numpy as np
+    itemsize = np.dtype(dtype).itemsize
+    fh = open(path, "rb")
+    fd = fh.fileno()
+    count = os.fstat(fd).st_size // itemsize
+    end = count * itemsize
+
+    def extents():
+        pos = 0
+        while pos < end:
+            try:
+                start = os.lseek(fd, pos, os.SEEK_DATA)
+                stop = os.lseek(fd, start, os.SEEK_HOLE)
+            except OSError as err:
+                if err.errno == errno.ENXIO:
+                    return
+                yield pos, end          # the file system cannot tell: all of it is data
+                return
+            if start >= end:
+                return
+            yield start, min(stop, end)
+            pos = stop
+
+    def chunks():
+        with fh:
+            first = 0                      # next unit index not yet yielded
+            for start, stop in extents():
+                unit = max(first, start // itemsize)
+                last = -(-stop // itemsize)
+                while unit < last:
+                    n = min(chunk_units, last - unit)
+                    out = np.zeros(n, dtype=dtype)
+                    got = os.preadv(fd, [memoryview(out.view(np.uint8))], unit * itemsize)
+                    if got <= 0:
+                        return
+                    yield unit, out[:got // itemsize] if got < n * itemsize else out
+                    unit += n
+                first = max(first, last)
+
+    return count, chunks()
+
+
+__all__ = ["map_readonly", "holes", "read_units", "iter_unit_chunks"]

@@ -141,3 +141,23 @@ def test_a_2_gib_sparse_consume_queue_file(store):
     last = json.loads(proc.stdout.strip().splitlines()[-1])
     assert last["record_type"] == "consumequeue/end"
     assert last["units_after_end"] == (2 << 30) // 20 - last["file_offset"] // 20 - 1
+
+
+def test_dump_streams_a_2_gib_sparse_queue_file_with_data_at_its_end(tmp_path):
+    """Units at the very end of a 2 GiB sparse file: dump reads it a chunk at a time."""
+    queue = tmp_path / "consumequeue" / "T" / "0"
+    queue.mkdir(parents=True)
+    path = queue / "00000000000000000000"
+    with open(path, "wb") as fh:
+        fh.write(bytes.fromhex("0000000000000000" "000000aa" "0000000000000001"))   # unit 0
+        fh.seek((2 << 30) // 20 * 20 - 40)        # the last two whole units
+        fh.write(bytes.fromhex("0000000000001000" "000000bb" "0000000000000002") * 2)
+    if path.stat().st_blocks * 512 > 64 << 20:
+        pytest.skip("the file system does not keep sparse files sparse")
+    proc = _run_limited("dump", path, "--json")
+    assert_one_line_or_ok(proc, (0, 1))
+    rows = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [r["record_type"] for r in rows] == ["consumequeue/unit", "consumequeue/end"]
+    assert rows[1]["file_offset"] == 20
+    assert rows[1]["units_after_end"] == (2 << 30) // 20 - 2
+    assert rows[1]["nonzero_units_after_end"] == 2
