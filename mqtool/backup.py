@@ -147,16 +147,46 @@ def _write_segments(fh, segments: list[dict], backup_dir: Path) -> None:
                 remaining -= len(block)
 
 
+class SpaceReserve:
+    """Disk space set aside (``posix_fallocate``) before the first change, so that the journal
+    and manifest writes after it - or a roll-back - cannot be the ones that find the disk full."""
+
+    SLACK = 64 * 1024
+
+    def __init__(self, path: Path, size: int):
+        self.path = path
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            try:
+                os.posix_fallocate(fd, 0, size)
+            except OSError as err:
+                if err.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                    self.release()
+                    raise
+        finally:
+            os.close(fd)
+
+    def release(self) -> None:
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            pass
+
+
 def restore_file(target: Path, size: int, segments: list[dict], backup_dir: Path) -> None:
     """Recreate ``target`` byte-exact from saved segments: temp file, fsync, rename, fsync dir."""
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.mqtool-undo")
-    with open(tmp, "w+b") as fh:
-        fh.truncate(size)
-        _write_segments(fh, segments, backup_dir)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, target)
+    try:
+        with open(tmp, "w+b") as fh:
+            fh.truncate(size)
+            _write_segments(fh, segments, backup_dir)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     fsync_dir(target.parent)
 
 
@@ -173,8 +203,9 @@ def restore_in_place(target: Path, size: int, segments: list[dict], backup_dir: 
         pos = start
         while pos < min(end, size):
             n = min(CHUNK, min(end, size) - pos)
-            fh.seek(pos)
-            fh.write(_ZEROS if n == CHUNK else bytes(n))
+            # zeros over zeros (a hole) are skipped: writing them would allocate blocks
+            if os.pread(fh.fileno(), n, pos).count(0) != n:
+                os.pwrite(fh.fileno(), _ZEROS if n == CHUNK else bytes(n), pos)
             pos += n
         _write_segments(fh, segments, backup_dir)
         fh.flush()
@@ -288,6 +319,19 @@ def undo_backup(backup_dir: Path, *, force: bool = False, dry_run: bool = False,
         return _undo(backup_dir, manifest, store_root, force=force, dry_run=dry_run)
 
 
+def _check_room(backup_dir: Path, manifest: dict) -> None:
+    """Refuse, before changing anything, an undo the disk has no room for: the restored files
+    hold at most the saved bytes, and the manifest is rewritten once."""
+    data = backup_dir / "data"
+    saved = sum(p.stat().st_size for p in data.iterdir()) if data.is_dir() else 0
+    room = saved + 2 * len(json.dumps(manifest)) + SpaceReserve.SLACK
+    try:
+        SpaceReserve(backup_dir / ".reserve", room).release()
+    except OSError as err:
+        raise BackupError(f"{manifest['store']}: no room to undo {backup_dir} ({room} bytes "
+                          f"needed): {err.strerror}; nothing restored") from None
+
+
 def _undo(backup_dir: Path, manifest: dict, store_root: Path, *, force: bool,
           dry_run: bool) -> UndoReport:
     pending = read_pending(store_root)
@@ -317,6 +361,8 @@ def _undo(backup_dir: Path, manifest: dict, store_root: Path, *, force: bool,
         raise BackupError(f"{len(report.conflicts)} file(s) changed since the repair (first: "
                           f"{report.conflicts[0]}); nothing restored (use --force to restore "
                           "anyway)")
+    if not dry_run:
+        _check_room(backup_dir, manifest)
     for op, state in reversed(list(zip(ops, states))):
         path = store_root / op["path"]
         kind = op["op"]

@@ -134,3 +134,57 @@ def test_a_disk_full_in_the_middle_of_the_apply_is_rolled_back(crashed, tmp_path
     # and with room again the same command repairs it
     assert subprocess.run([sys.executable, "-m", "mqtool", "--no-progress", "recover",
                            str(store)], capture_output=True).returncode in (0, 1)
+
+
+def _fill(mnt: Path, leave_kb: int) -> Path:
+    filler = mnt / "filler"
+    with open(filler, "wb") as fh:
+        block = bytes(1 << 16)
+        try:
+            while True:
+                fh.write(block)
+                fh.flush()
+        except OSError:
+            pass
+    free = os.statvfs(mnt).f_bavail * os.statvfs(mnt).f_frsize
+    os.truncate(filler, max(0, filler.stat().st_size + free - leave_kb * 1024))
+    return filler
+
+
+def test_undo_on_a_full_disk_restores_all_or_nothing(crashed, tmp_path):
+    if not _mount_tmpfs(tmp_path / "probe", 1024):
+        pytest.skip("cannot mount a tmpfs here (needs root and mount permission)")
+    _umount(tmp_path / "probe")
+    used = _used_kb(crashed)
+    mnt = tmp_path / "mnt"
+    assert _mount_tmpfs(mnt, used + 4096)
+    try:
+        store = mnt / "store"
+        subprocess.run(["cp", "-a", "--sparse=always", str(crashed), str(store)], check=True)
+        original = snapshot(store)
+        assert subprocess.run([sys.executable, "-m", "mqtool", "--no-progress", "recover",
+                               str(store)], capture_output=True).returncode in (0, 1)
+        repaired = snapshot(store)
+        backup = next((store / ".mqtool-backup").iterdir())
+        outcomes = []
+        for leave_kb in (0, 16, 48, 96, 160, 512):
+            filler = _fill(mnt, leave_kb)
+            proc = subprocess.run([sys.executable, "-m", "mqtool", "--no-progress", "undo",
+                                   str(backup)], capture_output=True, text=True,
+                                  env={**os.environ, "PYTHONFAULTHANDLER": "1"})
+            filler.unlink()
+            assert proc.returncode >= 0, proc.stderr[-3000:]
+            assert not [p for p in store.rglob("*") if p.name.endswith(".mqtool-undo")]
+            if proc.returncode == 2:
+                lines = proc.stderr.strip().splitlines()
+                assert len(lines) == 1 and "No space left on device" in lines[0], proc.stderr
+                assert snapshot(store) == repaired
+                outcomes.append("full")
+            else:
+                assert proc.returncode == 0, proc.stderr
+                assert snapshot(store) == original
+                outcomes.append("undone")
+                break
+        assert outcomes[0] == "full" and outcomes[-1] == "undone", outcomes
+    finally:
+        _umount(mnt)

@@ -395,33 +395,8 @@ def apply_plan(plan: RepairPlan, *, backup_dir: Path | None, argv: list[str] | N
     return backup_dir
 
 
-class _Reserve:
-    """Disk space set aside (``posix_fallocate``) before the first change, so that the journal
-    and manifest writes after it - or a roll-back - cannot be the ones that find the disk full."""
-
-    SLACK = 64 * 1024
-
-    def __init__(self, path: Path, size: int):
-        self.path = path
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            try:
-                os.posix_fallocate(fd, 0, size)
-            except OSError as err:
-                if err.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
-                    raise
-        finally:
-            os.close(fd)
-
-    def release(self) -> None:
-        try:
-            self.path.unlink()
-        except FileNotFoundError:
-            pass
-
-
 def _back_up(plan: RepairPlan, ops: list, manifest: dict, store_root: Path, backup_dir: Path,
-             progress) -> _Reserve:
+             progress) -> bk.SpaceReserve:
     """Save every byte the operations change, write the manifest and the journal. On any error
     (a full disk) nothing of the backup is left behind and the store is untouched."""
     parent_existed = backup_dir.parent.exists()
@@ -439,8 +414,8 @@ def _back_up(plan: RepairPlan, ops: list, manifest: dict, store_root: Path, back
             if progress is not None:
                 progress.update(1)
         saved = sum(p.stat().st_size for p in (backup_dir / "data").iterdir())
-        room = saved + 2 * len(json.dumps(manifest)) + _Reserve.SLACK
-        reserve = _Reserve(backup_dir / ".reserve", room)
+        room = saved + 2 * len(json.dumps(manifest)) + bk.SpaceReserve.SLACK
+        reserve = bk.SpaceReserve(backup_dir / ".reserve", room)
         fsync_dir(backup_dir / "data")
         _kill_point(-1)
         bk.write_json_atomically(backup_dir / bk.MANIFEST, manifest)
