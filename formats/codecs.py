@@ -291,6 +291,11 @@ def decode_offset_msg_id(msg_id: str) -> tuple[str, int]:
     return format_host(raw[:ip_len], port), offset
 
 
+# the "now" a UNIQ_KEY is read against, kept where the month arithmetic stays in years 1..9999
+_NOW_MIN_MS = 0
+_NOW_MAX_MS = calendar.timegm((9999, 10, 1, 0, 0, 0)) * 1000
+
+
 def decode_uniq_key(uniq_key: str, now_ms: int | None = None,
                     tz: _dt.tzinfo | None = None) -> dict:
     """MessageClientIDSetter: client IP, pid, class-loader hash, counter and the approximate time.
@@ -307,6 +312,9 @@ def decode_uniq_key(uniq_key: str, now_ms: int | None = None,
     delta_ms = int.from_bytes(raw[ip_len + 6:ip_len + 10], "big")
     counter = int.from_bytes(raw[ip_len + 10:ip_len + 12], "big")
     tz = tz or _dt.timezone.utc
+    if now_ms is not None:
+        # a damaged store timestamp can lie outside what a date can hold (year 1..9999)
+        now_ms = min(max(now_ms, _NOW_MIN_MS), _NOW_MAX_MS)
     now = _dt.datetime.now(tz) if now_ms is None else _dt.datetime.fromtimestamp(now_ms / 1000, tz)
     month_start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
     approx = month_start + _dt.timedelta(milliseconds=delta_ms)

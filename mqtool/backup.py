@@ -15,6 +15,7 @@ idempotent), and ``undo`` of that backup puts every file back whether or not its
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import errno
 import hashlib
@@ -146,16 +147,46 @@ def _write_segments(fh, segments: list[dict], backup_dir: Path) -> None:
                 remaining -= len(block)
 
 
+class SpaceReserve:
+    """Disk space set aside (``posix_fallocate``) before the first change, so that the journal
+    and manifest writes after it - or a roll-back - cannot be the ones that find the disk full."""
+
+    SLACK = 64 * 1024
+
+    def __init__(self, path: Path, size: int):
+        self.path = path
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            try:
+                os.posix_fallocate(fd, 0, size)
+            except OSError as err:
+                if err.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                    self.release()
+                    raise
+        finally:
+            os.close(fd)
+
+    def release(self) -> None:
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            pass
+
+
 def restore_file(target: Path, size: int, segments: list[dict], backup_dir: Path) -> None:
     """Recreate ``target`` byte-exact from saved segments: temp file, fsync, rename, fsync dir."""
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.mqtool-undo")
-    with open(tmp, "w+b") as fh:
-        fh.truncate(size)
-        _write_segments(fh, segments, backup_dir)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, target)
+    try:
+        with open(tmp, "w+b") as fh:
+            fh.truncate(size)
+            _write_segments(fh, segments, backup_dir)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     fsync_dir(target.parent)
 
 
@@ -172,8 +203,9 @@ def restore_in_place(target: Path, size: int, segments: list[dict], backup_dir: 
         pos = start
         while pos < min(end, size):
             n = min(CHUNK, min(end, size) - pos)
-            fh.seek(pos)
-            fh.write(_ZEROS if n == CHUNK else bytes(n))
+            # zeros over zeros (a hole) are skipped: writing them would allocate blocks
+            if os.pread(fh.fileno(), n, pos).count(0) != n:
+                os.pwrite(fh.fileno(), _ZEROS if n == CHUNK else bytes(n), pos)
             pos += n
         _write_segments(fh, segments, backup_dir)
         fh.flush()
@@ -269,12 +301,13 @@ def _current_state(store_root: Path, op: dict) -> str:
 
 
 def undo_backup(backup_dir: Path, *, force: bool = False, dry_run: bool = False,
-                check_lock=None) -> UndoReport:
+                guard=None) -> UndoReport:
     """Put the store back exactly as it was before the repair that made ``backup_dir``.
 
     Files the repair created are removed, changed and deleted files restored byte-exact. A file
     that is neither as the repair left it nor as it was before (someone wrote to the store since)
-    is a conflict: nothing is changed unless ``force``."""
+    is a conflict: nothing is changed unless ``force``. ``guard(store_root)``, a context
+    manager, surrounds everything done to the store (the caller checks and holds its lock)."""
     backup_dir = Path(backup_dir).absolute()
     if backup_dir.is_file() and backup_dir.name == MANIFEST:
         backup_dir = backup_dir.parent
@@ -282,8 +315,25 @@ def undo_backup(backup_dir: Path, *, force: bool = False, dry_run: bool = False,
     store_root = Path(manifest["store"])
     if not store_root.is_dir():
         raise StoreLayoutError(f"{store_root}: the store this backup belongs to is gone")
-    if check_lock is not None:
-        check_lock(store_root)
+    with (guard(store_root) if guard is not None else contextlib.nullcontext()):
+        return _undo(backup_dir, manifest, store_root, force=force, dry_run=dry_run)
+
+
+def _check_room(backup_dir: Path, manifest: dict) -> None:
+    """Refuse, before changing anything, an undo the disk has no room for: the restored files
+    hold at most the saved bytes, and the manifest is rewritten once."""
+    data = backup_dir / "data"
+    saved = sum(p.stat().st_size for p in data.iterdir()) if data.is_dir() else 0
+    room = saved + 2 * len(json.dumps(manifest)) + SpaceReserve.SLACK
+    try:
+        SpaceReserve(backup_dir / ".reserve", room).release()
+    except OSError as err:
+        raise BackupError(f"{manifest['store']}: no room to undo {backup_dir} ({room} bytes "
+                          f"needed): {err.strerror}; nothing restored") from None
+
+
+def _undo(backup_dir: Path, manifest: dict, store_root: Path, *, force: bool,
+          dry_run: bool) -> UndoReport:
     pending = read_pending(store_root)
     if pending is not None and Path(pending["manifest"]).resolve() != (backup_dir / MANIFEST).resolve():
         raise BackupError(f"{store_root}: another repair was interrupted ({pending['manifest']}); "
@@ -311,6 +361,8 @@ def undo_backup(backup_dir: Path, *, force: bool = False, dry_run: bool = False,
         raise BackupError(f"{len(report.conflicts)} file(s) changed since the repair (first: "
                           f"{report.conflicts[0]}); nothing restored (use --force to restore "
                           "anyway)")
+    if not dry_run:
+        _check_room(backup_dir, manifest)
     for op, state in reversed(list(zip(ops, states))):
         path = store_root / op["path"]
         kind = op["op"]

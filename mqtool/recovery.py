@@ -19,7 +19,6 @@ is tested against; where they and the spec differ, the stores win (see the comme
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -28,6 +27,7 @@ from .codec import BATCH_CQ_DTYPE, CQ_DTYPE, numpy_dtype
 from .passport import store_passport
 from .errors import ParseError
 from .formats import checkpoint as ckpt_fmt
+from .mapping import read_units
 from .formats import commitlog as cl_fmt
 from .formats import consumequeue as cq_fmt
 from .formats import indexfile as idx_fmt
@@ -76,20 +76,10 @@ BATCH_CONSUME_QUEUE = QueueKind("batchconsumequeue", cq_fmt.BATCH_CQ_STORE_UNIT_
 
 def read_cq_units(path, units_per_file: int | None = None,
                   kind: QueueKind = CONSUME_QUEUE) -> np.ndarray:
-    """The units of one queue file (a trailing partial unit is ignored); with
-    ``units_per_file``, only the part of the file the broker maps."""
-    # read(), not a map and a copy: a mostly sparse 6 MB queue file costs a page fault per
-    # 4 KiB through a map, and one system call this way (verify reads every queue file)
-    with open(path, "rb") as fh:
-        size = os.fstat(fh.fileno()).st_size
-        usable = size - size % kind.unit_size
-        if units_per_file is not None:
-            usable = min(usable, units_per_file * kind.unit_size)
-        if usable <= 0:
-            return np.zeros(0, kind.dtype)
-        data = bytearray(usable)
-        got = fh.readinto(data)
-        return np.frombuffer(data, kind.dtype, got // kind.unit_size)
+    """The units of one queue file up to its written end (a trailing hole is all zeros, which no
+    caller counts; a trailing partial unit is ignored); with ``units_per_file``, only the part
+    of the file the broker maps."""
+    return read_units(path, kind.dtype, units_per_file)[0]  # a trailing hole is not read
 
 
 def valid_prefix(units: np.ndarray, kind: QueueKind = CONSUME_QUEUE) -> int:

@@ -42,6 +42,7 @@ from . import codec as _codec
 from .crc import crc32 as _crc32
 from .codec import HOST_FLAGS, MESSAGE_HEADER, MESSAGE_MIDDLE
 from .errors import MqtoolError, ParseError
+from .mapping import map_readonly
 from .formats import codecs
 from .formats import commitlog as fmt
 from .formats import dledger as dl_fmt
@@ -928,7 +929,7 @@ def _scan_mapped(segment: Segment, start: int | None, end: int | None, progress,
         written = written_extent(fh.fileno(), segment.length)
         limit = min(segment.length, written + fmt.MAX_RECORD_SIZE + dl_fmt.ENTRY_HEADER_SIZE)
         limit = min(segment.length, limit + (-limit % mmap.PAGESIZE))
-        buf = mmap.mmap(fh.fileno(), limit, access=mmap.ACCESS_READ) if limit else b""
+        buf = map_readonly(fh.fileno(), limit) if limit else b""  # holes: no SIGBUS
     first = 0 if start is None else max(0, start - segment.base_offset)
     last = None if end is None else max(0, end - segment.base_offset)
     released = first - first % mmap.PAGESIZE

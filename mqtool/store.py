@@ -29,6 +29,8 @@ from pathlib import Path
 import construct
 
 from .errors import ParseError, StoreLayoutError, StoreNotFoundError
+from .lock import held_here
+from .mapping import map_readonly
 from .formats import checkpoint as ckpt_fmt
 from .formats import commitlog as cl_fmt
 from .formats import consumequeue as cq_fmt
@@ -61,7 +63,7 @@ class MappedFile:
         self.path = Path(path)
         self._fh = open(self.path, "rb")
         size = os.fstat(self._fh.fileno()).st_size
-        self.data = mmap.mmap(self._fh.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+        self.data = map_readonly(self._fh.fileno()) if size else b""  # holes: no SIGBUS
         self.size = size
 
     def fileno(self) -> int:
@@ -401,7 +403,10 @@ def read_fastjson(path: Path):
     if not text.strip():
         raise ValueError("empty file")
     quoted = re.sub(r'([{,]\s*)(-?\d+)(\s*:)', r'\1"\2"\3', text)
-    return json.loads(quoted)
+    try:
+        return json.loads(quoted)
+    except RecursionError:  # hostile nesting: unreadable like any other bad JSON
+        raise ValueError("JSON nested too deeply") from None
 
 
 def load_config(path: Path) -> tuple[object | None, str | None]:
@@ -418,6 +423,8 @@ def load_config(path: Path) -> tuple[object | None, str | None]:
 def lock_holder(path: Path) -> bool:
     """True when another process holds a POSIX record lock on byte 0 of ``path`` (the lock the
     broker's FileChannel.tryLock takes). Opens the file read-only and takes no lock itself."""
+    if held_here(path):  # ours: opening and closing the file here would drop it (POSIX locks)
+        return False
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:

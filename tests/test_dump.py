@@ -635,7 +635,11 @@ def test_own_code_opens_files_read_only():
                           "os.replace", "shutil.", "mmap.mmap("):
             assert forbidden not in source, (module.name, forbidden)
     store_source = (REPO / "mqtool" / "store.py").read_text()
-    assert "access=mmap.ACCESS_READ" in store_source
+    assert "map_readonly(" in store_source
+    # the maps: read-only, and the zero pages laid over holes are private and read-only too
+    mapping_source = (REPO / "mqtool" / "mapping.py").read_text()
+    assert "access=mmap.ACCESS_READ" in mapping_source and "mmap.PROT_READ," in mapping_source
+    assert "PROT_WRITE" not in mapping_source and "ACCESS_WRITE" not in mapping_source
     assert 'open(self.path, "rb")' in store_source and "os.O_RDONLY" in store_source
 
 

@@ -311,3 +311,137 @@ def test_refuses_backup_inside_a_data_directory_and_bare_commitlog(tmp_path):
     assert proc.returncode == 2 and "bare CommitLog directory" in proc.stderr
     assert snapshot(store) == before
     assert not (store / "commitlog" / "bk").exists()
+
+
+# --- the store's lock, held for the whole run (issue 12) -------------------------------------------
+
+
+def _start_recover(store: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "mqtool", "--no-progress", "recover", str(store)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.parametrize("with_lock_file", [True, False])
+def test_two_concurrent_recovers_one_repairs_the_other_refuses(tmp_path, with_lock_file):
+    reference = _damaged_copy(tmp_path / "reference")
+    if not with_lock_file:
+        (reference / "lock").unlink(missing_ok=True)
+    assert run_mqtool("recover", reference).returncode == 1
+    repaired = snapshot(reference)
+    refusals = 0
+    for trial in range(4):
+        store = _damaged_copy(tmp_path / f"trial{trial}")
+        if not with_lock_file:
+            (store / "lock").unlink(missing_ok=True)
+        procs = [_start_recover(store), _start_recover(store)]
+        results = [(p.wait(timeout=300), *p.communicate()) for p in procs]
+        codes = sorted(code for code, _, _ in results)
+        for code, _, err in results:
+            assert "Traceback" not in err
+            if code == 3:
+                refusals += 1
+                assert err.startswith("mqtool: error:") and len(err.strip().splitlines()) == 1
+                assert "lock" in err
+        # exactly one repairs; the other refused, or (started late) found nothing left to do
+        assert codes in ([1, 3], [0, 1]), results
+        assert snapshot(store) == repaired
+        assert len(backup_dirs(store)) == 1
+        assert not list(store.glob(".mqtool-stage-*"))
+        assert not (store / ".mqtool-pending.json").exists()
+        assert (store / "lock").exists() == with_lock_file
+    assert refusals >= 1
+
+
+_BROKER_LIKE_PROBE = """
+import fcntl, os, sys, time
+store, out = sys.argv[1], sys.argv[2]
+refused = got = 0
+violations = []
+deadline = time.monotonic() + 60
+while time.monotonic() < deadline and not os.path.exists(out + ".stop"):
+    # what the broker's DefaultMessageStore does: open lock rw (creating it), tryLock(0, 1, false)
+    fd = os.open(os.path.join(store, "lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
+    except OSError:
+        refused += 1
+    else:
+        got += 1
+        # holding the lock, nobody may be repairing: no stage folder, no journal
+        busy = [n for n in os.listdir(store) if n.startswith(".mqtool-stage-")
+                or n == ".mqtool-pending.json"]
+        if busy:
+            violations.append(busy)
+        time.sleep(0.002)
+    finally:
+        os.close(fd)
+    time.sleep(0.003)
+with open(out, "w") as fh:
+    fh.write(f"{refused} {got} {len(violations)}")
+"""
+
+
+def test_a_broker_starting_during_a_repair_is_refused(tmp_path):
+    """A process taking the lock the way the broker does, over and over, while mqtool repairs: it
+    never holds the lock while a repair is under way, and is refused while mqtool runs."""
+    refused_total = 0
+    for trial in range(3):
+        store = _damaged_copy(tmp_path / f"trial{trial}")
+        out = tmp_path / f"probe{trial}.txt"
+        probe = subprocess.Popen([sys.executable, "-c", _BROKER_LIKE_PROBE, str(store), str(out)])
+        try:
+            proc = run_mqtool("recover", store)
+        finally:
+            Path(str(out) + ".stop").touch()
+            probe.wait(timeout=120)
+        refused, got, violations = map(int, out.read_text().split())
+        assert violations == 0
+        assert proc.returncode in (1, 3), proc.stderr
+        if proc.returncode == 3:     # the "broker" held it when mqtool started: nothing changed
+            assert not backup_dirs(store)
+        else:
+            refused_total += refused
+        assert not list(store.glob(".mqtool-stage-*"))
+    assert refused_total > 0
+
+
+def test_the_lock_is_the_brokers_and_blocks_it(tmp_path):
+    """While mqtool holds the store's lock, a broker-style tryLock from another process fails, and
+    mqtool's own held-lock probe (which must not drop the lock) says nobody else holds it."""
+    from mqtool.lock import store_lock
+    from mqtool.store import Store
+    store = _damaged_copy(tmp_path)
+    code = ("import fcntl, os, sys\n"
+            "fd = os.open(sys.argv[1], os.O_RDWR)\n"
+            "try:\n"
+            "    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)\n"
+            "except OSError:\n"
+            "    sys.exit(7)\n")
+    with store_lock(store, "test"):
+        assert not Store(store).lock_held()           # probing must not release it
+        probe = subprocess.run([sys.executable, "-c", code, str(store / "lock")])
+        assert probe.returncode == 7
+    probe = subprocess.run([sys.executable, "-c", code, str(store / "lock")])
+    assert probe.returncode == 0
+
+
+def test_undo_and_fixture_damage_hold_the_lock(tmp_path):
+    from mqtool.lock import store_lock
+    store = _damaged_copy(tmp_path)
+    assert run_mqtool("recover", store).returncode == 1
+    # a second mqtool holding the lock (another process): both refuse with exit 3
+    holder = LockHolder(store / "lock")
+    try:
+        before = snapshot(store)
+        proc = run_mqtool("fixture", "damage", store, "--kind", "bit-flip")
+        assert proc.returncode == 3 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert snapshot(store) == before
+    finally:
+        holder.release()
+    # a store without a lock file gets one for the run, removed afterwards
+    (store / "lock").unlink()
+    assert run_mqtool("undo", backup_dirs(store)[0]).returncode == 0
+    assert not (store / "lock").exists()
+    with store_lock(store, "test"):
+        assert (store / "lock").exists()
+    assert not (store / "lock").exists()

@@ -27,7 +27,10 @@ _SAFETY = (
     "change or go away is first copied into STORE/.mqtool-backup/<UTC timestamp>/ (or "
     "--backup-dir), then files are rewritten through temp file + fsync + rename; 'mqtool undo "
     "BACKUP' restores the store byte for byte. A repair that was interrupted is finished by the "
-    "next repair command. --out DIR repairs a copy and leaves STORE untouched."
+    "next repair command. --out DIR repairs a copy and leaves STORE untouched. A repair in "
+    "place holds the store's lock (the one the broker takes) for its whole run, so a broker "
+    "started meanwhile refuses to start; a full disk stops it with exit 2 and the store as it "
+    "was."
     "\n\nExit status: 0 nothing to do or repaired without loss, 1 repaired (or, with --dry-run, "
     "would repair) with data loss, 2 bad usage or unreadable store, 3 refused (store in use).")
 

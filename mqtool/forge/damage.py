@@ -13,6 +13,7 @@ from ..formats import commitlog as cl_fmt
 from ..formats import consumequeue as cq_fmt
 from ..codec import CQ_UNIT as _CQ_UNIT
 from ..scan import MessageRecord, Scanner
+from ..lock import holding_store_lock
 from ..store import Store
 
 
@@ -401,6 +402,7 @@ _DAMAGERS = {"torn-tail": _torn_tail, "bit-flip": _bit_flip, "zero-range": _zero
              "config-zeros": _damage_config}
 
 
+@holding_store_lock("fixture damage")
 def damage_store(root: Path, kind: str, seed: int = 0, *, file: str | None = None,
                  offset: int | None = None, length: int | None = None, target: str = "body",
                  direction: str | None = None) -> dict:

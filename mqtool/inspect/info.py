@@ -17,7 +17,7 @@ from ..store import MappedFile, Store
 from .records import ms_to_iso
 from .queues import queue_summary
 from .index import read_index_header
-from .small_files import checkpoint_dict, _read_small
+from .small_files import checkpoint_dict, parse_pid, _read_small
 
 
 # Files and directories a broker (4.x or 5.x) leaves in its store root.
@@ -185,24 +185,43 @@ def _checkpoint_section(store: Store) -> dict | None:
     return out
 
 
+def _config_table(data: dict, key: str, errors: list[str]) -> dict:
+    """``data[key]`` when it is a JSON object; anything else is noted and counts as empty."""
+    table = data.get(key)
+    if table is None:
+        return {}
+    if not isinstance(table, dict):
+        errors.append(f"{key} is a JSON {type(table).__name__}, not an object")
+        return {}
+    return table
+
+
+def _level_order(key) -> int:
+    text = str(key).lstrip("-")
+    return int(key) if text.isascii() and text.isdigit() and len(text) <= 18 else 0
+
+
 def _config_summary(name: str, data) -> dict:
     if not isinstance(data, dict):
-        return {}
+        return {"error": f"a JSON {type(data).__name__}, not an object"}
+    errors: list[str] = []
     if name == "topics.json":
-        return {"topics": len(data.get("topicConfigTable") or {})}
-    if name in ("consumerOffset.json", "lmqConsumerOffset.json"):
-        table = data.get("offsetTable") or {}
-        return {"topic_groups": len(table),
-                "queues": sum(len(v) for v in table.values() if isinstance(v, dict))}
-    if name == "delayOffset.json":
-        table = data.get("offsetTable") or {}
-        return {"levels": {str(k): v for k, v in sorted(table.items(),
-                                                         key=lambda kv: int(kv[0])
-                                                         if str(kv[0]).lstrip("-").isdigit()
-                                                         else 0)}}
-    if name == "subscriptionGroup.json":
-        return {"groups": len(data.get("subscriptionGroupTable") or {})}
-    return {"keys": sorted(map(str, data))[:10]}
+        out = {"topics": len(_config_table(data, "topicConfigTable", errors))}
+    elif name in ("consumerOffset.json", "lmqConsumerOffset.json"):
+        table = _config_table(data, "offsetTable", errors)
+        out = {"topic_groups": len(table),
+               "queues": sum(len(v) for v in table.values() if isinstance(v, dict))}
+    elif name == "delayOffset.json":
+        table = _config_table(data, "offsetTable", errors)
+        out = {"levels": {str(k): v for k, v in sorted(table.items(),
+                                                        key=lambda kv: _level_order(kv[0]))}}
+    elif name == "subscriptionGroup.json":
+        out = {"groups": len(_config_table(data, "subscriptionGroupTable", errors))}
+    else:
+        out = {"keys": sorted(map(str, data))[:10]}
+    if errors:
+        out["error"] = "; ".join(errors)
+    return out
 
 
 def _config_section(store: Store) -> dict:
@@ -232,7 +251,7 @@ def _abort_section(store: Store) -> dict:
            "bak_content": None}
     if out["present"] and (root / "abort").is_file():
         out["content"] = _read_small(root / "abort").decode("utf-8", errors="replace")
-        out["pid"] = int(out["content"].strip()) if out["content"].strip().isdigit() else None
+        out["pid"] = parse_pid(out["content"])
     if out["bak_present"]:
         out["bak_content"] = _read_small(root / "abort.bak").decode("utf-8", errors="replace")
     return out

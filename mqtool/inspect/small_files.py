@@ -46,6 +46,13 @@ def _read_small(path: Path, limit: int = 1 << 16) -> bytes:
         return fh.read(limit)
 
 
+def parse_pid(text: str) -> int | None:
+    """The PID a 5.x abort file holds; None for anything else (a PID has at most 10 digits,
+    and turning thousands of digits into an int is refused by Python)."""
+    text = text.strip()
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 10 else None
+
+
 def small_file_dict(path: Path, kind: str, file: str | None = None) -> dict:
     """abort / abort.bak (empty in 4.x, the broker PID in 5.x) or lock (``lock``, plus whether
     a live process holds it)."""
@@ -55,7 +62,7 @@ def small_file_dict(path: Path, kind: str, file: str | None = None) -> dict:
     out = {"record_type": RT_ABORT if kind == "abort" else RT_LOCK, "file": file or path.name,
            "file_size": path.stat().st_size, "content": text}
     if kind == "abort":
-        out["pid"] = int(text.strip()) if text.strip().isdigit() else None
+        out["pid"] = parse_pid(text)
     else:
         out["held"] = lock_holder(path)
     return out

@@ -46,10 +46,15 @@ def describe_uniq_key(uniq_key: str, now_ms: int | None = None,
             "approx_time": info["approx_time_ms"]}
 
 
+_LAST_MONTH_MS = calendar.timegm((9999, 10, 1, 0, 0, 0)) * 1000
+
+
 def _month_starts(lo_ms: int, hi_ms: int) -> list[int]:
     """UTC month starts from the month before ``lo_ms`` to the month after ``hi_ms``."""
-    lo = _dt.datetime.fromtimestamp(max(lo_ms, 0) / 1000, _dt.timezone.utc)
-    hi = _dt.datetime.fromtimestamp(max(hi_ms, 0) / 1000, _dt.timezone.utc)
+    # damaged timestamps can lie past year 9999, which no date can hold
+    lo_ms, hi_ms = (min(max(ms, 0), _LAST_MONTH_MS) for ms in (lo_ms, hi_ms))
+    lo = _dt.datetime.fromtimestamp(lo_ms / 1000, _dt.timezone.utc)
+    hi = _dt.datetime.fromtimestamp(hi_ms / 1000, _dt.timezone.utc)
     year, month = lo.year, lo.month - 1
     if month == 0:
         year, month = year - 1, 12

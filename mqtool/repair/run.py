@@ -2,7 +2,9 @@
 (or only report, with ``dry_run``), optionally on a copy; and ``undo``."""
 from __future__ import annotations
 
+import errno
 import shutil
+from contextlib import contextmanager
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,8 +12,9 @@ from pathlib import Path
 from .. import backup as bk
 from ..errors import StoreLockedError
 from ..store import Store
-from .transaction import (RepairError, RepairPlan, Stage, apply_plan, refuse_if_locked,
-                          remove_stale_stages, resume_pending)
+from ..lock import store_lock
+from .transaction import (RepairError, RepairPlan, Stage, apply_plan, remove_stale_stages,
+                          resume_pending)
 from .planners import PLANNERS
 
 
@@ -72,14 +75,36 @@ def run_repair(command: str, store_path: Path, *, dry_run: bool = False,
                store_options: dict | None = None, progress=None, argv=None,
                **options) -> RepairResult:
     """Plan ``command`` on a store and, unless ``dry_run``, back up and apply it (on a copy with
-    ``out``). Refuses (exit 3) a store whose lock a live process holds."""
+    ``out``). A repair in place holds the store's lock (:mod:`mqtool.lock`) for its whole run and
+    refuses (exit 3) a store whose lock another process holds."""
     store_options = store_options or {}
     source = Path(store_path).absolute()
     Store.refuse_unexplained_layout(source, command)
     if Store(source, **store_options).is_bare_commitlog:
         raise RepairError(f"{source}: a bare CommitLog directory; {command} needs the store root "
                           "(the folder holding commitlog/, consumequeue/, index/, checkpoint)")
+    if dry_run or out is not None:
+        # neither changes the store: no lock taken, a held one is only reported
+        return _run_repair(command, source, dry_run=dry_run, backup_dir=backup_dir, out=out,
+                           store_options=store_options, progress=progress, argv=argv, **options)
+    with store_lock(source, command):
+        try:
+            return _run_repair(command, source, dry_run=dry_run, backup_dir=backup_dir, out=out,
+                               store_options=store_options, progress=progress, argv=argv,
+                               **options)
+        except OSError as err:
+            if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            where = f" writing {err.filename}" if err.filename else ""
+            raise RepairError(f"{source}: {command} stopped{where}: No space left on device; "
+                              "the store is unchanged (stage and partial backup removed)") \
+                from None
+
+
+def _run_repair(command: str, source: Path, *, dry_run: bool, backup_dir: Path | None,
+                out: Path | None, store_options: dict, progress, argv, **options) -> RepairResult:
     warnings: list[str] = []
+    # when this process holds the lock (a repair in place) no other process can: not "locked"
     locked = (source / "lock").is_file() and Store(source, **store_options).lock_held()
     if out is not None:
         out = Path(out)
@@ -157,8 +182,13 @@ def _finish_repair(plan: RepairPlan, stage: Stage, target: Path, *, dry_run: boo
 
 
 def run_undo(backup: Path, *, force: bool = False, dry_run: bool = False) -> bk.UndoReport:
-    def check(root: Path) -> None:
+    """Undo a repair; unless ``dry_run``, holding the store's lock for the whole restore."""
+    @contextmanager
+    def guard(root: Path):
         Store.refuse_unexplained_layout(root, "undo")
-        if not dry_run:
-            refuse_if_locked(root)
-    return bk.undo_backup(backup, force=force, dry_run=dry_run, check_lock=check)
+        if dry_run:
+            yield
+        else:
+            with store_lock(root, "undo"):
+                yield
+    return bk.undo_backup(backup, force=force, dry_run=dry_run, guard=guard)

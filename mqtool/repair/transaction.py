@@ -5,6 +5,7 @@ interrupted repair, clearing stale stages and refusing a store whose lock a live
 from __future__ import annotations
 
 import errno
+import json
 import os
 import shutil
 import signal
@@ -19,6 +20,7 @@ from .files import _CHUNK
 
 
 KILL_ENV = "MQTOOL_TEST_KILL_AFTER_STEP"
+FULL_DISK_ENV = "MQTOOL_TEST_FULL_DISK_AFTER_STEP"
 MAX_LISTED_RANGES = 64
 
 # apply order: CommitLog first (the broker deletes the same files), the abort file last
@@ -228,6 +230,10 @@ def _kill_point(step: int) -> None:
     wanted = os.environ.get(KILL_ENV)
     if wanted is not None and wanted.strip() == str(step):
         os.kill(os.getpid(), signal.SIGKILL)
+    # the same for a disk that fills up right after step n (the roll-back path)
+    wanted = os.environ.get(FULL_DISK_ENV)
+    if wanted is not None and wanted.strip() == str(step):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
 
 def _zeros_sha256(length: int) -> str:
@@ -320,10 +326,12 @@ def _apply_one(store_root: Path, record: dict) -> None:
         with open(path, "r+b") as fh:
             size = os.fstat(fh.fileno()).st_size
             pos, end = record["start"], min(record["end"], size)
-            fh.seek(pos)
             while pos < end:
                 n = min(_CHUNK, end - pos)
-                fh.write(bytes(n))
+                # zeros over zeros (a hole, an unwritten tail) are skipped: writing them would
+                # allocate blocks, and on a full disk fail half-way through the apply
+                if os.pread(fh.fileno(), n, pos).count(0) != n:
+                    os.pwrite(fh.fileno(), bytes(n), pos)
                 pos += n
             if size != record["new_size"]:
                 fh.truncate(record["new_size"])
@@ -356,36 +364,28 @@ def apply_plan(plan: RepairPlan, *, backup_dir: Path | None, argv: list[str] | N
                 "status": "prepared", "stage": str(plan.stage) if plan.stage else None,
                 "data_loss": plan.data_loss, "summary": plan.summary, "lost": plan.lost,
                 "dirs_created": _dirs_created(store_root, ops), "ops": []}
-    blob = None
-    if backup_dir is not None:
+    if backup_dir is None:
+        for i, op in enumerate(ops, 1):
+            manifest["ops"].append(_op_record(op, i, store_root, None, None, plan.digests))
+            if progress is not None:
+                progress.update(1)
+        for record in manifest["ops"]:
+            _apply_one(store_root, record)
+    else:
         backup_dir = Path(backup_dir)
         if backup_dir.exists() and any(backup_dir.iterdir()):
             raise RepairError(f"{backup_dir}: backup folder exists and is not empty")
-        (backup_dir / "data").mkdir(parents=True, exist_ok=True)
-    for i, op in enumerate(ops, 1):
-        if backup_dir is not None:
-            with open(backup_dir / f"data/{i}.bin", "wb") as blob:
-                record = _op_record(op, i, store_root, backup_dir, blob, plan.digests)
-                blob.flush()
-                os.fsync(blob.fileno())
-            if not record["saved"]:
-                (backup_dir / f"data/{i}.bin").unlink()
-        else:
-            record = _op_record(op, i, store_root, None, None, plan.digests)
-        manifest["ops"].append(record)
-        if progress is not None:
-            progress.update(1)
-    if backup_dir is not None:
-        fsync_dir(backup_dir / "data")
-        _kill_point(-1)
-        bk.write_json_atomically(backup_dir / bk.MANIFEST, manifest)
-        fsync_dir(backup_dir.parent)
-        bk.write_pending(store_root, backup_dir)
-    _kill_point(0)
-    for step, record in enumerate(manifest["ops"], 1):
-        _apply_one(store_root, record)
-        _kill_point(step)
-    if backup_dir is not None:
+        reserve = _back_up(plan, ops, manifest, store_root, backup_dir, progress)
+        try:
+            for step, record in enumerate(manifest["ops"], 1):
+                _apply_one(store_root, record)
+                _kill_point(step)
+        except OSError as err:
+            reserve.release()
+            _roll_back(store_root, backup_dir, err)
+            raise
+        # the room kept free for the last writes (or for a roll-back) is not needed any more
+        reserve.release()
         manifest["status"] = "applied"
         manifest["applied"] = bk.utc_stamp()
         bk.write_json_atomically(backup_dir / bk.MANIFEST, manifest)
@@ -393,6 +393,60 @@ def apply_plan(plan: RepairPlan, *, backup_dir: Path | None, argv: list[str] | N
     if plan.stage is not None:
         shutil.rmtree(plan.stage, ignore_errors=True)
     return backup_dir
+
+
+def _back_up(plan: RepairPlan, ops: list, manifest: dict, store_root: Path, backup_dir: Path,
+             progress) -> bk.SpaceReserve:
+    """Save every byte the operations change, write the manifest and the journal. On any error
+    (a full disk) nothing of the backup is left behind and the store is untouched."""
+    parent_existed = backup_dir.parent.exists()
+    reserve = None
+    try:
+        (backup_dir / "data").mkdir(parents=True, exist_ok=True)
+        for i, op in enumerate(ops, 1):
+            with open(backup_dir / f"data/{i}.bin", "wb") as blob:
+                record = _op_record(op, i, store_root, backup_dir, blob, plan.digests)
+                blob.flush()
+                os.fsync(blob.fileno())
+            if not record["saved"]:
+                (backup_dir / f"data/{i}.bin").unlink()
+            manifest["ops"].append(record)
+            if progress is not None:
+                progress.update(1)
+        saved = sum(p.stat().st_size for p in (backup_dir / "data").iterdir())
+        room = saved + 2 * len(json.dumps(manifest)) + bk.SpaceReserve.SLACK
+        reserve = bk.SpaceReserve(backup_dir / ".reserve", room)
+        fsync_dir(backup_dir / "data")
+        _kill_point(-1)
+        bk.write_json_atomically(backup_dir / bk.MANIFEST, manifest)
+        fsync_dir(backup_dir.parent)
+        bk.write_pending(store_root, backup_dir)
+    except BaseException:
+        if reserve is not None:
+            reserve.release()
+        if bk.read_pending(store_root) is None:
+            shutil.rmtree(backup_dir, ignore_errors=True)
+            if not parent_existed:
+                shutil.rmtree(backup_dir.parent, ignore_errors=True)
+        raise
+    _kill_point(0)
+    return reserve
+
+
+def _roll_back(store_root: Path, backup_dir: Path, cause: OSError) -> None:
+    """Put back what an apply that failed half-way (a full disk) had changed, then drop its
+    backup. When even that fails the journal stays: the next repair command finishes the repair."""
+    try:
+        bk.undo_backup(backup_dir)
+    except (OSError, MqtoolError) as err:
+        raise RepairError(f"{store_root}: the repair stopped half-way ({cause.strerror or cause}) "
+                          f"and could not be rolled back ({err}); run the same command again "
+                          f"to finish it, or mqtool undo {backup_dir}") from None
+    shutil.rmtree(backup_dir, ignore_errors=True)
+    try:
+        backup_dir.parent.rmdir()
+    except OSError:
+        pass
 
 
 def resume_pending(store_root: Path) -> dict | None:

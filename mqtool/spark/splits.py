@@ -27,6 +27,7 @@ from typing import Iterator
 from urllib.parse import urlparse
 
 from ..errors import MqtoolError, OptionalDependencyError
+from ..mapping import map_readonly
 from ..formats import commitlog as cl_fmt
 from ..scan import (BlankRecord, CorruptRegion, MessageRecord, RecordBatch, UnwrittenTail,
                     find_sync_point, scan_buffer, scan_buffer_batches, scan_segment,
@@ -76,7 +77,7 @@ def _local_events(split: Split, check_crc: bool, batches: bool = False) -> Itera
         if limit == 0 or (split.start > 0 and split.start >= limit):
             bounds = None if split.start > 0 else (0, limit)
         else:
-            buf = mmap.mmap(fh.fileno(), limit, access=mmap.ACCESS_READ)
+            buf = map_readonly(fh.fileno(), limit)     # holes: no SIGBUS on a full tmpfs
             try:
                 bounds = _bounds(buf, split, limit, check_crc)
             finally:

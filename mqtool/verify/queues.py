@@ -20,8 +20,11 @@ from .context import _QueueInfo
 
 
 def _segment_ranges(segments: list[Segment]) -> tuple[np.ndarray, np.ndarray]:
-    starts = np.array([s.base_offset for s in segments], dtype=np.int64)
-    ends = np.array([s.base_offset + s.length for s in segments], dtype=np.int64)
+    # a damaged file name can hold a 20-digit number past int64: clipped, it still compares
+    # greater than every offset a unit can hold
+    top = np.iinfo(np.int64).max
+    starts = np.array([min(s.base_offset, top) for s in segments], dtype=np.int64)
+    ends = np.array([min(s.base_offset + s.length, top) for s in segments], dtype=np.int64)
     return starts, ends
 
 
@@ -73,8 +76,8 @@ def _check_queue_structure(store: Store, queue, starts, ends, min_offset: int, s
                               f"files are not contiguous: {base - expected_base} units missing "
                               f"before this file", topic=queue.topic, queue_id=queue.queue_id))
             regular = False
-        units = read_cq_units(seg.path)
-        expected_base = base + max(len(units), upf)
+        units = read_cq_units(seg.path)     # up to the written end: a hole is not read
+        expected_base = base + max(seg.length // unit_size, upf)
         files.append(_ItemFile(str(seg.path), 0, base, len(units)))
         rels.append(rel)
         if len(units) == 0:

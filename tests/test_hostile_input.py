@@ -1,0 +1,163 @@
+"""Hostile and damaged input that used to crash mqtool (issue 12): each is now a finding or a
+one-line error, never an uncaught exception, a traceback or a 2 GiB allocation."""
+from __future__ import annotations
+
+import json
+import resource
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURE_STORE, run_mqtool
+from mqtool.errors import MqtoolError
+from mqtool.formats import codecs
+from mqtool.inspect.info import _config_summary
+from mqtool.inspect.small_files import config_dict, small_file_dict
+from mqtool.query.ids import uniq_key_windows
+from mqtool.store import read_fastjson
+
+UNIQ_KEY = "7F0000010F2C18B4AAC24C3EBC650000"
+HUGE_NUMBER = "9" * 5000
+
+
+@pytest.fixture
+def store(tmp_path) -> Path:
+    dest = tmp_path / "store"
+    shutil.copytree(FIXTURE_STORE / "store", dest)
+    return dest
+
+
+def assert_one_line_or_ok(proc, allowed=(0, 1, 2)):
+    assert proc.returncode in allowed, proc.stderr
+    assert "Traceback" not in proc.stderr
+    if proc.returncode == 2:
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("mqtool: error:"), proc.stderr
+
+
+def test_a_5000_digit_pid_in_the_abort_file(store):
+    (store / "abort").write_text(HUGE_NUMBER)
+    assert small_file_dict(store / "abort", "abort")["pid"] is None
+    assert_one_line_or_ok(run_mqtool("dump", store / "abort"), (0,))
+    assert_one_line_or_ok(run_mqtool("info", store, "--json"), (0, 1))
+
+
+def test_a_5000_digit_number_in_a_config_file(store):
+    (store / "config").mkdir(exist_ok=True)
+    (store / "config" / "topics.json").write_text('{"dataVersion": ' + HUGE_NUMBER + "}")
+    with pytest.raises(MqtoolError):
+        config_dict(store / "config" / "topics.json")
+    assert_one_line_or_ok(run_mqtool("dump", store / "config" / "topics.json"), (2,))
+    assert_one_line_or_ok(run_mqtool("info", store, "--json"), (0, 1))
+
+
+def test_deeply_nested_config_json(store):
+    path = store / "config" / "topics.json"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text("[" * 200_000 + "]" * 200_000)
+    with pytest.raises(ValueError):
+        read_fastjson(path)
+    with pytest.raises(MqtoolError):
+        config_dict(path)
+    assert_one_line_or_ok(run_mqtool("dump", path), (2,))
+    assert_one_line_or_ok(run_mqtool("info", store, "--json"), (0, 1))
+
+
+@pytest.mark.parametrize("data", [
+    {"topicConfigTable": 5}, {"topicConfigTable": "x"}, {"offsetTable": [1, 2]},
+    {"offsetTable": {HUGE_NUMBER: 1, "-": 2, "3": 4}}, {"subscriptionGroupTable": True},
+    [1, 2, 3], "text", None, 12,
+])
+@pytest.mark.parametrize("name", ["topics.json", "consumerOffset.json", "delayOffset.json",
+                                  "subscriptionGroup.json", "other.json"])
+def test_config_values_of_the_wrong_json_type(name, data):
+    summary = _config_summary(name, data)
+    json.dumps(summary)
+    if name == "delayOffset.json" and isinstance(data, dict) and "offsetTable" in data \
+            and isinstance(data["offsetTable"], dict):
+        assert len(summary["levels"]) == 3
+
+
+def test_wrong_types_through_info(store):
+    config = store / "config"
+    config.mkdir(exist_ok=True)
+    (config / "topics.json").write_text('{"topicConfigTable": 7}')
+    (config / "consumerOffset.json").write_text('{"offsetTable": [1]}')
+    (config / "delayOffset.json").write_text('{"offsetTable": {"%s": 3}}' % HUGE_NUMBER[:4000])
+    proc = run_mqtool("info", store, "--json")
+    assert_one_line_or_ok(proc, (0, 1))
+    configs = json.loads(proc.stdout)["config"]
+    assert "not an object" in configs["topics.json"]["error"]
+
+
+@pytest.mark.parametrize("now_ms", [9_000_000_000_000_000, -9_000_000_000_000_000, 2**63 - 1,
+                                    -(2**63), 253402300799999, 0])
+def test_uniq_key_against_out_of_range_store_times(now_ms):
+    info = codecs.decode_uniq_key(UNIQ_KEY, now_ms=now_ms)
+    assert isinstance(info["approx_time_ms"], int)
+    assert isinstance(uniq_key_windows(UNIQ_KEY, min(now_ms, 0), now_ms), list)
+
+
+def test_a_commitlog_file_name_past_int64(store):
+    commitlog = store / "commitlog"
+    last = sorted(commitlog.iterdir())[-1]
+    shutil.copy(last, commitlog / ("9" * 20))
+    proc = run_mqtool("verify", store, "--json")
+    assert_one_line_or_ok(proc, (1, 2))
+
+
+def _limited_memory():
+    # a 2 GiB allocation (or a map of the whole 2 GiB file) cannot succeed under this limit
+    resource.setrlimit(resource.RLIMIT_AS, (1536 << 20, 1536 << 20))
+
+
+def _run_limited(*args):
+    proc = subprocess.run([sys.executable, "-m", "mqtool", "--no-progress", *map(str, args)],
+                          capture_output=True, text=True, preexec_fn=_limited_memory)
+    assert "MemoryError" not in proc.stderr and "Unable to allocate" not in proc.stderr
+    assert "Cannot allocate memory" not in proc.stderr
+    return proc
+
+
+def test_a_2_gib_sparse_consume_queue_file(store):
+    queue_dir = next(p for p in sorted((store / "consumequeue").rglob("*")) if p.is_file()).parent
+    victim = sorted(queue_dir.iterdir())[0]
+    with open(victim, "r+b") as fh:
+        fh.truncate(2 << 30)
+    if victim.stat().st_blocks * 512 > 64 << 20:
+        pytest.skip("the file system does not keep sparse files sparse")
+    rel = victim.relative_to(store).as_posix()
+    proc = _run_limited("verify", store, "--json")
+    assert_one_line_or_ok(proc, (1,))
+    codes = {f["code"] for f in json.loads(proc.stdout)["findings"] if f.get("file") == rel}
+    assert "CQ_FILE_SIZE" in codes             # an absurd size is a finding
+    assert_one_line_or_ok(_run_limited("recover", store, "--dry-run"), (0, 1, 2))
+    assert_one_line_or_ok(_run_limited("info", store, "--json"), (0, 1))
+    proc = _run_limited("dump", victim, "--json")
+    assert_one_line_or_ok(proc, (0, 1))
+    last = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert last["record_type"] == "consumequeue/end"
+    assert last["units_after_end"] == (2 << 30) // 20 - last["file_offset"] // 20 - 1
+
+
+def test_dump_streams_a_2_gib_sparse_queue_file_with_data_at_its_end(tmp_path):
+    """Units at the very end of a 2 GiB sparse file: dump reads it a chunk at a time."""
+    queue = tmp_path / "consumequeue" / "T" / "0"
+    queue.mkdir(parents=True)
+    path = queue / "00000000000000000000"
+    with open(path, "wb") as fh:
+        fh.write(bytes.fromhex("0000000000000000" "000000aa" "0000000000000001"))   # unit 0
+        fh.seek((2 << 30) // 20 * 20 - 40)        # the last two whole units
+        fh.write(bytes.fromhex("0000000000001000" "000000bb" "0000000000000002") * 2)
+    if path.stat().st_blocks * 512 > 64 << 20:
+        pytest.skip("the file system does not keep sparse files sparse")
+    proc = _run_limited("dump", path, "--json")
+    assert_one_line_or_ok(proc, (0, 1))
+    rows = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [r["record_type"] for r in rows] == ["consumequeue/unit", "consumequeue/end"]
+    assert rows[1]["file_offset"] == 20
+    assert rows[1]["units_after_end"] == (2 << 30) // 20 - 2
+    assert rows[1]["nonzero_units_after_end"] == 2
