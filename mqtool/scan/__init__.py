@@ -38,15 +38,15 @@ from typing import Iterator, NamedTuple
 
 import numpy as np
 
-from . import codec as _codec
-from .crc import crc32 as _crc32
-from .codec import HOST_FLAGS, MESSAGE_HEADER, MESSAGE_MIDDLE
-from .errors import MqtoolError, ParseError
-from .mapping import map_readonly
-from .formats import codecs
-from .formats import commitlog as fmt
-from .formats import dledger as dl_fmt
-from .store import (COMMITLOG_LAYOUT, DLEDGER_LAYOUT, CommitLog, MappedFile, Segment, parse_at,
+from .. import codec as _codec
+from ..crc import crc32 as _crc32
+from ..codec import HOST_FLAGS, MESSAGE_HEADER, MESSAGE_MIDDLE
+from ..errors import MqtoolError, ParseError
+from ..mapping import map_readonly
+from ..formats import codecs
+from ..formats import commitlog as fmt
+from ..formats import dledger as dl_fmt
+from ..store import (COMMITLOG_LAYOUT, DLEDGER_LAYOUT, CommitLog, MappedFile, Segment, parse_at,
                     written_extent)
 
 # --- struct codecs derived from the declarations (mqtool.codec) -----------------------------
