@@ -104,7 +104,7 @@ def read_units(path, dtype, limit_units: int | None = None):
     with a few units therefore costs a few bytes of memory, not 2 GiB. Read with ``pread`` in
     bounded chunks, never through a map."""
     import numpy as np
-    from .scan import written_extent
+    from .store import written_extent
     itemsize = np.dtype(dtype).itemsize
     with open(path, "rb") as fh:
         fd = fh.fileno()

@@ -33,9 +33,8 @@ from .consumers import is_unconsumed
 from .inspect import message_to_dict, unwrap_message_dict
 from .recovery import (BrokerRules, FileJudge, FileVerdict, RecoveryPlan, predict_recovery,
                        resolve_broker_version)
-from .scan import (BlankRecord, CorruptRegion, MessageRecord, Scanner, UnwrittenTail,
-                   written_extent)
-from .store import MappedFile, Store
+from .scan import BlankRecord, CorruptRegion, MessageRecord, Scanner, UnwrittenTail
+from .store import MappedFile, Store, written_extent
 
 SCHEDULE_TOPIC = codecs.SCHEDULE_TOPIC
 TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"

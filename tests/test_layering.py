@@ -32,7 +32,7 @@ IO_METHODS = {"read_bytes", "write_bytes", "read_text", "write_text", "open", "m
 PARSE_METHODS = {"parse", "parse_stream", "parse_file", "compile"}
 BUILD_METHODS = {"build", "build_stream", "build_file"}
 # relative to mqtool/: the one scanner and the store model parse; the one writer builds
-PARSERS = {"scan.py", "store.py"}
+PARSERS = {"scan/records.py", "scan/batches.py", "scan/segments.py", "store.py"}
 ENCODERS = {"writer.py"}
 
 

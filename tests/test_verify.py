@@ -675,7 +675,7 @@ def test_batch_engine_on_records_the_reference_decoder_made(store_copy, monkeypa
     for _ in range(4):
         _damage_raw(store_copy, rng)
     expected = verify_store(Store(store_copy), engine="records").to_dict()
-    monkeypatch.setattr(scan_module, "_fast_batch", lambda *args, **kwargs: None)
+    monkeypatch.setattr(scan_module.batches, "_fast_batch", lambda *args, **kwargs: None)
     assert verify_store(Store(store_copy)).to_dict() == expected
 
 

@@ -31,8 +31,8 @@ from ..mapping import map_readonly
 from ..formats import commitlog as cl_fmt
 from ..scan import (BlankRecord, CorruptRegion, MessageRecord, RecordBatch, UnwrittenTail,
                     find_sync_point, scan_buffer, scan_buffer_batches, scan_segment,
-                    scan_segment_batches, written_extent)
-from ..store import Segment, layout_of
+                    scan_segment_batches)
+from ..store import Segment, layout_of, written_extent
 from .plan import Split, is_local, local_path
 
 #: how far past its end a remote task reads at first: the next split's first record must fit
