@@ -736,6 +736,84 @@ def test_rocketmq_data_source_options(spark, stores, reference):
             .load(str(stores["alpha"])).count()
 
 
+# --- 5.x inner batches (BatchCQ) ---------------------------------------------------------------
+
+def _dump_messages(root, *extra) -> list[dict]:
+    """``mqtool dump --json`` of a store's messages, run as the user runs it."""
+    proc = run_mqtool("dump", "--json", "--messages-only", *extra, root)
+    assert proc.returncode == 0, proc.stderr
+    return [d for d in map(json.loads, proc.stdout.splitlines())
+            if d["record_type"] == "commitlog/message"]
+
+
+def _placed(d: dict) -> tuple:
+    """Where a message lies and who it is: (outer CommitLog offset, position in the batch or
+    None, queue offset, UNIQ_KEY, KEYS, TAGS)."""
+    where = d.get("inner_batch")
+    if where is not None:
+        return (where["commitlog_offset"], where["position"], d["queue_offset"], d["uniq_key"],
+                d["keys"], d["tags"])
+    return (d["commitlog_offset"], None, d["queue_offset"], d["uniq_key"], d["keys"], d["tags"])
+
+
+def _placed_row(r) -> tuple:
+    if r["inner_position"] is None:
+        assert r["outer_commitlog_offset"] is None
+        return (r["commitlog_offset"], None, r["queue_offset"], r["uniq_key"], r["keys"],
+                r["tags"])
+    return (r["outer_commitlog_offset"], r["inner_position"], r["queue_offset"], r["uniq_key"],
+            r["keys"], r["tags"])
+
+
+def test_spark_outputs_unwrap_inner_batches_as_dump_does(spark, tmp_path):
+    """On a broker-written BatchCQ store the data source and ``spark export`` give one row per
+    inner message, exactly dump's, and the stored records with unwrap off."""
+    import mqtool.spark
+    from mqtool.spark import job
+
+    root = _real_store("v5-batchcq-clean")
+    unwrapped = _dump_messages(root)
+    stored = _dump_messages(root, "--no-unwrap")
+    inner = [d for d in unwrapped if d.get("inner_batch")]
+    assert inner and len(unwrapped) > len(stored)   # the store does hold inner batches
+    expected = {_placed(d) for d in unwrapped}
+    assert len(expected) == len(unwrapped)
+    expected_stored = {_placed(d) for d in stored}
+
+    mqtool.spark.register(spark)
+    reader = spark.read.format("rocketmq").option("splitSize", "64k")
+    frame = reader.option("bodies", "true").load(str(root))
+    assert frame.columns == list(schema_names()) + ["body"]
+    rows = frame.collect()
+    assert len(rows) == len(unwrapped)
+    assert {_placed_row(r) for r in rows} == expected
+    bodies = {_placed(d): base64.b64decode(d["body"]) for d in inner}
+    inner_rows = [r for r in rows if r["inner_position"] is not None]
+    assert len(inner_rows) == len(inner)
+    for r in inner_rows:
+        body = bodies[_placed_row(r)]
+        assert r["body"] == body and r["body_length"] == len(body) and r["inner_num"] is None
+
+    kept = reader.option("unwrap", "false").load(str(root)).collect()
+    assert len(kept) == len(stored)
+    assert {_placed_row(r) for r in kept} == expected_stored
+
+    for unwrap, want, count in ((True, expected, len(unwrapped)),
+                                (False, expected_stored, len(stored))):
+        out = tmp_path / f"export-{unwrap}"
+        summary = job.export(spark, [str(root)], str(out), split_size=4 * SMALL_SPLIT,
+                             unwrap=unwrap)
+        exported = spark.read.parquet(str(out)).collect()
+        assert summary["exported"] == len(exported) == count
+        assert {_placed_row(r) for r in exported} == want, unwrap
+    # the inner messages' own properties and bodies, as dump shows them
+    by_place = {_placed(d): d for d in inner}
+    for r in spark.read.parquet(str(tmp_path / "export-True")).where("inner_position IS NOT NULL").collect():
+        d = by_place[_placed_row(r)]
+        assert dict(r["properties"]) == d["properties"]
+        assert r["body"] == base64.b64decode(d["body"])
+
+
 def schema_names():
     from mqtool.spark.schema import MESSAGE_COLUMNS, names
 
