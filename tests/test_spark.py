@@ -106,9 +106,12 @@ def _sources(stores) -> list[str]:
 
 # --- single-process references -------------------------------------------------------------------
 
-def _dump(root) -> list[dict]:
+def _dump(root, unwrap: bool = False) -> list[dict]:
+    """dump's records: the stored ones (an inner batch one record, as the audit counts it), or
+    with ``unwrap`` its inner messages, as ``mqtool dump`` shows them."""
     store = Store(root)
-    return list(iter_commitlog_records(store.commitlog, resync=True, messages_only=True))
+    return list(iter_commitlog_records(store.commitlog, resync=True, messages_only=True,
+                                       unwrap=unwrap))
 
 
 def _queue_gaps(records: list[dict]) -> dict:
@@ -689,6 +692,33 @@ def test_arrow_batches_equal_dump_on_broker_written_stores(name):
         assert got == expected, (name, size)
 
 
+@pytest.mark.parametrize("name", REAL_STORES)
+def test_arrow_batches_unwrapped_equal_dump_on_broker_written_stores(name):
+    """With ``unwrap`` the executor's rows are dump's (unwrapped) records, bodies included
+    (stored bytes: those dump shows inflated are not compared); inner messages say where they
+    lie."""
+    from mqtool.spark.arrow import split_batches
+
+    root = _real_store(name)
+    reference = _dump(root, unwrap=True)
+    inflated = [bool(d.get("body_decompressed")) for d in reference]
+    expected = [tuple(d[c] for c in MESSAGE_FIELDS) + (
+        None if inflated[i] else base64.b64decode(d["body"]) if d["body"] is not None else b"",
+        (d.get("inner_batch") or {}).get("position"),
+        (d.get("inner_batch") or {}).get("commitlog_offset")) for i, d in enumerate(reference)]
+    fields = MESSAGE_FIELDS + ("body", "inner_position", "outer_commitlog_offset")
+    brokers = resolve_inputs([str(root)])
+    for size in (SMALL_SPLIT, 1 << 30):
+        got = []
+        for split in make_splits(brokers, size):
+            for batch in split_batches(split, bodies=True, unwrap=True):
+                rows = batch.to_pydict()
+                got += [tuple(rows[c][i] for c in fields) for i in range(batch.num_rows)]
+        assert len(got) == len(expected), (name, size)
+        got = [g[:-3] + (None,) + g[-2:] if inflated[i] else g for i, g in enumerate(got)]
+        assert got == expected, (name, size)
+
+
 def test_rocketmq_data_source_reads_the_messages_columns(spark, stores, reference):
     import mqtool.spark
 
@@ -734,6 +764,84 @@ def test_rocketmq_data_source_options(spark, stores, reference):
     with pytest.raises(Exception, match="checkCrc must be true or false"):
         spark.read.format("rocketmq").option("checkCrc", "maybe") \
             .load(str(stores["alpha"])).count()
+
+
+# --- 5.x inner batches (BatchCQ) ---------------------------------------------------------------
+
+def _dump_messages(root, *extra) -> list[dict]:
+    """``mqtool dump --json`` of a store's messages, run as the user runs it."""
+    proc = run_mqtool("dump", "--json", "--messages-only", *extra, root)
+    assert proc.returncode == 0, proc.stderr
+    return [d for d in map(json.loads, proc.stdout.splitlines())
+            if d["record_type"] == "commitlog/message"]
+
+
+def _placed(d: dict) -> tuple:
+    """Where a message lies and who it is: (outer CommitLog offset, position in the batch or
+    None, queue offset, UNIQ_KEY, KEYS, TAGS)."""
+    where = d.get("inner_batch")
+    if where is not None:
+        return (where["commitlog_offset"], where["position"], d["queue_offset"], d["uniq_key"],
+                d["keys"], d["tags"])
+    return (d["commitlog_offset"], None, d["queue_offset"], d["uniq_key"], d["keys"], d["tags"])
+
+
+def _placed_row(r) -> tuple:
+    if r["inner_position"] is None:
+        assert r["outer_commitlog_offset"] is None
+        return (r["commitlog_offset"], None, r["queue_offset"], r["uniq_key"], r["keys"],
+                r["tags"])
+    return (r["outer_commitlog_offset"], r["inner_position"], r["queue_offset"], r["uniq_key"],
+            r["keys"], r["tags"])
+
+
+def test_spark_outputs_unwrap_inner_batches_as_dump_does(spark, tmp_path):
+    """On a broker-written BatchCQ store the data source and ``spark export`` give one row per
+    inner message, exactly dump's, and the stored records with unwrap off."""
+    import mqtool.spark
+    from mqtool.spark import job
+
+    root = _real_store("v5-batchcq-clean")
+    unwrapped = _dump_messages(root)
+    stored = _dump_messages(root, "--no-unwrap")
+    inner = [d for d in unwrapped if d.get("inner_batch")]
+    assert inner and len(unwrapped) > len(stored)   # the store does hold inner batches
+    expected = {_placed(d) for d in unwrapped}
+    assert len(expected) == len(unwrapped)
+    expected_stored = {_placed(d) for d in stored}
+
+    mqtool.spark.register(spark)
+    reader = spark.read.format("rocketmq").option("splitSize", "64k")
+    frame = reader.option("bodies", "true").load(str(root))
+    assert frame.columns == list(schema_names()) + ["body"]
+    rows = frame.collect()
+    assert len(rows) == len(unwrapped)
+    assert {_placed_row(r) for r in rows} == expected
+    bodies = {_placed(d): base64.b64decode(d["body"]) for d in inner}
+    inner_rows = [r for r in rows if r["inner_position"] is not None]
+    assert len(inner_rows) == len(inner)
+    for r in inner_rows:
+        body = bodies[_placed_row(r)]
+        assert r["body"] == body and r["body_length"] == len(body) and r["inner_num"] is None
+
+    kept = reader.option("unwrap", "false").load(str(root)).collect()
+    assert len(kept) == len(stored)
+    assert {_placed_row(r) for r in kept} == expected_stored
+
+    for unwrap, want, count in ((True, expected, len(unwrapped)),
+                                (False, expected_stored, len(stored))):
+        out = tmp_path / f"export-{unwrap}"
+        summary = job.export(spark, [str(root)], str(out), split_size=4 * SMALL_SPLIT,
+                             unwrap=unwrap)
+        exported = spark.read.parquet(str(out)).collect()
+        assert summary["exported"] == len(exported) == count
+        assert {_placed_row(r) for r in exported} == want, unwrap
+    # the inner messages' own properties and bodies, as dump shows them
+    by_place = {_placed(d): d for d in inner}
+    for r in spark.read.parquet(str(tmp_path / "export-True")).where("inner_position IS NOT NULL").collect():
+        d = by_place[_placed_row(r)]
+        assert dict(r["properties"]) == d["properties"]
+        assert r["body"] == base64.b64decode(d["body"])
 
 
 def schema_names():

@@ -231,6 +231,7 @@ def export(
     decompress: bool = typer.Option(True, "--decompress/--no-decompress",
                                     help="Inflate compressed bodies, as dump does (default), or "
                                          "keep the stored bytes."),
+    no_unwrap: bool = opt.no_unwrap(),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an earlier export."),
     json_output: bool = opt.json_output(),
     conf: Optional[List[str]] = opt.conf(),
@@ -247,7 +248,7 @@ def export(
         try:
             summary = job.export(spark, paths, out, fmt=fmt, broker_names=broker_name or None,
                                  split_size=size, topics=topic or None, decompress=decompress,
-                                 overwrite=overwrite)
+                                 unwrap=not no_unwrap, overwrite=overwrite)
         finally:
             spark.stop()
     if json_output:

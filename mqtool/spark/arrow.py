@@ -167,10 +167,11 @@ def _store_dates(pa, stored: np.ndarray):
 
 
 def message_batch(split: Split, batch: RecordBatch, *, bodies: bool = False, body_reader=None,
-                  store_date: bool = False):
+                  store_date: bool = False, unwrap: bool = False):
     """The ``messages`` rows of a scanner batch (columns: MESSAGE_COLUMNS, then ``body`` with
     ``bodies``: the stored bytes, then ``store_date`` with ``store_date``) as one
-    pyarrow.RecordBatch."""
+    pyarrow.RecordBatch. With ``unwrap`` (and a ``body_reader``), an inner-batch record is one
+    row per inner message instead (:func:`_unwrap_inner_batches`)."""
     pa = require_pyarrow()
     import pyarrow.compute as pc
 
@@ -204,6 +205,8 @@ def message_batch(split: Split, batch: RecordBatch, *, bodies: bool = False, bod
         "prop_crc_ok": prop_ok,
         "body_length": pa.array(batch.body_length.astype(np.int32), int32),
         "inner_num": _inner_num(pa, batch),
+        "inner_position": pa.nulls(n, int32),
+        "outer_commitlog_offset": pa.nulls(n, pa.int64()),
     }
     fields = list(schema.MESSAGE_COLUMNS)
     if bodies:
@@ -212,8 +215,74 @@ def message_batch(split: Split, batch: RecordBatch, *, bodies: bool = False, bod
     if store_date:
         columns["store_date"] = _store_dates(pa, batch.store_timestamp)
         fields.append(("store_date", "string"))
+    if unwrap:
+        columns = _unwrap_inner_batches(pa, batch, columns, body_reader)
     return pa.RecordBatch.from_arrays([columns[name] for name, _ in fields],
                                       schema=arrow_schema(tuple(fields)))
+
+
+def _stored_body(batch: RecordBatch, i: int, body_reader) -> bytes:
+    length = int(batch.body_length[i])
+    if length <= 0:
+        return b""
+    if batch.buf is not None:
+        start = int(batch.body_position[i])
+        return bytes(batch.buf[start:start + length])
+    return body_reader.body(batch.record(i))
+
+
+def _unwrap_inner_batches(pa, batch: RecordBatch, columns: dict, body_reader) -> dict:
+    """``columns`` with every inner-batch record that opens replaced by its inner messages, as
+    ``dump`` shows them (:func:`mqtool.inspect.unwrap_message_dict`, the one opener): the
+    record's columns, with the message's own queue offset, TAGS, KEYS, UNIQ_KEY, body (CRC,
+    length) and its place (``inner_position``, ``outer_commitlog_offset``). Such records are
+    rare, so they are opened one by one; a batch that cannot be opened stays its stored row."""
+    import pyarrow.compute as pc
+
+    from ..inspect import unwrap_message_dict
+
+    inner = np.flatnonzero(batch.sys_flag & cl_fmt.INNER_BATCH_FLAG)
+    if not len(inner):
+        return columns
+    bodies = "body" in columns
+    counts = np.ones(len(batch), dtype=np.int64)
+    opened_records, messages = [], []
+    for i in inner.tolist():
+        opened = unwrap_message_dict({}, batch.record(i), _stored_body(batch, i, body_reader),
+                                     body_mode="hex" if bodies else "none")
+        if "inner_batch" in opened[0]:
+            counts[i] = len(opened)
+            opened_records.append(i)
+            messages += opened
+    if not messages:
+        return columns
+    out = {name: column.take(pa.array(np.repeat(np.arange(len(batch)), counts)))
+           for name, column in columns.items()}
+    # the rows of record i start at the sum of the counts before it
+    starts = np.cumsum(counts) - counts
+    rows = np.concatenate([np.arange(starts[i], starts[i] + counts[i]) for i in opened_records])
+    mask = np.zeros(int(counts.sum()), dtype=bool)
+    mask[rows] = True
+    mask_array = pa.array(mask)
+
+    def replace(name, values, kind):
+        out[name] = pc.replace_with_mask(out[name], mask_array, pa.array(values, kind))
+
+    int32 = pa.int32()
+    replace("queue_offset", [m["queue_offset"] for m in messages], pa.int64())
+    for column in ("tags", "keys", "uniq_key"):
+        replace(column, [m[column] for m in messages], pa.string())
+    replace("body_crc", np.array([m["body_crc"] for m in messages], dtype=np.int64)
+            .astype(np.int32), int32)
+    replace("body_length", [m["body_length"] for m in messages], int32)
+    # an inner message is not a batch record: no queue-offset step of its own
+    replace("inner_num", [None] * len(messages), int32)
+    replace("inner_position", [m["inner_batch"]["position"] for m in messages], int32)
+    replace("outer_commitlog_offset", [m["inner_batch"]["commitlog_offset"] for m in messages],
+            pa.int64())
+    if bodies:
+        replace("body", [bytes.fromhex(m["body"]) for m in messages], pa.binary())
+    return out
 
 
 def _bodies(pa, batch: RecordBatch, body_reader):
@@ -226,19 +295,21 @@ def _bodies(pa, batch: RecordBatch, body_reader):
 
 
 def split_batches(split: Split, *, check_crc: bool = True, bodies: bool = False,
-                  side: dict | None = None, opener=None, store_date: bool = False) -> Iterator:
-    """Arrow record batches of the messages one split owns; with ``side``, what the driver
-    needs besides the rows is noted there (:func:`mqtool.spark.splits.new_side`)."""
+                  side: dict | None = None, opener=None, store_date: bool = False,
+                  unwrap: bool = False) -> Iterator:
+    """Arrow record batches of the messages one split owns (with ``unwrap``, the inner messages
+    of inner-batch records instead of the records); with ``side``, what the driver needs
+    besides the rows is noted there (:func:`mqtool.spark.splits.new_side`)."""
     from .splits import BodyReader, note_batch, note_event, split_events
 
-    reader = BodyReader(split, opener) if bodies else None
+    reader = BodyReader(split, opener) if bodies or unwrap else None
     try:
         for event in split_events(split, check_crc=check_crc, batches=True, opener=opener):
             if type(event) is RecordBatch:
                 if side is not None:
                     note_batch(side, event)
                 yield message_batch(split, event, bodies=bodies, body_reader=reader,
-                                    store_date=store_date)
+                                    store_date=store_date, unwrap=unwrap)
             elif side is not None:
                 note_event(side, event)
     finally:

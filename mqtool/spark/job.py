@@ -598,15 +598,16 @@ def audit(spark: SparkSession, sources: list[str], *, broker_names: list[str] | 
 
 def export(spark: SparkSession, sources: list[str], out: str, *, fmt: str = "parquet",
            broker_names: list[str] | None = None, split_size: int = DEFAULT_SPLIT_SIZE,
-           topics: list[str] | None = None, decompress: bool = True,
+           topics: list[str] | None = None, decompress: bool = True, unwrap: bool = True,
            overwrite: bool = False) -> dict:
     """Every message of ``sources`` with its body to ``out`` (Parquet or JSON lines, partitioned
-    by broker and store_date); returns a small summary."""
+    by broker and store_date; with ``unwrap``, the inner messages of a 5.x inner batch instead
+    of the stored record, as ``dump``); returns a small summary."""
     started = time.perf_counter()
     _check_out(spark, out, overwrite)
     brokers, splits = _plan(spark, sources, broker_names, split_size)
     columns = schema.names(schema.EXPORT_COLUMNS)
-    fn = functools.partial(export_partition, check_crc=True, decompress=decompress,
+    fn = functools.partial(export_partition, check_crc=True, decompress=decompress, unwrap=unwrap,
                            topics=frozenset(topics) if topics else None, columns=columns)
     _, sides, cutoffs, notes = _scan(spark, splits, fn, schema.EXPORT_COLUMNS, out, fmt,
                                      _mode(overwrite), ["broker", "store_date"])
@@ -623,6 +624,7 @@ def export(spark: SparkSession, sources: list[str], out: str, *, fmt: str = "par
     return {"tool": f"mqtool {__version__} spark export", "master": spark.sparkContext.master,
             "format": fmt, "out": out, "split_size": split_size, "tasks": len(splits),
             "topics": sorted(topics) if topics else None, "decompress": decompress,
+            "unwrap": unwrap,
             "brokers": list(per_broker.values()),
             "exported": sum(b["exported"] for b in per_broker.values()),
             "notes": notes, "seconds": round(time.perf_counter() - started, 3)}

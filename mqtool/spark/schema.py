@@ -28,6 +28,10 @@ MESSAGE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("prop_crc_ok", "boolean"),
     ("body_length", "int"),
     ("inner_num", "int"),        # INNER_NUM of an inner-batch record (its queue-offset step)
+    # an inner message of a 5.x inner batch (unwrapped): its index in the batch and the batch
+    # record's CommitLog offset; null for stored records
+    ("inner_position", "int"),
+    ("outer_commitlog_offset", "long"),
 )
 
 #: ``spark export``: ``dump``'s message record (``mqtool.inspect.message_to_dict``), body as
@@ -69,6 +73,8 @@ EXPORT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("body_decompressed", "boolean"),
     ("body_decompress_error", "string"),
     ("body_truncated", "boolean"),
+    ("inner_position", "int"),             # as in MESSAGE_COLUMNS
+    ("outer_commitlog_offset", "long"),
 )
 
 #: the ``findings`` table: ``verify``'s Finding plus the broker; details as JSON text

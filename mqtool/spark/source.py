@@ -16,6 +16,9 @@ plus ``body`` (the stored bytes) with ``bodies=true``. Options:
 * ``checkCrc``: ``true`` (default) checks body and property CRCs, ``false`` leaves
   ``body_crc_ok`` unset and reads faster;
 * ``bodies``: ``true`` adds the ``body`` column;
+* ``unwrap``: ``true`` (default) gives every inner message of a 5.x inner batch (BatchCQ
+  topic) its own row, as ``mqtool dump`` does (``inner_position`` and
+  ``outer_commitlog_offset`` say where it lies); ``false`` keeps the stored record;
 * ``brokerName``: the broker column's value for a single path (default: from the path);
 * several paths: ``load(["/a/store", "/b/store"])``, one broker each.
 
@@ -96,6 +99,7 @@ class RocketMQReader(DataSourceReader):
         self.split_size = DEFAULT_SPLIT_SIZE if size is None else parse_split_size(size)
         self.check_crc = _flag(options, "checkCrc", True)
         self.bodies = _flag(options, "bodies", False)
+        self.unwrap = _flag(options, "unwrap", True)
         name = options.get("brokerName", options.get("brokername"))
         if name is not None and len(self.paths) != 1:
             raise MqtoolError("option brokerName names the broker of a single path")
@@ -117,4 +121,5 @@ class RocketMQReader(DataSourceReader):
         if not isinstance(partition, SplitPartition):
             return   # no CommitLog data at all: Spark still asks for one partition
 
-        yield from split_batches(partition.split, check_crc=self.check_crc, bodies=self.bodies)
+        yield from split_batches(partition.split, check_crc=self.check_crc, bodies=self.bodies,
+                                 unwrap=self.unwrap)

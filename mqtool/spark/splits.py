@@ -336,25 +336,35 @@ def note_event(side: dict, event) -> None:
 
 # --- export rows -------------------------------------------------------------------------------
 
-def export_row(split: Split, rec: MessageRecord, buf_body: bytes, decompress: bool,
-               columns: tuple[str, ...]) -> tuple:
-    """One row of the export: ``dump``'s message record (:func:`mqtool.inspect.message_to_dict`)
-    with the body as bytes."""
+def export_rows(split: Split, rec: MessageRecord, buf_body: bytes, decompress: bool,
+                columns: tuple[str, ...], unwrap: bool = True) -> list[tuple]:
+    """The export's rows of one record: ``dump``'s message record
+    (:func:`mqtool.inspect.message_to_dict`) with the body as bytes; with ``unwrap``, an inner
+    batch's inner messages as ``dump`` gives them
+    (:func:`mqtool.inspect.unwrap_message_dict`), each saying where it lies."""
     import base64
 
-    from ..inspect import message_to_dict
+    from ..inspect import message_to_dict, unwrap_message_dict
 
     record = message_to_dict(rec, buf_body, file=split.name,
                              file_offset=rec.offset - split.base_offset, body_mode="base64",
                              decompress=decompress)
     record["broker"] = split.broker
-    body = record.get("body")
-    record["body"] = base64.b64decode(body) if body is not None else None
-    return tuple(record.get(name) for name in columns)
+    messages = unwrap_message_dict(record, rec, buf_body) if unwrap else [record]
+    rows = []
+    for message in messages:
+        body = message.get("body")
+        message["body"] = base64.b64decode(body) if body is not None else None
+        where = message.get("inner_batch")
+        if where is not None:
+            message["inner_position"] = where["position"]
+            message["outer_commitlog_offset"] = where["commitlog_offset"]
+        rows.append(tuple(message.get(name) for name in columns))
+    return rows
 
 
 def export_partition(splits, check_crc: bool, decompress: bool, topics: frozenset | None,
-                     columns: tuple[str, ...], sink) -> Iterator[tuple]:
+                     columns: tuple[str, ...], sink, unwrap: bool = True) -> Iterator[tuple]:
     for split in splits:
         side = new_side(split)
         reader = BodyReader(split)
@@ -365,8 +375,10 @@ def export_partition(splits, check_crc: bool, decompress: bool, topics: frozense
                     continue
                 if topics is not None and event.topic not in topics:
                     continue
-                side["exported"] = side.get("exported", 0) + 1
-                yield export_row(split, event, reader.body(event), decompress, columns)
+                rows = export_rows(split, event, reader.body(event), decompress, columns,
+                                   unwrap)
+                side["exported"] = side.get("exported", 0) + len(rows)
+                yield from rows
         finally:
             reader.close()
         note_done(side)
