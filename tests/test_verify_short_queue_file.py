@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from mqtool.vocabulary import CONSUMER_CODES
+
 from conftest import run_mqtool
 from mqtool import forge
 from mqtool.scan import MessageRecord, Scanner
@@ -46,7 +48,9 @@ def _queue_dir(store: Path) -> Path:
 
 
 def _keys(report) -> set:
-    return {f.key for f in report.findings}
+    """The store findings; a shortened queue also leaves the forge's consumer group committed
+    past the queue's end, which the consumer checks report (their own tests pin those down)."""
+    return {f.key for f in report.findings if f.code not in CONSUMER_CODES}
 
 
 def _truncated_copy(base: Path, dest: Path, name: str, length: int) -> Path:
@@ -126,7 +130,8 @@ def test_short_queue_file_is_reported_not_fatal(bases, tmp_path, base, name, len
     proc = run_mqtool("verify", "--json", store)
     assert proc.returncode == 1, proc.stderr
     document = json.loads(proc.stdout)
-    assert {(f["code"], f["file"], f["offset"]) for f in document["findings"]} == _keys(report)
+    assert {(f["code"], f["file"], f["offset"]) for f in document["findings"]
+            if f["code"] not in CONSUMER_CODES} == _keys(report)
 
 
 def test_checking_goes_on_past_the_missing_units(bases, tmp_path):
