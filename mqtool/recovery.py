@@ -19,6 +19,7 @@ is tested against; where they and the spec differ, the stores win (see the comme
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -30,8 +31,9 @@ from .formats import checkpoint as ckpt_fmt
 from .formats import commitlog as cl_fmt
 from .formats import consumequeue as cq_fmt
 from .formats import indexfile as idx_fmt
-from .scan import BlankRecord, CorruptRegion, MessageRecord, Scanner, UnwrittenTail
-from .store import ConsumeQueue, MappedFile, Segment, Store, parse_at
+from .scan import (FLAG_FALSE, FLAG_TRUE, BlankRecord, CorruptRegion, MessageRecord, Scanner,
+                   UnwrittenTail)
+from .store import ConsumeQueue, MappedFile, Segment, Store, data_extents, parse_at
 
 from .vocabulary import BROKER_VERSIONS, MODES, VERSION_49, VERSION_50, VERSION_532  # noqa: F401
 
@@ -77,13 +79,25 @@ def read_cq_units(path, units_per_file: int | None = None,
                   kind: QueueKind = CONSUME_QUEUE) -> np.ndarray:
     """The units of one queue file (a trailing partial unit is ignored); with
     ``units_per_file``, only the part of the file the broker maps."""
-    with MappedFile(path) as mf:
-        usable = mf.size - mf.size % kind.unit_size
+    with open(path, "rb", buffering=0) as fh:
+        size = os.fstat(fh.fileno()).st_size
+        usable = size - size % kind.unit_size
         if units_per_file is not None:
             usable = min(usable, units_per_file * kind.unit_size)
         if usable <= 0:
             return np.zeros(0, kind.dtype)
-        return np.frombuffer(mf.data, kind.dtype, usable // kind.unit_size).copy()
+        # zeroed pages are only allocated where the file has data: a 6 MB file holding a few
+        # units reads a few KB
+        units = np.zeros(usable // kind.unit_size, kind.dtype)
+        raw = memoryview(units.view(np.uint8))
+        for lo, hi in data_extents(fh, size, 0, usable):
+            fh.seek(lo)
+            while lo < hi:
+                got = fh.readinto(raw[lo:hi])
+                if not got:
+                    break
+                lo += got
+        return units
 
 
 def valid_prefix(units: np.ndarray, kind: QueueKind = CONSUME_QUEUE) -> int:
@@ -226,6 +240,49 @@ class FileJudge:
         elif kind is CorruptRegion:
             self._stop(event.offset, event.code)
             v.data_end = corrupt_end(event)
+
+
+    def feed_batch(self, batch) -> int:
+        """:meth:`feed` for every record of a scanner ``RecordBatch`` at once (no per-record
+        objects); returns how many leading records are accepted (all of them until a refusal)."""
+        n = len(batch)
+        if n == 0:
+            return 0
+        v = self.verdict
+        offsets = batch.offsets
+        ends = offsets + batch.total_size
+        if self.stopped:
+            v.after += n
+            if v.first_after is None:
+                v.first_after = int(offsets[0])
+            v.data_end = int(ends[-1])
+            return 0
+        rules = self.rules
+        refused = np.zeros(n, dtype=bool)
+        reasons = []
+        if not rules.accepts_v2:
+            reasons.append(("v2-magic", batch.magic_code == cl_fmt.MESSAGE_MAGIC_CODE_V2))
+        if rules.check_crc and rules.crc_scanned:
+            if rules.verifies_prop_crc:
+                reasons.append(("prop-crc", batch.prop_crc_ok != FLAG_TRUE))
+            else:
+                reasons.append(("body-crc", batch.body_crc_ok == FLAG_FALSE))
+        for _, mask in reasons:
+            refused |= mask
+        bad = np.flatnonzero(refused)
+        accepted = int(bad[0]) if len(bad) else n
+        if accepted:
+            v.accepted += accepted
+            v.last_accepted = int(offsets[accepted - 1])
+            v.stop_offset = int(ends[accepted - 1])
+        v.data_end = int(ends[-1])
+        if accepted < n:
+            # the first test that fails names the refusal, as in feed()
+            reason = next(name for name, mask in reasons if mask[accepted])
+            self._stop(int(offsets[accepted]), reason)
+            v.after = n - accepted
+            v.first_after = int(offsets[accepted])
+        return accepted
 
 
 def corrupt_end(region: CorruptRegion) -> int:

@@ -154,6 +154,11 @@ def recover_cmd(
                                       help="Recover with checkCRCOnRecover=false."),
     message_index_safe: bool = opt.message_index_safe(),
     force_verify_prop_crc: bool = opt.force_verify_prop_crc(),
+    workers: int = typer.Option(None, "--workers", min=1,
+                                help="Abnormal recovery: N processes scan and check "
+                                     "CommitLog files ahead of the dispatch (default: the "
+                                     "number of cores; 1: everything in one process). The "
+                                     "result is the same for every N."),
     dry_run: bool = opt.dry_run(),
     json_output: bool = opt.json_output(),
     backup_dir: Path = opt.backup_dir(),
@@ -164,7 +169,7 @@ def recover_cmd(
          out=out, mode=mode, broker_version=broker_version,
          check_crc=not no_check_crc, message_index_safe=message_index_safe,
          force_verify_prop_crc=force_verify_prop_crc, reindex_all=reindex_all,
-         keep_stale=keep_stale)
+         keep_stale=keep_stale, workers=workers)
 
 
 @commands.command("truncate", help=(

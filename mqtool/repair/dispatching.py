@@ -9,7 +9,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import codec as _codec
 from ..formats import codecs
 from ..formats import commitlog as cl_fmt
 from ..formats import consumequeue as cq_fmt
@@ -17,6 +16,7 @@ from ..recovery import BrokerRules, FileJudge, FileVerdict
 from ..scan import MessageRecord, RecordBatch, Scanner, TopicTable, scan_buffer
 from ..store import MappedFile, Segment, Store
 from .writers import RepairIndexWriter, StagedBatchConsumeQueueWriter, StagedConsumeQueueWriter
+from .pipeline import ParallelJudgedRecords, index_keys, parse_properties
 
 
 _UNIT = cq_fmt.CQ_STORE_UNIT_SIZE
@@ -132,11 +132,7 @@ class _JudgedRecords:
                     judge.feed(event)
                     continue
                 # the judge accepts a leading run of records; once stopped it only counts
-                accepted = 0
-                for rec in event.records():
-                    judge.feed(rec)
-                    if not judge.stopped:
-                        accepted += 1
+                accepted = judge.feed_batch(event)
                 if accepted:
                     yield event if accepted == len(event) else event.head(accepted)
             self.verdicts[seg.base_offset] = judge.verdict
@@ -174,11 +170,15 @@ def dispatch(store: Store, start: int, stop: int, *, cq: StagedConsumeQueueWrite
         records = iter_records(store, start, stop, progress)
     topics = TopicTable()
     prefixes: dict[int, int] = {}
-    batches = records.batches(topics) if isinstance(records, _JudgedRecords) \
-        else _record_batches(records, topics)
-    for batch in batches:
+    if isinstance(records, ParallelJudgedRecords):
+        batches = records.parsed_batches(topics)
+    else:
+        batches = ((batch, None) for batch in (
+            records.batches(topics) if isinstance(records, _JudgedRecords)
+            else _record_batches(records, topics)))
+    for batch, parsed in batches:
         offsets = batch.offsets
-        props = _DispatchProperties(batch)
+        props = _DispatchProperties(batch, parsed)
         _dispatch_queues(batch, offsets, props, stats, cq=cq, bcq=bcq, cq_from=cq_from,
                          queues=queues, batch_topics=batch_topics,
                          schedule_loaded=schedule_loaded)
@@ -191,7 +191,6 @@ def dispatch(store: Store, start: int, stop: int, *, cq: StagedConsumeQueueWrite
 
 
 _DISPATCH_CHUNK = 4096
-_KEY_SEPARATOR = ord(" ")
 
 
 def _record_batches(records, topics: TopicTable):
@@ -207,14 +206,17 @@ def _record_batches(records, topics: TopicTable):
 class _DispatchProperties:
     """The properties dispatch reads, parsed for a whole batch when first asked for."""
 
-    def __init__(self, batch: RecordBatch):
+    def __init__(self, batch: RecordBatch, parsed: tuple | None = None):
         self.batch = batch
-        self.data = self.values = None
+        self.data = self.values = self._tags = self.keys = None
+        if parsed is not None:
+            # parsed by a scanning worker (pipeline.parse_properties), with the index keys of
+            # every record but a rollback: (row, hash) in put order
+            self.data, self.values, self._tags, self.keys = parsed
 
     def spans(self, name: str) -> tuple[np.ndarray, np.ndarray]:
         if self.data is None:
-            self.data, begins = _codec.property_blob(*self.batch.properties_source())
-            self.values = _codec.property_values(self.data, begins, ("TAGS", "UNIQ_KEY", "KEYS"))
+            self.data, _, self.values, self._tags = parse_properties(self.batch)
         return self.values[name]
 
     def decoded(self, i: int) -> dict[str, str]:
@@ -223,8 +225,8 @@ class _DispatchProperties:
 
     def tags_hashes(self) -> np.ndarray:
         """hashCode of each record's TAGS, 0 without: tags_code outside SCHEDULE_TOPIC."""
-        starts, ends = self.spans("TAGS")   # parses the batch's properties
-        return _codec.string_hash_codes(self.data, starts, ends)
+        self.spans("TAGS")   # parses the batch's properties
+        return self._tags
 
 
 def _dispatch_queues(batch: RecordBatch, offsets: np.ndarray, props: _DispatchProperties,
@@ -323,23 +325,26 @@ def _dispatch_index(batch: RecordBatch, offsets: np.ndarray, props: _DispatchPro
     rows = np.flatnonzero(wanted)
     if len(rows) == 0 or not index.enabled:
         return
-    uniq = tuple(a[rows] for a in props.spans("UNIQ_KEY"))   # parses the batch's properties
-    keys = tuple(a[rows] for a in props.spans("KEYS"))
-    owner, starts, ends = _codec.index_key_spans(props.data, uniq, keys, _KEY_SEPARATOR)
-    if len(owner) == 0:
+    if props.keys is not None:
+        # hashed by the scanning worker for every non-rollback record: keep the wanted ones
+        owners, hashes = props.keys
+        keep = wanted[owners]
+        owners, hashes = owners[keep], hashes[keep]
+    else:
+        props.spans("KEYS")   # parses the batch's properties
+
+        def prefix_of(t: int) -> int:
+            if t not in prefixes:
+                prefixes[t] = codecs.index_key_prefix_hash(batch.topics.names[t])
+            return prefixes[t]
+
+        owner, hashes = index_keys(props.data, props.values, rows, batch.topic_id, prefix_of)
+        owners = rows[owner]
+    if len(owners) == 0:
         return
-    topic_ids = batch.topic_id[rows]
-    for t in np.unique(topic_ids[owner]).tolist():
-        if t not in prefixes:
-            prefixes[t] = codecs.index_key_prefix_hash(batch.topics.names[t])
-    prefix_of = np.zeros(int(topic_ids.max()) + 1, dtype=np.uint32)
-    for t, h in prefixes.items():
-        if t < len(prefix_of):
-            prefix_of[t] = h
-    hashes = _codec.index_key_hashes(props.data, starts, ends, prefix_of[topic_ids[owner]])
     # keys held back by an earlier build_index go first
     index.put_held()
-    index.put_many(hashes, offsets[rows][owner], batch.store_timestamp[rows][owner])
+    index.put_many(hashes, offsets[owners], batch.store_timestamp[owners])
 
 
 def last_record_before(store: Store, offset: int):
