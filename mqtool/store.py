@@ -81,6 +81,8 @@ def data_extents(fh, size: int, start: int = 0, end: int | None = None) -> list[
     fd = fh.fileno()
     extents: list[tuple[int, int]] = []
     pos = start
+    # lseek moves the descriptor's position under a buffered reader: put it back afterwards
+    where = os.lseek(fd, 0, os.SEEK_CUR)
     try:
         while pos < end:
             try:
@@ -96,6 +98,8 @@ def data_extents(fh, size: int, start: int = 0, end: int | None = None) -> list[
             pos = hi
     except (OSError, AttributeError):
         return [(start, end)]
+    finally:
+        os.lseek(fd, where, os.SEEK_SET)
     return extents
 
 

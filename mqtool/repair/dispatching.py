@@ -12,8 +12,8 @@ import numpy as np
 from ..formats import codecs
 from ..formats import commitlog as cl_fmt
 from ..formats import consumequeue as cq_fmt
-from ..recovery import BrokerRules, FileJudge, FileVerdict
-from ..scan import MessageRecord, RecordBatch, Scanner, TopicTable, scan_buffer
+from ..recovery import CONSUME_QUEUE, BrokerRules, FileJudge, FileVerdict, read_cq_units
+from ..scan import MessageRecord, RecordBatch, TopicTable, scan_buffer, scan_segment_batches
 from ..store import MappedFile, Segment, Store
 from .writers import RepairIndexWriter, StagedBatchConsumeQueueWriter, StagedConsumeQueueWriter
 from .pipeline import ParallelJudgedRecords, index_keys, parse_properties
@@ -99,22 +99,61 @@ def iter_records(store: Store, start: int, stop: int, progress=None):
                 progress.update(end - done)
 
 
+_HINTS_KEPT = 2_000_000   # offsets kept in memory (16 MB); past that a file is read again
+
+
+class RecordHints:
+    """Where the store's ConsumeQueue units say records start, per CommitLog file: the scanner
+    follows these runs instead of walking record by record. It checks every step, so a wrong,
+    stale or missing unit costs time, never a different result."""
+
+    def __init__(self, store: Store):
+        self._files: list[tuple[int, int, object, np.ndarray | None]] = []
+        kept = 0
+        for queue in store.consume_queues:
+            for seg in queue.segments:
+                offsets = self._read(seg.path)
+                if len(offsets) == 0:
+                    continue
+                keep = offsets if kept + len(offsets) <= _HINTS_KEPT else None
+                kept += len(offsets) if keep is not None else 0
+                self._files.append((int(offsets.min()), int(offsets.max()), seg.path, keep))
+
+    @staticmethod
+    def _read(path) -> np.ndarray:
+        units = read_cq_units(path, None, CONSUME_QUEUE)
+        return units["commitlog_offset"][CONSUME_QUEUE.valid(units)].astype(np.int64)
+
+    def for_segment(self, seg: Segment) -> np.ndarray | None:
+        lo, hi = seg.base_offset, seg.base_offset + seg.length
+        parts = []
+        for first, last, path, offsets in self._files:
+            if last < lo or first >= hi:
+                continue
+            if offsets is None:
+                offsets = self._read(path)
+            parts.append(offsets[(offsets >= lo) & (offsets < hi)])
+        return np.concatenate(parts) if parts else None
+
+
 def judged_records(store: Store, segments: list[Segment], start_index: int, rules: BrokerRules,
-                   verdicts: dict[int, FileVerdict], progress=None) -> "_JudgedRecords":
+                   verdicts: dict[int, FileVerdict], progress=None,
+                   hints: RecordHints | None = None) -> "_JudgedRecords":
     """The records abnormal recovery dispatches, found by the same scan that decides where it
     stops: each file's events go to the broker's judge (:class:`FileJudge`, CRCs included) and
     the records it accepts are yielded, so the CommitLog is read once. Each file's verdict lands
     in ``verdicts`` for :func:`predict_recovery`."""
-    return _JudgedRecords(store, segments, start_index, rules, verdicts, progress)
+    return _JudgedRecords(store, segments, start_index, rules, verdicts, progress, hints)
 
 
 class _JudgedRecords:
     """judged_records' records: iterated one by one, or read by :func:`dispatch` as the
     scanner's record batches (cut where the judge stops)."""
 
-    def __init__(self, store, segments, start_index, rules, verdicts, progress):
+    def __init__(self, store, segments, start_index, rules, verdicts, progress, hints=None):
         self.store, self.segments, self.start_index = store, segments, start_index
         self.rules, self.verdicts, self.progress = rules, verdicts, progress
+        self.hints = hints
 
     def __iter__(self):
         for batch in self.batches(TopicTable()):
@@ -122,12 +161,13 @@ class _JudgedRecords:
 
     def batches(self, topics: TopicTable):
         """The same records as RecordBatches, each valid until the next is asked for."""
-        scanner = Scanner(self.store.commitlog, check_crc=self.rules.check_crc, resync=True)
         for i in range(self.start_index, len(self.segments)):
             seg = self.segments[i]
             judge = FileJudge(seg, self.rules)
-            for event in scanner.scan_segment_batches(seg, progress=self.progress,
-                                                      topics=topics):
+            hints = self.hints.for_segment(seg) if self.hints is not None else None
+            for event in scan_segment_batches(seg, check_crc=self.rules.check_crc, resync=True,
+                                              progress=self.progress, topics=topics,
+                                              hints=hints):
                 if type(event) is not RecordBatch:
                     judge.feed(event)
                     continue

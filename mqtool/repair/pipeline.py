@@ -70,7 +70,7 @@ def index_keys(data, values: dict, rows: np.ndarray, topic_ids: np.ndarray,
 prefix_hash = codecs.index_key_prefix_hash
 
 
-def _scan_files(segments, rules, out, first: int, step: int) -> None:
+def _scan_files(segments, rules, hints, out, first: int, step: int) -> None:
     """Worker: scan and judge segments[first::step], sending batches and verdicts to ``out``."""
     try:
         topics = TopicTable()
@@ -78,7 +78,8 @@ def _scan_files(segments, rules, out, first: int, step: int) -> None:
         for seg in segments[first::step]:
             judge = FileJudge(seg, rules)
             for event in scan_segment_batches(seg, check_crc=rules.check_crc, resync=True,
-                                              topics=topics):
+                                              topics=topics, hints=None if hints is None
+                                              else hints.for_segment(seg)):
                 if type(event) is not RecordBatch:
                     judge.feed(event)
                     continue
@@ -106,7 +107,8 @@ class ParallelJudgedRecords:
     """:func:`~mqtool.repair.dispatching.judged_records` with the scan in ``workers`` worker
     processes; started at construction, read through :meth:`parsed_batches`."""
 
-    def __init__(self, segments, start_index: int, rules, verdicts: dict, workers: int):
+    def __init__(self, segments, start_index: int, rules, verdicts: dict, workers: int,
+                 hints=None):
         self.segments = list(segments[start_index:])
         self.rules, self.verdicts = rules, verdicts
         self.progress = None
@@ -117,7 +119,8 @@ class ParallelJudgedRecords:
         context = multiprocessing.get_context("fork")
         self._queues = [context.Queue(_QUEUE_DEPTH) for _ in range(count)]
         self._procs = [context.Process(target=_scan_files, name=f"mqtool-scan-{i}",
-                                       args=(self.segments, rules, q, i, count), daemon=True)
+                                       args=(self.segments, rules, hints, q, i, count),
+                                       daemon=True)
                        for i, q in enumerate(self._queues)]
         for proc in self._procs:
             proc.start()

@@ -14,7 +14,8 @@ from ..store import MappedFile, Segment, Store
 from .files import _queue_rel
 from .transaction import DigestCache, RepairError, RepairPlan, Stage
 from .writers import StagedBatchConsumeQueueWriter, StagedConsumeQueueWriter
-from .dispatching import DispatchStats, dispatch, iter_records, judged_records, last_record_before
+from .dispatching import (DispatchStats, RecordHints, dispatch, iter_records, judged_records,
+                          last_record_before)
 from .pipeline import ParallelJudgedRecords, default_workers
 from .index import (_count_entries, _finish_index, _last_full_end_timestamp, read_index_states,
                     _setup_index)
@@ -142,11 +143,13 @@ def plan_recover(store: Store, stage: Stage, *, mode: str = "auto", broker_versi
         early = index_from < first.start_offset
         workers = default_workers() if workers is None else workers
         with _bar(progress, "scan + dispatch", _commitlog_bytes(store, first.start_offset)) as bar:
+            hints = RecordHints(store)
             if workers > 1 and not early and len(usable) - start_index > 1:
-                records = ParallelJudgedRecords(usable, start_index, rules, verdicts, workers)
+                records = ParallelJudgedRecords(usable, start_index, rules, verdicts, workers,
+                                                hints)
                 records.progress = bar
             else:
-                records = judged_records(store, usable, start_index, rules, verdicts, bar)
+                records = judged_records(store, usable, start_index, rules, verdicts, bar, hints)
             if early:
                 # a full reindex starts before the start file: those records first
                 records = itertools.chain(iter_records(store, index_from, first.start_offset),
