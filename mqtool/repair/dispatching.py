@@ -319,38 +319,43 @@ def _dispatch_queues(batch: RecordBatch, offsets: np.ndarray, props: _DispatchPr
     if len(rows) == 0:
         return
     schedule = batch.topics.find(codecs.SCHEDULE_TOPIC)
-    hashes = props.tags_hashes() if to_cq[rows].any() else None
-    for i, topic_id, queue_id, offset, size, queue_offset, stamp in zip(
-            rows.tolist(), batch.topic_id[rows].tolist(), batch.queue_id[rows].tolist(),
-            offsets[rows].tolist(), sizes[rows].tolist(), batch.queue_offset[rows].tolist(),
-            stamps[rows].tolist()):
-        topic = names[topic_id]
-        if to_bcq[i]:
-            record_props = props.decoded(i)
-            if bcq.put(topic, queue_id, offset, size,
-                       codecs.tags_code(topic, record_props, stamp), stamp,
-                       *codecs.batch_position(record_props, queue_offset)):
-                stats.cq_written += 1
-            continue
-        state = cq.state(topic, queue_id)
-        write_pos = state["write_pos"]
-        if offset + size <= state["max_physic"] or (
-                write_pos is not None and queue_offset * _UNIT < write_pos):
-            continue
-        if topic_id == schedule:
-            record_props = props.decoded(i)
-            if schedule_loaded:
-                code = codecs.tags_code(topic, record_props, stamp)
-            else:
-                # 4.9 recovers before ScheduleMessageService.load(): maxDelayLevel is still 0,
-                # so the level clamps to 0 and the unit keeps the TAGS hash instead of the
-                # delivery time (crash-lost-small/recovered shows it)
-                tags = record_props.get("TAGS")
-                code = codecs.java_string_hash(tags) if tags else 0
-        else:
-            code = int(hashes[i])
-        if cq.put(topic, queue_id, offset, size, code, queue_offset):
+    for i in np.flatnonzero(to_bcq[rows]).tolist():
+        i = int(rows[i])
+        topic, stamp = names[batch.topic_id[i]], int(stamps[i])
+        record_props = props.decoded(i)
+        if bcq.put(topic, int(batch.queue_id[i]), int(offsets[i]), int(sizes[i]),
+                   codecs.tags_code(topic, record_props, stamp), stamp,
+                   *codecs.batch_position(record_props, int(batch.queue_offset[i]))):
             stats.cq_written += 1
+    rows = rows[to_cq[rows]]
+    if len(rows) == 0:
+        return
+    codes = props.tags_hashes()[rows].astype(np.int64)
+    topic_ids = batch.topic_id[rows]
+    for k in np.flatnonzero(topic_ids == schedule).tolist() if schedule is not None else ():
+        i = int(rows[k])
+        record_props = props.decoded(i)
+        if schedule_loaded:
+            codes[k] = codecs.tags_code(codecs.SCHEDULE_TOPIC, record_props, int(stamps[i]))
+        else:
+            # 4.9 recovers before ScheduleMessageService.load(): maxDelayLevel is still 0,
+            # so the level clamps to 0 and the unit keeps the TAGS hash instead of the
+            # delivery time (crash-lost-small/recovered shows it)
+            tags = record_props.get("TAGS")
+            codes[k] = codecs.java_string_hash(tags) if tags else 0
+    # each queue's units in record order, a queue at a time (its files are its own); the
+    # writer skips what the broker's putMessagePositionInfo skips
+    keys = (topic_ids.astype(np.int64) << 32) | (batch.queue_id[rows] & 0xFFFFFFFF)
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    order = np.argsort(inverse, kind="stable")
+    bounds = np.searchsorted(inverse[order], np.arange(len(first) + 1))
+    for u in np.argsort(first, kind="stable").tolist():
+        members = order[bounds[u]:bounds[u + 1]]
+        sel = rows[members]
+        topic, queue_id = names[batch.topic_id[sel[0]]], int(batch.queue_id[sel[0]])
+        stats.cq_written += cq.put_run(topic, queue_id, offsets[sel], sizes[sel],
+                                       codes[members], batch.queue_offset[sel])
 
 
 def _dispatch_index(batch: RecordBatch, offsets: np.ndarray, props: _DispatchProperties,
