@@ -69,7 +69,8 @@ def test_forged_crashed_store_with_damage(tmp_path, mqtool):
 
 @pytest.mark.parametrize("name, extra", [("v5-damaged", ("--mode", "abnormal")),
                                          ("crash-lost-small", ()),
-                                         ("clean-small-damaged", ("--mode", "abnormal"))])
+                                         ("clean-small-damaged", ("--mode", "abnormal")),
+                                         ("v5-batchcq-crash", ())])
 def test_reference_stores(tmp_path, name, extra):
     source = SHARED_STORES / name / "store"
     if not source.is_dir():

@@ -265,7 +265,8 @@ class _DispatchProperties:
 
     def tags_hashes(self) -> np.ndarray:
         """hashCode of each record's TAGS, 0 without: tags_code outside SCHEDULE_TOPIC."""
-        self.spans("TAGS")   # parses the batch's properties
+        if self._tags is None:
+            self.spans("TAGS")   # parses the batch's properties
         return self._tags
 
 

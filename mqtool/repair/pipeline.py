@@ -3,10 +3,10 @@ dispatch, which stays in this process and takes their batches in file (so offset
 
 Each worker takes every W-th file from the start file on (W workers), runs the same scanner and
 :class:`~mqtool.recovery.FileJudge` the one-process path runs, and sends for each run of
-accepted records: the scanner's columns, the records' properties (copied into one array and
-parsed for TAGS, UNIQ_KEY and KEYS, the properties dispatch reads) and each file's verdict. So
-this process neither maps the CommitLog files nor parses properties: what it receives is what
-the one-process path computes, and the dispatch that consumes it is the same code.
+accepted records: the scanner's columns the dispatch reads, the TAGS hash codes and the index
+keys' hashes (the properties parsed and hashed there) and each file's verdict. So this process
+neither scans nor parses properties: what it receives is what the one-process path computes,
+and the dispatch that consumes it is the same code.
 
 A worker stops after a file whose scan does not continue into the next (the broker's recovery
 stops there, so later files are never dispatched); files a worker scanned beyond the stop are
@@ -26,11 +26,15 @@ from ..formats import codecs
 from ..formats import commitlog as cl_fmt
 from ..recovery import FileJudge
 from ..scan import _COLUMNS, RecordBatch, TopicTable, scan_segment_batches
+from ..store import MappedFile
 from .transaction import RepairError
 
 # properties parsed for the whole batch by dispatch (see dispatching._DispatchProperties)
 PARSED_PROPERTIES = ("TAGS", "UNIQ_KEY", "KEYS")
 _KEY_SEPARATOR = ord(" ")
+# what the dispatch reads of a batch sent by a worker (the other columns stay None there)
+DISPATCH_COLUMNS = ("position", "total_size", "sys_flag", "topic_id", "queue_id", "queue_offset",
+                    "store_timestamp", "properties_position", "properties_length")
 _ROLLBACK = cl_fmt.TRANSACTION_ROLLBACK_TYPE
 _TYPE_MASK = cl_fmt.TRANSACTION_TYPE_MASK
 _QUEUE_DEPTH = 4          # batches in flight per worker: bounds the memory they take
@@ -87,14 +91,14 @@ def _scan_files(segments, rules, hints, out, first: int, step: int) -> None:
                 if not accepted:
                     continue
                 batch = event if accepted == len(event) else event.head(accepted)
-                data, begins, values, tags = parse_properties(batch)
+                data, _, values, tags = parse_properties(batch)
                 # the keys of every record but a rollback: the dispatch picks the ones it indexes
                 rows = np.flatnonzero((batch.sys_flag & _TYPE_MASK) != _ROLLBACK)
                 owner, hashes = index_keys(data, values, rows, batch.topic_id,
                                            lambda t: prefix_hash(topics.names[t]))
-                columns = {name: getattr(batch, name) for name in _COLUMNS}
-                out.put(("batch", topics.names[sent:], batch.base, columns, data, begins,
-                         values, tags, rows[owner], hashes))
+                columns = {name: getattr(batch, name) for name in DISPATCH_COLUMNS}
+                out.put(("batch", topics.names[sent:], batch.base, columns, tags, rows[owner],
+                         hashes))
                 sent = len(topics.names)
             out.put(("file", judge.verdict))
             if not judge.verdict.continues:
@@ -143,25 +147,31 @@ class ParallelJudgedRecords:
         try:
             for k, seg in enumerate(self.segments):
                 worker = k % count
-                while True:
-                    message = self._get(worker)
-                    if message[0] == "error":
-                        raise RepairError(f"scanning {seg.name} failed in a worker process:\n"
-                                          + message[1])
-                    if message[0] == "file":
-                        verdict = message[1]
-                        break
-                    _, names, base, columns, data, begins, values, tags, owners, hashes = message
-                    remap = remaps[worker]
-                    remap.extend(topics.intern(name) for name in names)
-                    batch = RecordBatch.__new__(RecordBatch)
-                    # the properties live in the received blob, not in a mapping of the file
-                    batch.buf, batch.base, batch.topics, batch._records = data, base, topics, None
-                    for name in _COLUMNS:
-                        setattr(batch, name, columns[name])
-                    batch.topic_id = np.asarray(remap, dtype=np.int32)[columns["topic_id"]]
-                    batch.properties_position = begins
-                    yield batch, (data, values, tags, (owners, hashes))
+                # the few records whose properties the dispatch decodes one by one (delayed
+                # messages, BatchConsumeQueue topics) read them from the file's mapping: only
+                # their pages are touched
+                mapped = MappedFile(seg.path)
+                try:
+                    while True:
+                        message = self._get(worker)
+                        if message[0] == "error":
+                            raise RepairError(f"scanning {seg.name} failed in a worker "
+                                              "process:\n" + message[1])
+                        if message[0] == "file":
+                            verdict = message[1]
+                            break
+                        _, names, base, columns, tags, owners, hashes = message
+                        remap = remaps[worker]
+                        remap.extend(topics.intern(name) for name in names)
+                        batch = RecordBatch.__new__(RecordBatch)
+                        batch.buf, batch.base, batch.topics = mapped.data, base, topics
+                        batch._records = None
+                        for name in _COLUMNS:
+                            setattr(batch, name, columns.get(name))
+                        batch.topic_id = np.asarray(remap, dtype=np.int32)[columns["topic_id"]]
+                        yield batch, (None, None, tags, (owners, hashes))
+                finally:
+                    mapped.close()
                 self.verdicts[seg.base_offset] = verdict
                 if self.progress is not None:
                     self.progress.update(seg.length)
