@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import MqtoolError, StoreLayoutError
+from .store import data_extents
 from .writer import fsync_dir, fsync_path
 
 MANIFEST = "manifest.json"
@@ -111,7 +112,19 @@ def save_range(src: Path, start: int, end: int, blob, blob_path: str,
     with open(src, "rb") as fh:
         fh.seek(start)
         pos = start
+        # holes are zeros: with the digest known, only the data extents are read
+        extents = None if digest is not None else data_extents(fh, os.fstat(fh.fileno()).st_size,
+                                                               start, end)
+        at_extent = 0
         while pos < end:
+            if extents is not None:
+                while at_extent < len(extents) and extents[at_extent][1] <= pos:
+                    at_extent += 1
+                if at_extent == len(extents):
+                    break
+                if pos < extents[at_extent][0]:
+                    pos = extents[at_extent][0]
+                    fh.seek(pos)
             block = fh.read(min(CHUNK, end - pos))
             if not block:
                 break

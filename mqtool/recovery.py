@@ -31,9 +31,9 @@ from .mapping import read_units
 from .formats import commitlog as cl_fmt
 from .formats import consumequeue as cq_fmt
 from .formats import indexfile as idx_fmt
-from .scan import BlankRecord, CorruptRegion, MessageRecord, Scanner, UnwrittenTail
+from .scan import (FLAG_FALSE, FLAG_TRUE, BlankRecord, CorruptRegion, MessageRecord, Scanner,
+                   UnwrittenTail)
 from .store import ConsumeQueue, MappedFile, Segment, Store, parse_at
-
 from .vocabulary import BROKER_VERSIONS, MODES, VERSION_49, VERSION_50, VERSION_532  # noqa: F401
 
 CQ_UNIT_DTYPE = CQ_DTYPE
@@ -222,6 +222,49 @@ class FileJudge:
         elif kind is CorruptRegion:
             self._stop(event.offset, event.code)
             v.data_end = corrupt_end(event)
+
+
+    def feed_batch(self, batch) -> int:
+        """:meth:`feed` for every record of a scanner ``RecordBatch`` at once (no per-record
+        objects); returns how many leading records are accepted (all of them until a refusal)."""
+        n = len(batch)
+        if n == 0:
+            return 0
+        v = self.verdict
+        offsets = batch.offsets
+        ends = offsets + batch.total_size
+        if self.stopped:
+            v.after += n
+            if v.first_after is None:
+                v.first_after = int(offsets[0])
+            v.data_end = int(ends[-1])
+            return 0
+        rules = self.rules
+        refused = np.zeros(n, dtype=bool)
+        reasons = []
+        if not rules.accepts_v2:
+            reasons.append(("v2-magic", batch.magic_code == cl_fmt.MESSAGE_MAGIC_CODE_V2))
+        if rules.check_crc and rules.crc_scanned:
+            if rules.verifies_prop_crc:
+                reasons.append(("prop-crc", batch.prop_crc_ok != FLAG_TRUE))
+            else:
+                reasons.append(("body-crc", batch.body_crc_ok == FLAG_FALSE))
+        for _, mask in reasons:
+            refused |= mask
+        bad = np.flatnonzero(refused)
+        accepted = int(bad[0]) if len(bad) else n
+        if accepted:
+            v.accepted += accepted
+            v.last_accepted = int(offsets[accepted - 1])
+            v.stop_offset = int(ends[accepted - 1])
+        v.data_end = int(ends[-1])
+        if accepted < n:
+            # the first test that fails names the refusal, as in feed()
+            reason = next(name for name, mask in reasons if mask[accepted])
+            self._stop(int(offsets[accepted]), reason)
+            v.after = n - accepted
+            v.first_after = int(offsets[accepted])
+        return accepted
 
 
 def corrupt_end(region: CorruptRegion) -> int:

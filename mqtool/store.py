@@ -95,6 +95,37 @@ def layout_of(path: Path) -> str:
     if parent.name == dl_fmt.DATA_DIR and parent.parent.name.startswith(dl_fmt.DLEDGER_DIR_PREFIX):
         return DLEDGER_LAYOUT
     return COMMITLOG_LAYOUT
+def data_extents(fh, size: int, start: int = 0, end: int | None = None) -> list[tuple[int, int]]:
+    """[lo, hi) ranges of an open file inside [start, end) that may hold non-zero bytes: the
+    file system's data extents (SEEK_DATA / SEEK_HOLE); a hole reads as zeros, so a sparse 6 MB
+    ConsumeQueue file or 420 MB IndexFile is looked at only where something was written. Where
+    the file system cannot tell, the whole range."""
+    end = size if end is None else min(end, size)
+    if start >= end:
+        return []
+    fd = fh.fileno()
+    extents: list[tuple[int, int]] = []
+    pos = start
+    # lseek moves the descriptor's position under a buffered reader: put it back afterwards
+    where = os.lseek(fd, 0, os.SEEK_CUR)
+    try:
+        while pos < end:
+            try:
+                lo = os.lseek(fd, pos, os.SEEK_DATA)
+            except OSError as err:
+                if err.errno == errno.ENXIO:   # only a hole is left
+                    break
+                raise
+            if lo >= end:
+                break
+            hi = min(end, os.lseek(fd, lo, os.SEEK_HOLE))
+            extents.append((lo, hi))
+            pos = hi
+    except (OSError, AttributeError):
+        return [(start, end)]
+    finally:
+        os.lseek(fd, where, os.SEEK_SET)
+    return extents
 
 
 @dataclass(frozen=True)

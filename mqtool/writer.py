@@ -15,9 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .codec import (BATCH_CQ_UNIT, BLANK_RECORD, CQ_UNIT, INDEX_ENTRY, INDEX_ENTRY_DTYPE,
-                    INDEX_HEADER, INDEX_SLOT, INDEX_SLOT_DTYPE, MESSAGE_HEADER, MESSAGE_MIDDLE,
-                    PROPERTIES_LENGTH, TIMERLOG_BLANK, TIMERLOG_UNIT, TIMERWHEEL_SLOT, TOPIC_LENGTH,
+from .codec import (BATCH_CQ_UNIT, BLANK_RECORD, CQ_DTYPE, CQ_UNIT, INDEX_ENTRY,
+                    INDEX_ENTRY_DTYPE, INDEX_HEADER, INDEX_SLOT, INDEX_SLOT_DTYPE, MESSAGE_HEADER,
+                    MESSAGE_MIDDLE, PROPERTIES_LENGTH, TIMERLOG_BLANK, TIMERLOG_UNIT, TIMERWHEEL_SLOT, TOPIC_LENGTH,
                     index_key_hashes)
 
 from . import codec as _codec
@@ -347,6 +347,49 @@ class ConsumeQueueWriter(_QueueWriter):
         state["write_pos"] = logical + self.unit_size
         state["max_physic"] = commitlog_offset + size
         return True
+
+    def put_run(self, topic: str, queue_id: int, commitlog_offsets, sizes, tags_codes,
+                queue_offsets) -> int:
+        """:meth:`put` for consecutive dispatched records of one queue, in order; returns how
+        many units were written. Where the state lets each record append exactly at the write
+        position (the usual case), runs of units go to the file in one write."""
+        offsets = np.asarray(commitlog_offsets, dtype=np.int64)
+        sizes = np.asarray(sizes, dtype=np.int64)
+        codes = np.asarray(tags_codes, dtype=np.int64)
+        expects = np.asarray(queue_offsets, dtype=np.int64) * self.unit_size
+        ends = offsets + sizes
+        state = self.state(topic, queue_id)
+        n, i, written = len(offsets), 0, 0
+        # record j appends at the write position when its queue offset follows the one before
+        # and it ends past it (dispatch order: CommitLog offsets grow)
+        follows = np.ones(n, dtype=bool)
+        follows[1:] = (expects[1:] == expects[:-1] + self.unit_size) & (ends[1:] > ends[:-1])
+        breaks = np.flatnonzero(~follows).tolist() + [n]
+        at_break = 0
+        while i < n:
+            pos = state["write_pos"]
+            if pos is None or expects[i] != pos or ends[i] <= state["max_physic"]:
+                written += self.put(topic, queue_id, int(offsets[i]), int(sizes[i]),
+                                    int(codes[i]), int(expects[i]) // self.unit_size)
+                i += 1
+                continue
+            # each unit of the run ends past the one before, so none is already covered
+            while breaks[at_break] <= i:
+                at_break += 1
+            room = (self.file_size - pos % self.file_size) // self.unit_size
+            stop = min(breaks[at_break], i + room)
+            units = np.zeros(stop - i, dtype=CQ_DTYPE)
+            units["commitlog_offset"] = offsets[i:stop]
+            units["size"] = sizes[i:stop]
+            units["tags_code"] = codes[i:stop]
+            fh = self._file(state, topic, queue_id, pos)
+            fh.seek(pos - state["base"])
+            fh.write(units.tobytes())
+            state["write_pos"] = pos + (stop - i) * self.unit_size
+            state["max_physic"] = int(ends[stop - 1])
+            written += stop - i
+            i = stop
+        return written
 
 
 class BatchConsumeQueueWriter(_QueueWriter):

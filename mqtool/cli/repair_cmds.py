@@ -163,6 +163,11 @@ def recover_cmd(
              "offsets end up past their queue's end). clamp: set those offsets to the recovered "
              "end, and restore an unreadable consumerOffset.json / delayOffset.json from its "
              ".bak; backed up and undoable like every change."),
+    workers: int = typer.Option(None, "--workers", min=1,
+                                help="Abnormal recovery: N processes scan and check "
+                                     "CommitLog files ahead of the dispatch (default: the "
+                                     "number of cores; 1: everything in one process). The "
+                                     "result is the same for every N."),
     dry_run: bool = opt.dry_run(),
     json_output: bool = opt.json_output(),
     backup_dir: Path = opt.backup_dir(),
@@ -175,7 +180,7 @@ def recover_cmd(
          out=out, mode=mode, broker_version=broker_version,
          check_crc=not no_check_crc, message_index_safe=message_index_safe,
          force_verify_prop_crc=force_verify_prop_crc, reindex_all=reindex_all,
-         keep_stale=keep_stale, consumer_offsets=consumer_offsets)
+         keep_stale=keep_stale, consumer_offsets=consumer_offsets, workers=workers)
 
 
 @commands.command("truncate", help=(

@@ -40,6 +40,7 @@ Modules, in the order to read them:
 * :mod:`.planners` - recover, truncate, rebuild-queues, rebuild-index: each fills a stage.
 * :mod:`.dledger` - recover of a DLedger-mode store: DLedger's own recovery on the stage.
 * :mod:`.dispatching` - the broker's dispatch: records to ConsumeQueue units and index entries.
+* :mod:`.pipeline` - recover's scan in worker processes ahead of the dispatch (``--workers``).
 * :mod:`.writers` - the staged ConsumeQueue, BatchConsumeQueue and IndexFile writers.
 * :mod:`.queues` - ConsumeQueue recovery, truncation and settling on the stage.
 * :mod:`.index` - reading IndexFiles, the broker's key lookup, staged IndexFile set-up.

@@ -9,14 +9,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import codec as _codec
 from ..formats import codecs
 from ..formats import commitlog as cl_fmt
 from ..formats import consumequeue as cq_fmt
-from ..recovery import BrokerRules, FileJudge, FileVerdict
-from ..scan import MessageRecord, RecordBatch, Scanner, TopicTable, scan_buffer
+from ..recovery import CONSUME_QUEUE, BrokerRules, FileJudge, FileVerdict, read_cq_units
+from ..scan import MessageRecord, RecordBatch, TopicTable, scan_buffer, scan_segment_batches
 from ..store import MappedFile, Segment, Store
 from .writers import RepairIndexWriter, StagedBatchConsumeQueueWriter, StagedConsumeQueueWriter
+from .pipeline import ParallelJudgedRecords, index_keys, parse_properties
 
 
 _UNIT = cq_fmt.CQ_STORE_UNIT_SIZE
@@ -99,22 +99,61 @@ def iter_records(store: Store, start: int, stop: int, progress=None):
                 progress.update(end - done)
 
 
+_HINTS_KEPT = 2_000_000   # offsets kept in memory (16 MB); past that a file is read again
+
+
+class RecordHints:
+    """Where the store's ConsumeQueue units say records start, per CommitLog file: the scanner
+    follows these runs instead of walking record by record. It checks every step, so a wrong,
+    stale or missing unit costs time, never a different result."""
+
+    def __init__(self, store: Store):
+        self._files: list[tuple[int, int, object, np.ndarray | None]] = []
+        kept = 0
+        for queue in store.consume_queues:
+            for seg in queue.segments:
+                offsets = self._read(seg.path)
+                if len(offsets) == 0:
+                    continue
+                keep = offsets if kept + len(offsets) <= _HINTS_KEPT else None
+                kept += len(offsets) if keep is not None else 0
+                self._files.append((int(offsets.min()), int(offsets.max()), seg.path, keep))
+
+    @staticmethod
+    def _read(path) -> np.ndarray:
+        units = read_cq_units(path, None, CONSUME_QUEUE)
+        return units["commitlog_offset"][CONSUME_QUEUE.valid(units)].astype(np.int64)
+
+    def for_segment(self, seg: Segment) -> np.ndarray | None:
+        lo, hi = seg.base_offset, seg.base_offset + seg.length
+        parts = []
+        for first, last, path, offsets in self._files:
+            if last < lo or first >= hi:
+                continue
+            if offsets is None:
+                offsets = self._read(path)
+            parts.append(offsets[(offsets >= lo) & (offsets < hi)])
+        return np.concatenate(parts) if parts else None
+
+
 def judged_records(store: Store, segments: list[Segment], start_index: int, rules: BrokerRules,
-                   verdicts: dict[int, FileVerdict], progress=None) -> "_JudgedRecords":
+                   verdicts: dict[int, FileVerdict], progress=None,
+                   hints: RecordHints | None = None) -> "_JudgedRecords":
     """The records abnormal recovery dispatches, found by the same scan that decides where it
     stops: each file's events go to the broker's judge (:class:`FileJudge`, CRCs included) and
     the records it accepts are yielded, so the CommitLog is read once. Each file's verdict lands
     in ``verdicts`` for :func:`predict_recovery`."""
-    return _JudgedRecords(store, segments, start_index, rules, verdicts, progress)
+    return _JudgedRecords(store, segments, start_index, rules, verdicts, progress, hints)
 
 
 class _JudgedRecords:
     """judged_records' records: iterated one by one, or read by :func:`dispatch` as the
     scanner's record batches (cut where the judge stops)."""
 
-    def __init__(self, store, segments, start_index, rules, verdicts, progress):
+    def __init__(self, store, segments, start_index, rules, verdicts, progress, hints=None):
         self.store, self.segments, self.start_index = store, segments, start_index
         self.rules, self.verdicts, self.progress = rules, verdicts, progress
+        self.hints = hints
 
     def __iter__(self):
         for batch in self.batches(TopicTable()):
@@ -122,21 +161,18 @@ class _JudgedRecords:
 
     def batches(self, topics: TopicTable):
         """The same records as RecordBatches, each valid until the next is asked for."""
-        scanner = Scanner(self.store.commitlog, check_crc=self.rules.check_crc, resync=True)
         for i in range(self.start_index, len(self.segments)):
             seg = self.segments[i]
             judge = FileJudge(seg, self.rules)
-            for event in scanner.scan_segment_batches(seg, progress=self.progress,
-                                                      topics=topics):
+            hints = self.hints.for_segment(seg) if self.hints is not None else None
+            for event in scan_segment_batches(seg, check_crc=self.rules.check_crc, resync=True,
+                                              progress=self.progress, topics=topics,
+                                              hints=hints):
                 if type(event) is not RecordBatch:
                     judge.feed(event)
                     continue
                 # the judge accepts a leading run of records; once stopped it only counts
-                accepted = 0
-                for rec in event.records():
-                    judge.feed(rec)
-                    if not judge.stopped:
-                        accepted += 1
+                accepted = judge.feed_batch(event)
                 if accepted:
                     yield event if accepted == len(event) else event.head(accepted)
             self.verdicts[seg.base_offset] = judge.verdict
@@ -174,11 +210,15 @@ def dispatch(store: Store, start: int, stop: int, *, cq: StagedConsumeQueueWrite
         records = iter_records(store, start, stop, progress)
     topics = TopicTable()
     prefixes: dict[int, int] = {}
-    batches = records.batches(topics) if isinstance(records, _JudgedRecords) \
-        else _record_batches(records, topics)
-    for batch in batches:
+    if isinstance(records, ParallelJudgedRecords):
+        batches = records.parsed_batches(topics)
+    else:
+        batches = ((batch, None) for batch in (
+            records.batches(topics) if isinstance(records, _JudgedRecords)
+            else _record_batches(records, topics)))
+    for batch, parsed in batches:
         offsets = batch.offsets
-        props = _DispatchProperties(batch)
+        props = _DispatchProperties(batch, parsed)
         _dispatch_queues(batch, offsets, props, stats, cq=cq, bcq=bcq, cq_from=cq_from,
                          queues=queues, batch_topics=batch_topics,
                          schedule_loaded=schedule_loaded)
@@ -191,7 +231,6 @@ def dispatch(store: Store, start: int, stop: int, *, cq: StagedConsumeQueueWrite
 
 
 _DISPATCH_CHUNK = 4096
-_KEY_SEPARATOR = ord(" ")
 
 
 def _record_batches(records, topics: TopicTable):
@@ -207,14 +246,17 @@ def _record_batches(records, topics: TopicTable):
 class _DispatchProperties:
     """The properties dispatch reads, parsed for a whole batch when first asked for."""
 
-    def __init__(self, batch: RecordBatch):
+    def __init__(self, batch: RecordBatch, parsed: tuple | None = None):
         self.batch = batch
-        self.data = self.values = None
+        self.data = self.values = self._tags = self.keys = None
+        if parsed is not None:
+            # parsed by a scanning worker (pipeline.parse_properties), with the index keys of
+            # every record but a rollback: (row, hash) in put order
+            self.data, self.values, self._tags, self.keys = parsed
 
     def spans(self, name: str) -> tuple[np.ndarray, np.ndarray]:
         if self.data is None:
-            self.data, begins = _codec.property_blob(*self.batch.properties_source())
-            self.values = _codec.property_values(self.data, begins, ("TAGS", "UNIQ_KEY", "KEYS"))
+            self.data, _, self.values, self._tags = parse_properties(self.batch)
         return self.values[name]
 
     def decoded(self, i: int) -> dict[str, str]:
@@ -223,8 +265,9 @@ class _DispatchProperties:
 
     def tags_hashes(self) -> np.ndarray:
         """hashCode of each record's TAGS, 0 without: tags_code outside SCHEDULE_TOPIC."""
-        starts, ends = self.spans("TAGS")   # parses the batch's properties
-        return _codec.string_hash_codes(self.data, starts, ends)
+        if self._tags is None:
+            self.spans("TAGS")   # parses the batch's properties
+        return self._tags
 
 
 def _dispatch_queues(batch: RecordBatch, offsets: np.ndarray, props: _DispatchProperties,
@@ -277,38 +320,43 @@ def _dispatch_queues(batch: RecordBatch, offsets: np.ndarray, props: _DispatchPr
     if len(rows) == 0:
         return
     schedule = batch.topics.find(codecs.SCHEDULE_TOPIC)
-    hashes = props.tags_hashes() if to_cq[rows].any() else None
-    for i, topic_id, queue_id, offset, size, queue_offset, stamp in zip(
-            rows.tolist(), batch.topic_id[rows].tolist(), batch.queue_id[rows].tolist(),
-            offsets[rows].tolist(), sizes[rows].tolist(), batch.queue_offset[rows].tolist(),
-            stamps[rows].tolist()):
-        topic = names[topic_id]
-        if to_bcq[i]:
-            record_props = props.decoded(i)
-            if bcq.put(topic, queue_id, offset, size,
-                       codecs.tags_code(topic, record_props, stamp), stamp,
-                       *codecs.batch_position(record_props, queue_offset)):
-                stats.cq_written += 1
-            continue
-        state = cq.state(topic, queue_id)
-        write_pos = state["write_pos"]
-        if offset + size <= state["max_physic"] or (
-                write_pos is not None and queue_offset * _UNIT < write_pos):
-            continue
-        if topic_id == schedule:
-            record_props = props.decoded(i)
-            if schedule_loaded:
-                code = codecs.tags_code(topic, record_props, stamp)
-            else:
-                # 4.9 recovers before ScheduleMessageService.load(): maxDelayLevel is still 0,
-                # so the level clamps to 0 and the unit keeps the TAGS hash instead of the
-                # delivery time (crash-lost-small/recovered shows it)
-                tags = record_props.get("TAGS")
-                code = codecs.java_string_hash(tags) if tags else 0
-        else:
-            code = int(hashes[i])
-        if cq.put(topic, queue_id, offset, size, code, queue_offset):
+    for i in np.flatnonzero(to_bcq[rows]).tolist():
+        i = int(rows[i])
+        topic, stamp = names[batch.topic_id[i]], int(stamps[i])
+        record_props = props.decoded(i)
+        if bcq.put(topic, int(batch.queue_id[i]), int(offsets[i]), int(sizes[i]),
+                   codecs.tags_code(topic, record_props, stamp), stamp,
+                   *codecs.batch_position(record_props, int(batch.queue_offset[i]))):
             stats.cq_written += 1
+    rows = rows[to_cq[rows]]
+    if len(rows) == 0:
+        return
+    codes = props.tags_hashes()[rows].astype(np.int64)
+    topic_ids = batch.topic_id[rows]
+    for k in np.flatnonzero(topic_ids == schedule).tolist() if schedule is not None else ():
+        i = int(rows[k])
+        record_props = props.decoded(i)
+        if schedule_loaded:
+            codes[k] = codecs.tags_code(codecs.SCHEDULE_TOPIC, record_props, int(stamps[i]))
+        else:
+            # 4.9 recovers before ScheduleMessageService.load(): maxDelayLevel is still 0,
+            # so the level clamps to 0 and the unit keeps the TAGS hash instead of the
+            # delivery time (crash-lost-small/recovered shows it)
+            tags = record_props.get("TAGS")
+            codes[k] = codecs.java_string_hash(tags) if tags else 0
+    # each queue's units in record order, a queue at a time (its files are its own); the
+    # writer skips what the broker's putMessagePositionInfo skips
+    keys = (topic_ids.astype(np.int64) << 32) | (batch.queue_id[rows] & 0xFFFFFFFF)
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    order = np.argsort(inverse, kind="stable")
+    bounds = np.searchsorted(inverse[order], np.arange(len(first) + 1))
+    for u in np.argsort(first, kind="stable").tolist():
+        members = order[bounds[u]:bounds[u + 1]]
+        sel = rows[members]
+        topic, queue_id = names[batch.topic_id[sel[0]]], int(batch.queue_id[sel[0]])
+        stats.cq_written += cq.put_run(topic, queue_id, offsets[sel], sizes[sel],
+                                       codes[members], batch.queue_offset[sel])
 
 
 def _dispatch_index(batch: RecordBatch, offsets: np.ndarray, props: _DispatchProperties,
@@ -323,23 +371,26 @@ def _dispatch_index(batch: RecordBatch, offsets: np.ndarray, props: _DispatchPro
     rows = np.flatnonzero(wanted)
     if len(rows) == 0 or not index.enabled:
         return
-    uniq = tuple(a[rows] for a in props.spans("UNIQ_KEY"))   # parses the batch's properties
-    keys = tuple(a[rows] for a in props.spans("KEYS"))
-    owner, starts, ends = _codec.index_key_spans(props.data, uniq, keys, _KEY_SEPARATOR)
-    if len(owner) == 0:
+    if props.keys is not None:
+        # hashed by the scanning worker for every non-rollback record: keep the wanted ones
+        owners, hashes = props.keys
+        keep = wanted[owners]
+        owners, hashes = owners[keep], hashes[keep]
+    else:
+        props.spans("KEYS")   # parses the batch's properties
+
+        def prefix_of(t: int) -> int:
+            if t not in prefixes:
+                prefixes[t] = codecs.index_key_prefix_hash(batch.topics.names[t])
+            return prefixes[t]
+
+        owner, hashes = index_keys(props.data, props.values, rows, batch.topic_id, prefix_of)
+        owners = rows[owner]
+    if len(owners) == 0:
         return
-    topic_ids = batch.topic_id[rows]
-    for t in np.unique(topic_ids[owner]).tolist():
-        if t not in prefixes:
-            prefixes[t] = codecs.index_key_prefix_hash(batch.topics.names[t])
-    prefix_of = np.zeros(int(topic_ids.max()) + 1, dtype=np.uint32)
-    for t, h in prefixes.items():
-        if t < len(prefix_of):
-            prefix_of[t] = h
-    hashes = _codec.index_key_hashes(props.data, starts, ends, prefix_of[topic_ids[owner]])
     # keys held back by an earlier build_index go first
     index.put_held()
-    index.put_many(hashes, offsets[rows][owner], batch.store_timestamp[rows][owner])
+    index.put_many(hashes, offsets[owners], batch.store_timestamp[owners])
 
 
 def last_record_before(store: Store, offset: int):

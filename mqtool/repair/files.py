@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from ..recovery import CONSUME_QUEUE, QueueKind
-from ..store import ConsumeQueue, Store
+from ..store import ConsumeQueue, Store, data_extents
 
 
 _CHUNK = 1 << 20
@@ -15,38 +15,59 @@ _CHUNK = 1 << 20
 
 # --- helpers on files ------------------------------------------------------------------------------
 
+def _last_nonzero(block: np.ndarray) -> int:
+    """Index of the last non-zero byte of a block (-1 if none), looked for in 64 KiB pieces
+    from the end so that a mostly-zero block costs little."""
+    piece = 1 << 16
+    hi = len(block)
+    while hi > 0:
+        part = block[max(0, hi - piece):hi]
+        nonzero = np.flatnonzero(part)
+        if len(nonzero):
+            return max(0, hi - piece) + int(nonzero[-1])
+        hi -= piece
+    return -1
+
+
 def data_end(path: Path, start: int = 0) -> int:
     """One past the last non-zero byte of a file at or after ``start`` (``start`` if none).
-    Read backwards into one reused buffer (a mapping would count the whole file as resident)."""
+    Read backwards, data extents only, into one reused buffer (a mapping would count the whole
+    file as resident)."""
     size = path.stat().st_size
     if size <= start:
         return start
     step = 16 << 20
-    buf = bytearray(min(step, size - start))
     with open(path, "rb", buffering=0) as fh:
-        pos = size
-        while pos > start:
-            lo = max(start, pos - step)
-            fh.seek(lo)
-            view = memoryview(buf)[:pos - lo]
-            got = fh.readinto(view)
-            block = np.frombuffer(view[:got], np.uint8)
-            if block.any():
-                # the last non-zero byte, found in 64 KiB pieces from the end
-                piece = 1 << 16
-                hi = len(block)
-                while hi > 0:
-                    part = block[max(0, hi - piece):hi]
-                    nonzero = np.flatnonzero(part)
-                    if len(nonzero):
-                        return lo + max(0, hi - piece) + int(nonzero[-1]) + 1
-                    hi -= piece
-            pos = lo
+        extents = data_extents(fh, size, start)
+        buf = bytearray(min(step, max((hi - lo for lo, hi in extents), default=0)))
+        for ext_lo, ext_hi in reversed(extents):
+            pos = ext_hi
+            while pos > ext_lo:
+                lo = max(ext_lo, pos - step)
+                fh.seek(lo)
+                view = memoryview(buf)[:pos - lo]
+                got = fh.readinto(view)
+                last = _last_nonzero(np.frombuffer(view[:got], np.uint8))
+                if last >= 0:
+                    return lo + last + 1
+                pos = lo
     return start
 
 
+def _merged(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The union of two lists of [lo, hi) ranges, sorted and merged."""
+    out: list[list[int]] = []
+    for lo, hi in sorted(a + b):
+        if out and lo <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], hi)
+        else:
+            out.append([lo, hi])
+    return [(lo, hi) for lo, hi in out]
+
+
 def diff_ranges(old: Path | None, new: Path | None) -> list[list[int]]:
-    """[start, end) ranges where two files differ (bytes only one of them has included)."""
+    """[start, end) ranges where two files differ (bytes only one of them has included).
+    Where both files have a hole both read as zeros, so only their data extents are compared."""
     old_size = old.stat().st_size if old is not None else 0
     new_size = new.stat().st_size if new is not None else 0
     if old is None or new is None:
@@ -61,19 +82,23 @@ def diff_ranges(old: Path | None, new: Path | None) -> list[list[int]]:
 
     common = min(old_size, new_size)
     with open(old, "rb") as fa, open(new, "rb") as fb:
-        pos = 0
-        while pos < common:
-            n = min(_CHUNK, common - pos)
-            a, b = fa.read(n), fb.read(n)
-            if a != b:
-                diff = np.frombuffer(a, np.uint8) != np.frombuffer(b, np.uint8)
-                idx = np.flatnonzero(diff)
-                breaks = np.flatnonzero(np.diff(idx) > 16)
-                starts = np.concatenate(([idx[0]], idx[breaks + 1]))
-                ends = np.concatenate((idx[breaks], [idx[-1]])) + 1
-                for s, e in zip(starts.tolist(), ends.tolist()):
-                    add(pos + s, pos + e)
-            pos += n
+        for lo, hi in _merged(data_extents(fa, old_size, 0, common),
+                              data_extents(fb, new_size, 0, common)):
+            pos = lo
+            fa.seek(lo)
+            fb.seek(lo)
+            while pos < hi:
+                n = min(_CHUNK, hi - pos)
+                a, b = fa.read(n), fb.read(n)
+                if a != b:
+                    diff = np.frombuffer(a, np.uint8) != np.frombuffer(b, np.uint8)
+                    idx = np.flatnonzero(diff)
+                    breaks = np.flatnonzero(np.diff(idx) > 16)
+                    starts = np.concatenate(([idx[0]], idx[breaks + 1]))
+                    ends = np.concatenate((idx[breaks], [idx[-1]])) + 1
+                    for s, e in zip(starts.tolist(), ends.tolist()):
+                        add(pos + s, pos + e)
+                pos += n
     if old_size != new_size:
         add(common, max(old_size, new_size))
     return ranges

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from ..recovery import (CONSUME_QUEUE, QueueKind, deleted_on_load, queue_kinds,
                         recover_consume_queue, truncate_dirty_logic)
 from ..store import ConsumeQueue, Segment, Store
-from .files import _CHUNK, data_end, _queue_rel, _store_queues
+from .files import data_end, _queue_rel, _store_queues
 from .transaction import Stage
 from .writers import StagedBatchConsumeQueueWriter, StagedConsumeQueueWriter, _StagedQueueFiles
 from .dispatching import _UNIT
@@ -61,13 +61,10 @@ def _zero_queue_tail(stage: Stage, view: ConsumeQueue, end_units: int, file_size
                 continue
             path = stage.copy_in(rel)
             with open(path, "r+b") as fh:
+                # cut and grown back: the tail reads as zeros and stays a hole (not 6 MB written)
                 size = os.fstat(fh.fileno()).st_size
-                fh.seek(cut)
-                remaining = size - cut
-                while remaining > 0:
-                    n = min(_CHUNK, remaining)
-                    fh.write(bytes(n))
-                    remaining -= n
+                fh.truncate(cut)
+                fh.truncate(size)
 
 
 def _fix_queue_file_sizes(stage: Stage, store: Store, version: str, notes: list[str]) -> None:

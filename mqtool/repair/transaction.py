@@ -15,6 +15,7 @@ from pathlib import Path
 from .. import backup as bk
 from ..errors import MqtoolError, StoreLockedError
 from ..recovery import RecoveryPlan
+from ..store import data_extents
 from ..writer import fsync_dir
 from .files import _CHUNK
 
@@ -210,15 +211,18 @@ def sparse_copy(source: Path, target: Path) -> None:
     zeros = bytes(block_size)
     with open(source, "rb") as src, open(target, "wb") as dst:
         size = os.fstat(src.fileno()).st_size
-        pos = 0
-        while True:
-            block = src.read(block_size)
-            if not block:
-                break
-            if block != (zeros if len(block) == block_size else bytes(len(block))):
-                dst.seek(pos)
-                dst.write(block)
-            pos += len(block)
+        # the source's holes are zeros already: only its data extents are read
+        for lo, hi in data_extents(src, size):
+            pos = lo
+            src.seek(lo)
+            while pos < hi:
+                block = src.read(min(block_size, hi - pos))
+                if not block:
+                    break
+                if block != (zeros if len(block) == block_size else bytes(len(block))):
+                    dst.seek(pos)
+                    dst.write(block)
+                pos += len(block)
         dst.truncate(size)
 
 
@@ -263,11 +267,14 @@ def _op_record(op: FileOp, index: int, store_root: Path, backup_dir: Path | None
         known = digests.get(Path(op.stage_file)) if digests is not None else None
         record["new_sha256"] = known or bk.sha256_file(Path(op.stage_file))
         if op.old_size is not None:
+            # an IndexFile an abnormal load deletes and the dispatch rebuilds under the same
+            # name was hashed by the digest thread while the plan was made
+            known_old = digests.get(path) if digests is not None else None
             if blob is not None:
                 record["saved"], record["old_sha256"] = bk.save_range(path, 0, op.old_size, blob,
-                                                                      blob_name)
+                                                                      blob_name, known_old)
             else:
-                record["old_sha256"] = bk.sha256_file(path)
+                record["old_sha256"] = known_old or bk.sha256_file(path)
     elif op.op == "delete":
         known = digests.get(path) if digests is not None else None
         if blob is not None:

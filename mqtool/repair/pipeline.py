@@ -1,0 +1,192 @@
+"""Recover's scan on every core: worker processes scan and judge CommitLog files ahead of the
+dispatch, which stays in this process and takes their batches in file (so offset) order.
+
+Each worker takes every W-th file from the start file on (W workers), runs the same scanner and
+:class:`~mqtool.recovery.FileJudge` the one-process path runs, and sends for each run of
+accepted records: the scanner's columns the dispatch reads, the TAGS hash codes and the index
+keys' hashes (the properties parsed and hashed there) and each file's verdict. So this process
+neither scans nor parses properties: what it receives is what the one-process path computes,
+and the dispatch that consumes it is the same code.
+
+A worker stops after a file whose scan does not continue into the next (the broker's recovery
+stops there, so later files are never dispatched); files a worker scanned beyond the stop are
+dropped. Workers are forked (``python -m mqtool`` cannot be re-imported by a spawned child)
+before the repair starts any thread of its own."""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import queue as _queue
+import traceback
+
+import numpy as np
+
+from .. import codec as _codec
+from ..formats import codecs
+from ..formats import commitlog as cl_fmt
+from ..recovery import FileJudge
+from ..scan import _COLUMNS, RecordBatch, TopicTable, scan_segment_batches
+from ..store import MappedFile
+from .transaction import RepairError
+
+# properties parsed for the whole batch by dispatch (see dispatching._DispatchProperties)
+PARSED_PROPERTIES = ("TAGS", "UNIQ_KEY", "KEYS")
+_KEY_SEPARATOR = ord(" ")
+# what the dispatch reads of a batch sent by a worker (the other columns stay None there)
+DISPATCH_COLUMNS = ("position", "total_size", "sys_flag", "topic_id", "queue_id", "queue_offset",
+                    "store_timestamp", "properties_position", "properties_length")
+_ROLLBACK = cl_fmt.TRANSACTION_ROLLBACK_TYPE
+_TYPE_MASK = cl_fmt.TRANSACTION_TYPE_MASK
+_QUEUE_DEPTH = 4          # batches in flight per worker: bounds the memory they take
+_POLL_SECONDS = 1.0
+
+
+def default_workers() -> int:
+    """As many scanning processes as cores."""
+    return max(1, os.cpu_count() or 1)
+
+
+def parse_properties(batch: RecordBatch) -> tuple:
+    """(blob, begins, {name: spans}, TAGS hash codes) of a batch's properties."""
+    data, begins = _codec.property_blob(*batch.properties_source())
+    values = _codec.property_values(data, begins, PARSED_PROPERTIES)
+    tags = _codec.string_hash_codes(data, *values["TAGS"])
+    return data, begins, values, tags
+
+
+def index_keys(data, values: dict, rows: np.ndarray, topic_ids: np.ndarray,
+               prefix_of) -> tuple[np.ndarray, np.ndarray]:
+    """(owner, hash) of every key buildIndex puts for the records ``rows`` of a batch, in put
+    order (each record's UNIQ_KEY, then its KEYS items): owner indexes ``rows``.
+    ``prefix_of(topic_id)`` is the hash of ``topic#``."""
+    uniq = tuple(a[rows] for a in values["UNIQ_KEY"])
+    keys = tuple(a[rows] for a in values["KEYS"])
+    owner, starts, ends = _codec.index_key_spans(data, uniq, keys, _KEY_SEPARATOR)
+    if len(owner) == 0:
+        return owner, np.zeros(0, dtype=np.int64)
+    topics = topic_ids[rows]
+    table = np.zeros(int(topics.max()) + 1, dtype=np.uint32)
+    for t in np.unique(topics[owner]).tolist():
+        table[t] = prefix_of(t)
+    return owner, _codec.index_key_hashes(data, starts, ends, table[topics[owner]])
+
+
+prefix_hash = codecs.index_key_prefix_hash
+
+
+def _scan_files(segments, rules, hints, out, first: int, step: int) -> None:
+    """Worker: scan and judge segments[first::step], sending batches and verdicts to ``out``."""
+    try:
+        topics = TopicTable()
+        sent = 0
+        for seg in segments[first::step]:
+            judge = FileJudge(seg, rules)
+            for event in scan_segment_batches(seg, check_crc=rules.check_crc, resync=True,
+                                              topics=topics, hints=None if hints is None
+                                              else hints.for_segment(seg)):
+                if type(event) is not RecordBatch:
+                    judge.feed(event)
+                    continue
+                accepted = judge.feed_batch(event)
+                if not accepted:
+                    continue
+                batch = event if accepted == len(event) else event.head(accepted)
+                data, _, values, tags = parse_properties(batch)
+                # the keys of every record but a rollback: the dispatch picks the ones it indexes
+                rows = np.flatnonzero((batch.sys_flag & _TYPE_MASK) != _ROLLBACK)
+                owner, hashes = index_keys(data, values, rows, batch.topic_id,
+                                           lambda t: prefix_hash(topics.names[t]))
+                columns = {name: getattr(batch, name) for name in DISPATCH_COLUMNS}
+                out.put(("batch", topics.names[sent:], batch.base, columns, tags, rows[owner],
+                         hashes))
+                sent = len(topics.names)
+            out.put(("file", judge.verdict))
+            if not judge.verdict.continues:
+                break
+    except BaseException:   # noqa: BLE001 - reported to the dispatching process
+        out.put(("error", traceback.format_exc()))
+
+
+class ParallelJudgedRecords:
+    """:func:`~mqtool.repair.dispatching.judged_records` with the scan in ``workers`` worker
+    processes; started at construction, read through :meth:`parsed_batches`."""
+
+    def __init__(self, segments, start_index: int, rules, verdicts: dict, workers: int,
+                 hints=None):
+        self.segments = list(segments[start_index:])
+        self.rules, self.verdicts = rules, verdicts
+        self.progress = None
+        # as many scanning processes as asked (default: the cores), this one dispatching: the
+        # scan costs more than the dispatch, so on two cores two scanners and the dispatch
+        # keep both busy where one scanner would leave the dispatch waiting
+        count = max(1, min(workers, len(self.segments)))
+        context = multiprocessing.get_context("fork")
+        self._queues = [context.Queue(_QUEUE_DEPTH) for _ in range(count)]
+        self._procs = [context.Process(target=_scan_files, name=f"mqtool-scan-{i}",
+                                       args=(self.segments, rules, hints, q, i, count),
+                                       daemon=True)
+                       for i, q in enumerate(self._queues)]
+        for proc in self._procs:
+            proc.start()
+
+    def _get(self, worker: int):
+        q, proc = self._queues[worker], self._procs[worker]
+        while True:
+            try:
+                return q.get(timeout=_POLL_SECONDS)
+            except _queue.Empty:
+                if not proc.is_alive() and q.empty():
+                    raise RepairError(f"the scanning process {proc.name} ended unexpectedly "
+                                      f"(exit code {proc.exitcode})") from None
+
+    def parsed_batches(self, topics: TopicTable):
+        """(RecordBatch, parsed properties) in offset order; each file's verdict lands in
+        ``verdicts`` as in the one-process path."""
+        count = len(self._queues)
+        remaps: list[list[int]] = [[] for _ in range(count)]
+        try:
+            for k, seg in enumerate(self.segments):
+                worker = k % count
+                # the few records whose properties the dispatch decodes one by one (delayed
+                # messages, BatchConsumeQueue topics) read them from the file's mapping: only
+                # their pages are touched
+                mapped = MappedFile(seg.path)
+                try:
+                    while True:
+                        message = self._get(worker)
+                        if message[0] == "error":
+                            raise RepairError(f"scanning {seg.name} failed in a worker "
+                                              "process:\n" + message[1])
+                        if message[0] == "file":
+                            verdict = message[1]
+                            break
+                        _, names, base, columns, tags, owners, hashes = message
+                        remap = remaps[worker]
+                        remap.extend(topics.intern(name) for name in names)
+                        batch = RecordBatch.__new__(RecordBatch)
+                        batch.buf, batch.base, batch.topics = mapped.data, base, topics
+                        batch._records = None
+                        for name in _COLUMNS:
+                            setattr(batch, name, columns.get(name))
+                        batch.topic_id = np.asarray(remap, dtype=np.int32)[columns["topic_id"]]
+                        yield batch, (None, None, tags, (owners, hashes))
+                finally:
+                    mapped.close()
+                self.verdicts[seg.base_offset] = verdict
+                if self.progress is not None:
+                    self.progress.update(seg.length)
+                if not (verdict.continues and k + 1 < len(self.segments)):
+                    return
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        for proc in self._procs:
+            if proc.is_alive():
+                proc.terminate()
+        for proc in self._procs:
+            proc.join()
+        for q in self._queues:
+            q.close()
+            q.cancel_join_thread()
+        self._procs = []
