@@ -78,7 +78,8 @@ def read_cq_units(path, units_per_file: int | None = None,
                   kind: QueueKind = CONSUME_QUEUE) -> np.ndarray:
     """The units of one queue file up to its written end (a trailing hole is all zeros, which no
     caller counts; a trailing partial unit is ignored); with ``units_per_file``, only the part
-    of the file the broker maps."""
+    of the file the broker maps. Readers of a store always pass its geometry: without one, data
+    at the end of a huge file would be read whole."""
     return read_units(path, kind.dtype, units_per_file)[0]  # a trailing hole is not read
 
 

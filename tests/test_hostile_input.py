@@ -181,8 +181,9 @@ def test_a_2_gib_sparse_queue_file_with_units_at_its_end(store):
     rel = victim.relative_to(store).as_posix()
     proc = _run_limited("verify", store, "--json")
     assert_one_line_or_ok(proc, (1,))
-    codes = {f["code"] for f in json.loads(proc.stdout)["findings"] if f.get("file") == rel}
-    assert "CQ_FILE_SIZE" in codes
+    sizes = [f["message"] for f in json.loads(proc.stdout)["findings"]
+             if f.get("file") == rel and f["code"] == "CQ_FILE_SIZE"]
+    assert len(sizes) == 1 and "2 non-zero units lie past the 6000 bytes" in sizes[0], sizes
     assert_one_line_or_ok(_run_limited("verify", store, "--json", "--workers", "2"), (1,))
     assert_one_line_or_ok(_run_limited("recover", store, "--dry-run"), (0, 1, 2))
     assert_one_line_or_ok(_run_limited("info", store, "--json"), (0, 1))
