@@ -126,11 +126,11 @@ def read_units(path, dtype, limit_units: int | None = None):
     return out, count
 
 
-def iter_unit_chunks(path, dtype, chunk_units: int = 1 << 16):
+def iter_unit_chunks(path, dtype, chunk_units: int = 1 << 16, first_unit: int = 0):
     """``(count, chunks)`` for a file of fixed-size units: ``count`` whole units are in the file
-    and ``chunks`` yields ``(first unit index, units)`` for the parts holding data, in order,
-    at most ``chunk_units`` at a time; units in holes are zeros and are not yielded. Memory is
-    one chunk whatever the file's size."""
+    and ``chunks`` yields ``(first unit index, units)`` for the parts holding data from unit
+    ``first_unit`` on, in order, at most ``chunk_units`` at a time; units in holes are zeros and
+    are not yielded. Memory is one chunk whatever the file's size."""
     import numpy as np
     itemsize = np.dtype(dtype).itemsize
     fh = open(path, "rb")
@@ -139,7 +139,7 @@ def iter_unit_chunks(path, dtype, chunk_units: int = 1 << 16):
     end = count * itemsize
 
     def extents():
-        pos = 0
+        pos = max(0, first_unit) * itemsize
         while pos < end:
             try:
                 start = os.lseek(fd, pos, os.SEEK_DATA)
@@ -156,7 +156,7 @@ def iter_unit_chunks(path, dtype, chunk_units: int = 1 << 16):
 
     def chunks():
         with fh:
-            first = 0                      # next unit index not yet yielded
+            first = max(0, first_unit)     # next unit index not yet yielded
             for start, stop in extents():
                 unit = max(first, start // itemsize)
                 last = -(-stop // itemsize)

@@ -27,7 +27,7 @@ from .codec import BATCH_CQ_DTYPE, CQ_DTYPE, numpy_dtype
 from .passport import store_passport
 from .errors import ParseError
 from .formats import checkpoint as ckpt_fmt
-from .mapping import read_units
+from .mapping import iter_unit_chunks, read_units
 from .formats import commitlog as cl_fmt
 from .formats import consumequeue as cq_fmt
 from .formats import indexfile as idx_fmt
@@ -78,8 +78,20 @@ def read_cq_units(path, units_per_file: int | None = None,
                   kind: QueueKind = CONSUME_QUEUE) -> np.ndarray:
     """The units of one queue file up to its written end (a trailing hole is all zeros, which no
     caller counts; a trailing partial unit is ignored); with ``units_per_file``, only the part
-    of the file the broker maps."""
+    of the file the broker maps. Readers of a store always pass its geometry: without one, data
+    at the end of a huge file would be read whole."""
     return read_units(path, kind.dtype, units_per_file)[0]  # a trailing hole is not read
+
+
+def units_past_mapped_size(path, units_per_file: int, kind: QueueKind = CONSUME_QUEUE) -> int:
+    """Non-zero units of an oversized queue file past the ``units_per_file`` the broker maps
+    (data it never reads), counted a bounded chunk at a time: holes are skipped, so a 2 GiB
+    sparse file costs only its written parts' reads."""
+    _, chunks = iter_unit_chunks(path, kind.dtype, first_unit=units_per_file)
+    found = 0
+    for _, units in chunks:
+        found += int(np.count_nonzero(units.view(np.uint8).reshape(len(units), -1).any(axis=1)))
+    return found
 
 
 def valid_prefix(units: np.ndarray, kind: QueueKind = CONSUME_QUEUE) -> int:

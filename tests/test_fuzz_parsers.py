@@ -335,7 +335,8 @@ def test_uniq_keys_against_any_store_time(key, lo, hi):
 def test_huge_sparse_queue_files(random_files_root, size, data, at, parent):
     """A queue file of up to 2 GiB, sparse, with a few bytes in its first MiBs: every reader
     works in memory bounded by the written part (a whole-file read would allocate GiBs). Data
-    at the very end of a huge sparse file is still read as a whole (issue 12, not done)."""
+    at the very end of a huge sparse file is read as a whole only without a geometry: every
+    store path passes one (tests/test_hostile_input.py)."""
     directory = Path(tempfile.mkdtemp(dir=random_files_root)) / parent
     directory.mkdir(parents=True)
     path = directory / "00000000000000000000"

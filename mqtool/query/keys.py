@@ -85,7 +85,7 @@ def _batch_records(store: Store, topics: set[str] | None, use_queues: bool
     if use_queues and store.batch_consume_queues:
         for queue in store.batch_consume_queues:
             for seg in queue.segments:
-                units = read_units(seg.path)
+                units = read_units(seg.path, store.bcq_units_per_file)
                 valid = units[(units["commitlog_offset"] >= 0) & (units["size"] > 0)]
                 if not len(valid):
                     continue

@@ -7,7 +7,8 @@ import numpy as np
 from .. import codec
 from ..batchcq import read_units
 from ..formats import consumequeue as cq_fmt
-from ..store import ConsumeQueue, MappedFile, Segment, Store
+from ..mapping import read_units as read_mapped_units
+from ..store import ConsumeQueue, Segment, Store
 from .results import Found, NotFound, QueryError, QueryResult
 from .reader import RecordReader
 
@@ -32,12 +33,7 @@ def _queue(store: Store, topic: str, queue_id: int) -> ConsumeQueue:
 
 
 def _valid_units(path, units_per_file: int) -> np.ndarray:
-    with MappedFile(path) as mf:
-        usable = min(mf.size - mf.size % cq_fmt.CQ_STORE_UNIT_SIZE,
-                     units_per_file * cq_fmt.CQ_STORE_UNIT_SIZE)
-        if usable <= 0:
-            return np.zeros(0, codec.CQ_DTYPE)
-        units = np.frombuffer(mf.data, codec.CQ_DTYPE, usable // cq_fmt.CQ_STORE_UNIT_SIZE).copy()
+    units = read_mapped_units(path, codec.CQ_DTYPE, units_per_file)[0]   # bounded: no whole map
     valid = (units["commitlog_offset"] >= 0) & (units["size"] > 0)
     end = len(units) if valid.all() else int(np.argmin(valid))
     return units[:end]
@@ -84,9 +80,9 @@ def _batch_queue(store: Store, topic: str, queue_id: int) -> ConsumeQueue | None
     return None
 
 
-def _valid_batch_units(path) -> np.ndarray:
+def _valid_batch_units(path, units_per_file: int) -> np.ndarray:
     """The units of a BatchConsumeQueue file up to the first one that is not written."""
-    units = read_units(path)
+    units = read_units(path, units_per_file)
     valid = ((units["commitlog_offset"] >= 0) & (units["size"] > 0)
              & (units["msg_base_offset"] >= 0) & (units["batch_size"] > 0))
     end = len(units) if valid.all() else int(np.argmin(valid))
@@ -103,7 +99,8 @@ def query_batch_queue_offset(store: Store, queue: ConsumeQueue,
     topic, queue_id = queue.topic, queue.queue_id
     result = QueryResult({"mode": "queue-offset", "topic": topic, "queue_id": queue_id,
                           "queue_offset": queue_offset})
-    files = [(seg, _valid_batch_units(seg.path)) for seg in queue.segments]
+    files = [(seg, _valid_batch_units(seg.path, store.bcq_units_per_file))
+             for seg in queue.segments]
     files = [(seg, units) for seg, units in files if len(units)]
     if not files:
         raise NotFound(f"{topic}/{queue_id}: the BatchConsumeQueue holds no valid unit")

@@ -7,7 +7,7 @@ import numpy as np
 
 from ..errors import ParseError
 from ..formats import consumequeue as cq_fmt
-from ..recovery import deleted_on_load, read_cq_units
+from ..recovery import deleted_on_load, read_cq_units, units_past_mapped_size
 from ..scan import message_at
 from ..store import Segment, Store
 from ..vocabulary import WARNING
@@ -63,6 +63,10 @@ def _check_queue_structure(store: Store, queue, starts, ends, min_offset: int, s
                 # the next file starts where the geometry says, so these units are simply gone
                 lost = (f"; units {base + seg.length // unit_size}..{base + upf - 1} of the queue "
                         f"are missing")
+            if seg.length >= (upf + 1) * unit_size:
+                past = units_past_mapped_size(seg.path, upf)
+                lost = (f"; {past} non-zero units lie past the {upf * unit_size} bytes the broker "
+                        f"maps" if past else "")
             sink.add(_finding("CQ_FILE_SIZE", rel, seg.length - seg.length % unit_size,
                               f"{seg.length} bytes, expected {upf * unit_size} ({upf} units); the "
                               f"broker refuses to load it{lost}", topic=queue.topic,
@@ -76,8 +80,10 @@ def _check_queue_structure(store: Store, queue, starts, ends, min_offset: int, s
                               f"files are not contiguous: {base - expected_base} units missing "
                               f"before this file", topic=queue.topic, queue_id=queue.queue_id))
             regular = False
-        units = read_cq_units(seg.path)     # up to the written end: a hole is not read
-        expected_base = base + max(seg.length // unit_size, upf)
+        # only the geometry's units are the broker's (it maps no more), and a trailing hole is
+        # not read: memory stays bounded whatever the file's size
+        units = read_cq_units(seg.path, upf)
+        expected_base = base + upf
         files.append(_ItemFile(str(seg.path), 0, base, len(units)))
         rels.append(rel)
         if len(units) == 0:
@@ -172,7 +178,7 @@ def _check_irregular_queue(store: Store, info: _QueueInfo, min_offset: int, sink
     """Units of a queue that cannot be merged, checked one record read each."""
     checked = 0
     for f, rel in zip(info.files, info.rels):
-        units = read_cq_units(f.path)
+        units = read_cq_units(f.path, f.count)     # the units the structure check kept
         for i, (offset, size, tags) in enumerate(units.tolist()):
             if offset < min_offset or size <= 0 or cq_fmt.is_pre_blank(offset, size, tags):
                 continue
