@@ -138,12 +138,12 @@ def test_a_disk_full_in_the_middle_of_the_apply_is_rolled_back(crashed, tmp_path
 
 def _fill(mnt: Path, leave_kb: int) -> Path:
     filler = mnt / "filler"
-    with open(filler, "wb") as fh:
+    # unbuffered: a buffered file would try to flush its last block again on close, and raise
+    with open(filler, "wb", buffering=0) as fh:
         block = bytes(1 << 16)
         try:
             while True:
                 fh.write(block)
-                fh.flush()
         except OSError:
             pass
     free = os.statvfs(mnt).f_bavail * os.statvfs(mnt).f_frsize
