@@ -325,6 +325,16 @@ class MessageGenerator:
         text = pool[start:end]
         return head + text + b" " * (fill - len(text)) + tail
 
+    def _tags_and_keys(self, i: int) -> dict[str, str]:
+        """A producer's first properties: TAGS (10% have none), then KEYS (0-3 of them)."""
+        props: dict[str, str] = {}
+        if self.options.tags and self.rng.random() >= NO_TAGS_RATIO:
+            props["TAGS"] = self.rng.choice(TAG_POOL)
+        keys = self._keys(i) if self.options.keys else None
+        if keys:
+            props["KEYS"] = keys
+        return props
+
     def _keys(self, i: int) -> str | None:
         rng = self.rng
         count = rng.randrange(4)
@@ -355,12 +365,7 @@ class MessageGenerator:
             self.month_start, self.next_month = self.next_month, \
                 _next_month_start_ms(self.next_month)
 
-        props: dict[str, str] = {}
-        if options.tags and rng.random() >= NO_TAGS_RATIO:
-            props["TAGS"] = rng.choice(TAG_POOL)
-        keys = self._keys(i) if options.keys else None
-        if keys:
-            props["KEYS"] = keys
+        props = self._tags_and_keys(i)
         props["WAIT"] = "true"
         props["UNIQ_KEY"] = producer.uniq_key(self.born_clock, self.month_start)
         if options.user_properties:
@@ -426,12 +431,7 @@ class MessageGenerator:
         count = rng.randint(2, INNER_BATCH_MAX)
         inner = []
         for j in range(count):
-            props: dict[str, str] = {}
-            if options.tags and rng.random() >= NO_TAGS_RATIO:
-                props["TAGS"] = rng.choice(TAG_POOL)
-            keys = self._keys(i) if options.keys else None
-            if keys:
-                props["KEYS"] = keys
+            props = self._tags_and_keys(i)
             props["UNIQ_KEY"] = producer.uniq_key(self.born_clock, self.month_start)
             if options.user_properties and rng.random() < 0.5:
                 props["userProp0"] = self._text(self.text_pool, rng.randint(1, 24))
