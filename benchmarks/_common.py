@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -32,42 +31,42 @@ def ensure_store(name: str, make_args: list[str]) -> Path:
     return root
 
 
-def run_child(args: list[str]) -> tuple[float, int, subprocess.CompletedProcess]:
-    """Run ``python -m mqtool ARGS`` in a fresh process: (seconds, peak RSS in bytes, result).
+# Runs in its own process around one mqtool command, so RUSAGE_CHILDREN is that command's (and
+# its workers') alone: max RSS only grows within a process, so one wrapper per run keeps figures
+# apart. It prints the timings as JSON; the command's stdout stays with it.
+_TIMING_WRAPPER = ("import resource, subprocess, sys, time, json;"
+                   "t = time.perf_counter();"
+                   "p = subprocess.run(sys.argv[1:], capture_output=True);"
+                   "d = time.perf_counter() - t;"
+                   "u = resource.getrusage(resource.RUSAGE_CHILDREN);"
+                   "print(json.dumps({'seconds': d, 'cpu': u.ru_utime + u.ru_stime,"
+                   " 'rss_kb': u.ru_maxrss, 'rc': p.returncode}));"
+                   "sys.stderr.buffer.write(p.stderr[-2000:])")
 
-    Each call forks a new child so RUSAGE_CHILDREN's max RSS is this child's (it only grows,
-    so a wrapper process per run keeps the figures separate)."""
-    wrapper = ("import resource, subprocess, sys, time, json;"
-               "t = time.perf_counter();"
-               "p = subprocess.run(sys.argv[1:], capture_output=True);"
-               "d = time.perf_counter() - t;"
-               "r = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss;"
-               "print(json.dumps({'seconds': d, 'rss_kb': r, 'rc': p.returncode}));"
-               "sys.stderr.buffer.write(p.stderr[-2000:])")
-    proc = subprocess.run([sys.executable, "-c", wrapper, sys.executable, "-m", "mqtool",
+
+def _run_once(args: list[str]) -> tuple[dict, subprocess.CompletedProcess]:
+    proc = subprocess.run([sys.executable, "-c", _TIMING_WRAPPER, sys.executable, "-m", "mqtool",
                            "--no-progress", *args], capture_output=True, text=True)
     info = json.loads(proc.stdout.strip().splitlines()[-1])
-    return info["seconds"], info["rss_kb"] * 1024, proc
+    info["rss"] = info.pop("rss_kb") * 1024
+    info["stderr"] = proc.stderr
+    proc.returncode = info["rc"]   # the command's exit code, not the wrapper's
+    return info, proc
+
+
+def run_child(args: list[str]) -> tuple[float, int, subprocess.CompletedProcess]:
+    """Run ``python -m mqtool ARGS`` in a fresh process: (seconds, peak RSS in bytes, result
+    with the command's exit code and stderr)."""
+    info, proc = _run_once(args)
+    return info["seconds"], info["rss"], proc
 
 
 def run_child_timed(args: list[str], repeat: int = 1) -> dict:
     """Like :func:`run_child`, best of ``repeat`` runs: wall seconds, CPU seconds (user + system,
     the child and its workers), peak RSS of the largest process, exit code."""
-    wrapper = ("import resource, subprocess, sys, time, json;"
-               "t = time.perf_counter();"
-               "p = subprocess.run(sys.argv[1:], capture_output=True);"
-               "d = time.perf_counter() - t;"
-               "u = resource.getrusage(resource.RUSAGE_CHILDREN);"
-               "print(json.dumps({'seconds': d, 'cpu': u.ru_utime + u.ru_stime,"
-               " 'rss_kb': u.ru_maxrss, 'rc': p.returncode}));"
-               "sys.stderr.buffer.write(p.stderr[-2000:])")
     best = None
     for _ in range(repeat):
-        proc = subprocess.run([sys.executable, "-c", wrapper, sys.executable, "-m", "mqtool",
-                               "--no-progress", *args], capture_output=True, text=True)
-        info = json.loads(proc.stdout.strip().splitlines()[-1])
-        info["rss"] = info.pop("rss_kb") * 1024
-        info["stderr"] = proc.stderr
+        info, _ = _run_once(args)
         if best is None or info["seconds"] < best["seconds"]:
             best = info
     return best

@@ -31,7 +31,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _common import STORES, ensure_store, fmt_bytes, read_files_seconds
+from _common import STORES, ensure_store, fmt_bytes, read_files_seconds, run_child_timed
 
 from mqtool.store import Store
 
@@ -60,23 +60,14 @@ def _copy(source: Path, dest: Path, zero_checkpoint: bool) -> None:
         checkpoint.write_bytes(bytes(_CHECKPOINT_TIMESTAMPS) + raw[_CHECKPOINT_TIMESTAMPS:])
 
 
-def _run(args: list[str]) -> tuple[float, int, float, subprocess.CompletedProcess]:
-    """``python -m mqtool ARGS`` in a fresh process: (seconds, peak RSS in bytes, CPU seconds
-    of the process and its workers, result). CPU time is what a loaded machine distorts least:
-    wall time there measures the other jobs too."""
-    wrapper = ("import resource, subprocess, sys, time, json;"
-               "t = time.perf_counter();"
-               "p = subprocess.run(sys.argv[1:], capture_output=True);"
-               "d = time.perf_counter() - t;"
-               "r = resource.getrusage(resource.RUSAGE_CHILDREN);"
-               "print(json.dumps({'seconds': d, 'rss_kb': r.ru_maxrss, 'rc': p.returncode,"
-               " 'cpu': r.ru_utime + r.ru_stime}));"
-               "sys.stderr.buffer.write(p.stderr[-2000:])")
-    proc = subprocess.run([sys.executable, "-c", wrapper, sys.executable, "-m", "mqtool",
-                           "--no-progress", *args], capture_output=True, text=True)
-    info = json.loads(proc.stdout.strip().splitlines()[-1])
-    proc.returncode = info["rc"]
-    return info["seconds"], info["rss_kb"] * 1024, info["cpu"], proc
+def _run(args: list[str]) -> tuple[float, int, float]:
+    """``python -m mqtool ARGS`` in a fresh process: (seconds, peak RSS in bytes, CPU seconds of
+    the process and its workers). CPU time is what a loaded machine distorts least: wall time
+    there measures the other jobs too. Exits when the command fails."""
+    took = run_child_timed(args)
+    if took["rc"] not in (0, 1):
+        raise SystemExit(f"mqtool {args[0]} failed ({took['rc']}): {took['stderr'][-2000:]}")
+    return took["seconds"], took["rss"], took["cpu"]
 
 
 def _load() -> str:
@@ -95,13 +86,8 @@ def measure(geometry: str, messages: int, work: Path, extra: list[str], repeat: 
             paths = [s.path for s in store.commitlog.segments]
             read_files_seconds(paths)  # warm the page cache
             if not workers:
-                verify_runs.append(_run(["verify", "--json", str(copy)])[:3])
-            recover_s, recover_rss, recover_cpu, recover = _run(["recover", "--json", *workers,
-                                                                 *extra, str(copy)])
-            if recover.returncode not in (0, 1):
-                raise SystemExit(f"recover failed ({recover.returncode}): "
-                                 f"{recover.stderr[-2000:]}")
-            runs.append((recover_s, recover_rss, recover_cpu))
+                verify_runs.append(_run(["verify", "--json", str(copy)]))
+            runs.append(_run(["recover", "--json", *workers, *extra, str(copy)]))
     load_after = _load()
     # the child's stdout stays with the timing wrapper: the summary comes from the manifest
     manifest = sorted((copy / ".mqtool-backup").glob("*/manifest.json"))[-1]
