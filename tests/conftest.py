@@ -73,12 +73,14 @@ def unpack_shared(tmp_path_factory):
         if not source.is_file():
             pytest.skip(f"{source} is absent")
         if (name, tarball) not in unpacked:
-            dest = base / name / tarball.split(".")[0]
-            dest.mkdir(parents=True)
+            # every tarball of a store holds one folder (store/, recovered/): they unpack side
+            # by side, as the store's shared folder has them
+            dest = base / name
+            dest.mkdir(exist_ok=True)
             with tarfile.open(source) as archive:
+                (top,) = {member.split("/", 1)[0] for member in archive.getnames()}
                 archive.extractall(dest, filter="data")
-            (top,) = dest.iterdir()
-            unpacked[name, tarball] = top
+            unpacked[name, tarball] = dest / top
         return unpacked[name, tarball]
 
     return unpack
@@ -98,17 +100,11 @@ def shared_stores() -> Path:
 
 
 @pytest.fixture(scope="session")
-def v5_timer_crash_unpacked(tmp_path_factory) -> Path:
+def v5_timer_crash_unpacked(unpack_shared) -> Path:
     """v5-timer-crash's store.tar.gz and recovered.tar.gz unpacked once per session: the folder
     holding ``store/`` and ``recovered/`` (shared by tests: copy before changing anything)."""
-    source = SHARED_STORES / "v5-timer-crash"
-    if not (source / "store.tar.gz").is_file():
-        pytest.skip("../shared/rocketmq-stores/v5-timer-crash is absent")
-    dest = tmp_path_factory.mktemp("v5-timer-crash")
-    for name in ("store", "recovered"):
-        with tarfile.open(source / f"{name}.tar.gz") as tar:
-            tar.extractall(dest, filter="data")
-    return dest
+    unpack_shared("v5-timer-crash", "store.tar.gz")
+    return unpack_shared("v5-timer-crash", "recovered.tar.gz").parent
 
 
 @pytest.fixture
