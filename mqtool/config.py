@@ -252,13 +252,14 @@ def byte_position(text: str, index: int) -> int:
 
 def read_fastjson_file(path: Path):
     """Parse one file as ``MixAll.file2String`` reads it (the whole file, as UTF-8)."""
-    data = _read_bytes(Path(path))
+    data = read_config_bytes(Path(path))
     if not data:
         raise FastjsonError("empty file")
     return parse_fastjson(data.decode("utf-8", errors="replace"))
 
 
-def _read_bytes(path: Path) -> bytes:
+def read_config_bytes(path: Path) -> bytes:
+    """The whole file, refusing one larger than any config file the broker writes."""
     size = path.stat().st_size
     if size > MAX_CONFIG_BYTES:
         raise FastjsonError(f"{size:,} bytes: larger than mqtool reads ({MAX_CONFIG_BYTES:,})")
@@ -382,7 +383,7 @@ def _file_state(path: Path) -> tuple[FileState, _Parsed]:
         # file2String reads it with a FileInputStream, which throws: the broker's decode fails
         return FileState(name, "unreadable", error="not a regular file"), nothing
     try:
-        data = _read_bytes(path)
+        data = read_config_bytes(path)
     except FastjsonError as err:
         return FileState(name, "unreadable", path.stat().st_size, str(err)), nothing
     except OSError as err:

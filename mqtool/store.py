@@ -18,7 +18,6 @@ from __future__ import annotations
 import bisect
 import errno
 import fcntl
-import json
 import mmap
 import os
 import re
@@ -28,6 +27,7 @@ from pathlib import Path
 
 import construct
 
+from .config import parse_fastjson, read_config_bytes
 from .errors import ParseError, StoreLayoutError, StoreNotFoundError
 from .lock import held_here
 from .mapping import map_readonly
@@ -429,15 +429,23 @@ class IndexFileInfo:
 
 
 def read_fastjson(path: Path):
-    """Parse fastjson output, whose Map<Integer, ...> keys are unquoted (``{0:123}``)."""
-    text = Path(path).read_text(encoding="utf-8", errors="replace")
-    if not text.strip():
+    """Parse fastjson output, whose Map<Integer, ...> keys are unquoted (``{0:123}``), with the
+    one fastjson reader (:func:`mqtool.config.parse_fastjson`), object keys as the text has
+    them (``"0"``, as JSON has them). A blank file is unreadable; text fastjson would not decode
+    raises ValueError."""
+    data = read_config_bytes(Path(path))
+    if not data.strip():
         raise ValueError("empty file")
-    quoted = re.sub(r'([{,]\s*)(-?\d+)(\s*:)', r'\1"\2"\3', text)
-    try:
-        return json.loads(quoted)
-    except RecursionError:  # hostile nesting: unreadable like any other bad JSON
-        raise ValueError("JSON nested too deeply") from None
+    return _text_keys(parse_fastjson(data.decode("utf-8", errors="replace")))
+
+
+def _text_keys(value):
+    # parse_fastjson gives Integer-keyed maps int keys; info and dump show the JSON view
+    if isinstance(value, dict):
+        return {str(k): _text_keys(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_text_keys(v) for v in value]
+    return value
 
 
 def load_config(path: Path) -> tuple[object | None, str | None]:
