@@ -709,6 +709,9 @@ def unexplained_layout(root: Path, command: str | None = None) -> list[str]:
                          if p.name not in COMPACTION_FILES and _holds_data(p)]
                 if extra:
                     findings.append(f"compaction/{extra[0]} (5.x compaction-topic data)")
+        elif (entry / "commitlog").is_dir():
+            # the usual slip: the folder above the store was named
+            findings.append(f"{name}/ (a store root of its own: did you mean {entry}?)")
         elif _holds_data(entry) and not _is_mqtool_backup(entry):
             findings.append(f"{name}/ (an unknown folder that holds data)")
     if not (root / "commitlog").is_dir() and not dledger_known:

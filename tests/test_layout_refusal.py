@@ -216,3 +216,19 @@ def test_plain_stores_are_not_refused_by_the_cli(store, unpack_shared):
     proc = run_mqtool("recover", "--dry-run", store)
     assert proc.returncode in (0, 1), proc.stderr
     assert "refused" not in proc.stderr
+
+
+def test_the_folder_above_a_store_is_refused_and_the_store_named(tmp_path):
+    """The usual slip: the folder holding the store is named. Every mutating command refuses
+    it (exit 2, one line naming the store it probably meant) and changes nothing."""
+    store = tmp_path / "top" / "store"
+    shutil.copytree(FIXTURE_STORE / "store", store)
+    top = store.parent
+    before = file_states(top, digest=True)
+    for args in (("recover",), ("truncate", "--to", "0"), ("rebuild-queues",),
+                 ("rebuild-index",), ("fixture", "damage", "--kind", "bit-flip")):
+        proc = run_mqtool(*args, top)
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert len(proc.stderr.splitlines()) == 1, proc.stderr
+        assert f"store/ (a store root of its own: did you mean {store}?)" in proc.stderr
+    assert file_states(top, digest=True) == before
