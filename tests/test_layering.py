@@ -33,7 +33,7 @@ PARSE_METHODS = {"parse", "parse_stream", "parse_file", "compile"}
 BUILD_METHODS = {"build", "build_stream", "build_file"}
 # relative to mqtool/: the one scanner and the store model parse; the one writer builds
 PARSERS = {"scan/records.py", "scan/batches.py", "scan/segments.py", "store.py"}
-ENCODERS = {"writer.py"}
+ENCODERS = {p.relative_to(PACKAGE).as_posix() for p in (PACKAGE / "writer").glob("*.py")}
 
 
 def sources(root: Path) -> list[Path]:

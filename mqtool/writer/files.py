@@ -1,0 +1,78 @@
+"""Store file names and the low-level file handling every writer shares: 20-digit offset names,
+IndexFile time names, durable writes, sparse zero-filled files opened for update."""
+from __future__ import annotations
+
+import datetime as _dt
+import os
+from pathlib import Path
+
+
+def offset_file_name(offset: int) -> str:
+    """UtilAll.offset2FileName: 20-digit zero-padded decimal."""
+    return f"{offset:020d}"
+
+
+def index_file_name(millis: int) -> str:
+    """yyyyMMddHHmmssSSS of a time (UTC here; the broker uses its local zone)."""
+    t = _dt.datetime.fromtimestamp(millis / 1000, _dt.timezone.utc)
+    return t.strftime("%Y%m%d%H%M%S") + f"{millis % 1000:03d}"
+
+
+def fsync_path(path: Path) -> None:
+    """fsync a file or a directory (a rename is durable only once its directory is)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+fsync_dir = fsync_path
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write through a temp file + fsync + rename, then fsync the directory."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.mqtool-tmp")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+class _SequentialFile:
+    """A file handle that skips ``seek`` to where it already is: a BufferedRandom flushes its
+    buffer on every seek, which would cost one write system call per record."""
+
+    __slots__ = ("_fh", "_pos")
+
+    def __init__(self, fh):
+        self._fh = fh
+        self._pos = fh.tell()
+
+    def seek(self, pos: int) -> None:
+        if pos != self._pos:
+            self._fh.seek(pos)
+            self._pos = pos
+
+    def write(self, data: bytes) -> None:
+        self._fh.write(data)
+        self._pos += len(data)
+
+    def flush(self) -> None:
+        self._fh.flush()
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+def open_existing_or_zero(path: Path, size: int) -> _SequentialFile:
+    """Open a store file for update, creating it zero-filled (sparse) at its full size."""
+    if path.exists():
+        return _SequentialFile(open(path, "r+b"))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fh = open(path, "w+b")
+    fh.truncate(size)
+    return _SequentialFile(fh)

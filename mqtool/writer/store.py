@@ -1,0 +1,121 @@
+"""A whole store written the way a broker writes it: append, assign queue offsets, dispatch."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..formats import codecs
+from ..formats import commitlog as cl_fmt
+from ..formats import consumequeue as cq_fmt
+from ..formats import indexfile as idx_fmt
+from ..property_order import PRODUCER_UNIQ_KEY_FIRST, PropertyInsertion
+from .commitlog import CommitLogWriter
+from .index import IndexWriter
+from .queues import BatchConsumeQueueWriter, ConsumeQueueWriter
+from .records import Message, encode_message, encode_properties, host_flags, message_magic
+from .small_files import checkpoint_bytes
+
+
+class StoreWriter:
+    """Writes a whole store the way a broker does: append to the CommitLog, assign queue
+    offsets (topicQueueTable), dispatch to ConsumeQueues and IndexFiles, write the checkpoint."""
+
+    def __init__(self, root: Path, *, commitlog_file_size: int = 1024 ** 3,
+                 cq_units_per_file: int = cq_fmt.DEFAULT_CQ_UNITS_PER_FILE,
+                 index_slots: int = idx_fmt.DEFAULT_SLOT_COUNT,
+                 index_entries: int = idx_fmt.DEFAULT_ENTRY_COUNT,
+                 broker_version: int = 4, prop_crc: bool = False, index: bool = True,
+                 batch_topics: frozenset[str] = frozenset(),
+                 bcq_units_per_file: int | None = None,
+                 property_insertion: PropertyInsertion = PRODUCER_UNIQ_KEY_FIRST):
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.broker_version = broker_version
+        self.prop_crc = prop_crc
+        self.commitlog = CommitLogWriter(self.root / "commitlog", commitlog_file_size)
+        self.consume_queues = ConsumeQueueWriter(self.root / "consumequeue", cq_units_per_file)
+        # topics with queue.type=BatchCQ dispatch into batchconsumequeue/ instead
+        self.batch_topics = frozenset(batch_topics)
+        # mapperFileSizeBatchConsumeQueue is its own setting; by default as many units as a CQ file
+        self.batch_consume_queues = BatchConsumeQueueWriter(
+            self.root / "batchconsumequeue",
+            cq_units_per_file if bcq_units_per_file is None else bcq_units_per_file)
+        self.property_insertion = property_insertion
+        self.index = IndexWriter(self.root / "index", index_slots, index_entries, enabled=index)
+        self._tags_codes: dict[str, int] = {}
+        self.topic_queue_table: dict[str, int] = {}
+        self.last_store_timestamp = 0
+
+    def append(self, msg: Message) -> tuple[int, int, int]:
+        """Append one message; returns (commitlog offset, size, queue offset)."""
+        tran = cl_fmt.transaction_type(msg.sys_flag)
+        key = f"{msg.topic}-{msg.queue_id}"
+        if msg.queue_offset is not None:
+            queue_offset = msg.queue_offset
+        elif tran in (cl_fmt.TRANSACTION_PREPARED_TYPE, cl_fmt.TRANSACTION_ROLLBACK_TYPE):
+            queue_offset = 0
+        else:
+            queue_offset = self.topic_queue_table.get(key, 0)
+        inner_num = 1
+        if msg.sys_flag & cl_fmt.INNER_BATCH_FLAG:
+            # the broker numbers the batch's messages from the queue offset it assigns
+            if msg.raw_properties is None:
+                msg.properties = {**msg.properties, "INNER_BASE": str(queue_offset)}
+                stated = msg.properties
+            else:
+                stated = codecs.decode_properties(msg.raw_properties)
+            inner_num = max(1, codecs.batch_position(stated, queue_offset)[1])
+        magic = message_magic(msg.topic, self.broker_version)
+        props = encode_properties(msg, self.prop_crc, self.broker_version,
+                                  self.property_insertion)
+        length = cl_fmt.message_length(magic, host_flags(msg), len(msg.body or b""),
+                                       len(msg.topic.encode("utf-8")), len(props))
+        offset = self.commitlog.reserve(length)
+        record = encode_message(msg, offset, queue_offset, magic=magic, properties=props,
+                                prop_crc=self.prop_crc)
+        self.commitlog.write(offset, record)
+        if tran not in (cl_fmt.TRANSACTION_PREPARED_TYPE, cl_fmt.TRANSACTION_ROLLBACK_TYPE):
+            self.topic_queue_table[key] = queue_offset + inner_num
+        self.last_store_timestamp = max(self.last_store_timestamp, msg.store_timestamp)
+        return offset, len(record), queue_offset
+
+    def dispatch(self, topic: str, queue_id: int, offset: int, size: int, sys_flag: int,
+                 queue_offset: int, store_timestamp: int, properties: dict[str, str]) -> None:
+        tran = cl_fmt.transaction_type(sys_flag)
+        if tran in (cl_fmt.TRANSACTION_NOT_TYPE, cl_fmt.TRANSACTION_COMMIT_TYPE):
+            tags = properties.get("TAGS")
+            if topic == codecs.SCHEDULE_TOPIC or not tags:
+                code = codecs.tags_code(topic, properties, store_timestamp)
+            else:
+                code = self._tags_codes.get(tags)
+                if code is None:
+                    code = self._tags_codes[tags] = codecs.tags_code(topic, properties,
+                                                                     store_timestamp)
+            if topic in self.batch_topics:
+                self.batch_consume_queues.put(topic, queue_id, offset, size, code,
+                                              store_timestamp,
+                                              *codecs.batch_position(properties, queue_offset))
+            else:
+                self.consume_queues.put(topic, queue_id, offset, size, code, queue_offset)
+        self.index.build_index(topic, offset, sys_flag, store_timestamp, properties)
+
+    def put(self, msg: Message) -> tuple[int, int, int]:
+        """Append and dispatch, as a running broker does."""
+        offset, size, queue_offset = self.append(msg)
+        props = dict(msg.properties)
+        if msg.raw_properties is not None:
+            props = codecs.decode_properties(msg.raw_properties)
+        self.dispatch(msg.topic, msg.queue_id, offset, size, msg.sys_flag, queue_offset,
+                      msg.store_timestamp, props)
+        return offset, size, queue_offset
+
+    def write_checkpoint(self, physic: int, logics: int, index: int | None = None,
+                         master_flushed: int = 0, confirm_phy: int = 0) -> None:
+        index = self.index.index_msg_timestamp if index is None else index
+        (self.root / "checkpoint").write_bytes(
+            checkpoint_bytes(physic, logics, index, master_flushed, confirm_phy))
+
+    def close(self) -> None:
+        self.commitlog.close()
+        self.consume_queues.close()
+        self.batch_consume_queues.close()
+        self.index.close()
