@@ -38,9 +38,14 @@ class CommitLogWriter:
         if length + cl_fmt.END_FILE_MIN_BLANK_LENGTH > remaining:
             fh = self._open_for(self.offset)
             fh.seek(self.offset - self._file_base)
-            fh.write(BLANK_RECORD.pack(remaining, cl_fmt.BLANK_MAGIC_CODE))
+            fh.write(self.blank(remaining))
             self.offset += remaining
         return self.offset
+
+    @staticmethod
+    def blank(remaining: int) -> bytes:
+        """What closes a file with ``remaining`` bytes left (the rest stays zero)."""
+        return BLANK_RECORD.pack(remaining, cl_fmt.BLANK_MAGIC_CODE)
 
     def write(self, offset: int, record: bytes) -> None:
         fh = self._open_for(offset)

@@ -1,4 +1,5 @@
-"""A whole store written the way a broker writes it: append, assign queue offsets, dispatch."""
+"""A whole store written the way a broker writes it: append, assign queue offsets, dispatch;
+the CommitLog plain or in DLedger mode (from the start, or switched to later)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,7 +9,10 @@ from ..formats import commitlog as cl_fmt
 from ..formats import consumequeue as cq_fmt
 from ..formats import indexfile as idx_fmt
 from ..property_order import PRODUCER_UNIQ_KEY_FIRST, PropertyInsertion
+from ..codec import BLANK_RECORD
+from ..formats import dledger as dl_fmt
 from .commitlog import CommitLogWriter
+from .dledger import DLedgerWriter
 from .index import IndexWriter
 from .queues import BatchConsumeQueueWriter, ConsumeQueueWriter
 from .records import Message, encode_message, encode_properties, host_flags, message_magic
@@ -26,12 +30,20 @@ class StoreWriter:
                  broker_version: int = 4, prop_crc: bool = False, index: bool = True,
                  batch_topics: frozenset[str] = frozenset(),
                  bcq_units_per_file: int | None = None,
-                 property_insertion: PropertyInsertion = PRODUCER_UNIQ_KEY_FIRST):
+                 property_insertion: PropertyInsertion = PRODUCER_UNIQ_KEY_FIRST,
+                 dledger_self_id: str | None = None, dledger_term: int = 0):
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.broker_version = broker_version
         self.prop_crc = prop_crc
-        self.commitlog = CommitLogWriter(self.root / "commitlog", commitlog_file_size)
+        self.commitlog_file_size = commitlog_file_size
+        # enableDLegerCommitLog: the records go into DLedger entries (data files as large as
+        # CommitLog files, mappedFileSizeCommitLog) instead of commitlog/
+        self.commitlog: CommitLogWriter | DLedgerWriter = (
+            CommitLogWriter(self.root / "commitlog", commitlog_file_size)
+            if dledger_self_id is None else
+            DLedgerWriter(self.root / f"{dl_fmt.DLEDGER_DIR_PREFIX}{dledger_self_id}",
+                          commitlog_file_size, term=dledger_term))
         self.consume_queues = ConsumeQueueWriter(self.root / "consumequeue", cq_units_per_file)
         # topics with queue.type=BatchCQ dispatch into batchconsumequeue/ instead
         self.batch_topics = frozenset(batch_topics)
@@ -77,6 +89,24 @@ class StoreWriter:
             self.topic_queue_table[key] = queue_offset + inner_num
         self.last_store_timestamp = max(self.last_store_timestamp, msg.store_timestamp)
         return offset, len(record), queue_offset
+
+    def switch_to_dledger(self, self_id: str, term: int = 0) -> int:
+        """What a broker's first start in DLedger mode does to a plain store: a plain blank at
+        the plain write position closes the last plain file, and DLedger's data begins at its
+        end (dividedCommitlogOffset), entry index 0. Returns dividedCommitlogOffset."""
+        plain = self.commitlog
+        if isinstance(plain, DLedgerWriter):
+            raise ValueError("the CommitLog is in DLedger mode already")
+        write_position = plain.offset
+        remaining = -write_position % plain.file_size      # 0: the last plain file is full
+        if remaining:
+            plain.write(write_position, BLANK_RECORD.pack(remaining, cl_fmt.BLANK_MAGIC_CODE))
+        divided = write_position + remaining
+        plain.close()
+        self.commitlog = DLedgerWriter(self.root / f"{dl_fmt.DLEDGER_DIR_PREFIX}{self_id}",
+                                       plain.file_size,
+                                       start_offset=divided, term=term)
+        return divided
 
     def dispatch(self, topic: str, queue_id: int, offset: int, size: int, sys_flag: int,
                  queue_offset: int, store_timestamp: int, properties: dict[str, str]) -> None:
