@@ -71,6 +71,15 @@ def make(
     crash: bool = typer.Option(False, "--crash",
                                help="Leave what a JVM halt leaves: abort file, lagging "
                                     "checkpoint and dispatch, preallocated next file."),
+    dledger: bool = typer.Option(False, "--dledger",
+                                 help="DLedger mode (enableDLegerCommitLog, 4.9.8 with DLedger "
+                                      "0.3.1.2, one peer n0): records inside DLedger entries "
+                                      "under dledger-n0/, with its index, checkpoint and "
+                                      "currterm; no commitlog/."),
+    dledger_after: int = typer.Option(0, "--dledger-after", metavar="N",
+                                      help="With --dledger: the first N records go to a plain "
+                                           "commitlog/, then the broker restarts in DLedger "
+                                           "mode (a store upgraded from a plain CommitLog)."),
     index: bool = typer.Option(True, "--index/--no-index",
                                help="Build IndexFiles (skip them for benchmark stores)."),
     commitlog_file_size: str = typer.Option("1m", "--commitlog-file-size",
@@ -96,7 +105,8 @@ def make(
         long_topic=long_topic, keys=keys, tags=tags, user_properties=user_props,
         delay_ratio=delay_ratio, transaction_ratio=transaction_ratio,
         compress_ratio=compress_ratio, body_mean=body_mean, body_max=body_max, ipv6=ipv6,
-        broker_version=broker_version, prop_crc=prop_crc, crash=crash, index=index,
+        broker_version=broker_version, prop_crc=prop_crc, crash=crash, dledger=dledger,
+        dledger_after=dledger_after, index=index,
         commitlog_file_size=forge.parse_size(commitlog_file_size), cq_units=cq_units,
         index_slots=index_slots, index_entries=index_entries,
         batch_cq_topics=tuple(t.strip() for t in batch_cq_topics.split(",") if t.strip()),

@@ -17,7 +17,8 @@ Read the modules in this order:
 
 * :mod:`.mix` - the options (:class:`ForgeOptions`) and the message mix
   (:class:`MessageGenerator`): what each message is, drawn from the seed;
-* :mod:`.make` - :func:`make_store`: the mix through :mod:`mqtool.writer`, clean or crashed;
+* :mod:`.make` - :func:`make_store`: the mix through :mod:`mqtool.writer`, clean or crashed,
+  plain or in DLedger mode (``--dledger``; ``--dledger-after`` for a store upgraded to it);
 * :mod:`.configs` - the config/ files (fastjson layout, .bak copies) and consumer groups;
 * :mod:`.damage` - :func:`damage_store` and its fault kinds.
 """

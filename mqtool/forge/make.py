@@ -66,17 +66,23 @@ def make_store(root: Path, options: ForgeOptions, *, progress=None) -> dict:
         raise StoreLayoutError(f"{root}: directory exists and is not empty; the forge only writes "
                                "into a new or empty directory")
     root.mkdir(parents=True, exist_ok=True)
-    (root / "commitlog").mkdir(exist_ok=True)
+    dledger_from_start = options.dledger and not options.dledger_after
+    if not dledger_from_start:
+        (root / "commitlog").mkdir(exist_ok=True)
     store = w.StoreWriter(root, commitlog_file_size=options.commitlog_file_size,
                           cq_units_per_file=options.cq_units, index_slots=options.index_slots,
                           index_entries=options.index_entries,
                           broker_version=options.broker_version, prop_crc=options.prop_crc,
-                          index=options.index, batch_topics=frozenset(options.batch_cq_topics))
+                          index=options.index, batch_topics=frozenset(options.batch_cq_topics),
+                          dledger_self_id=DLEDGER_SELF_ID if dledger_from_start else None)
     generator = MessageGenerator(options)
     rng = generator.rng
     n = options.messages
     undispatched = 0
-    if options.crash and n:
+    divided = None
+    # in DLedger mode the reference crash left every record dispatched (a single peer commits
+    # at once and the reput had caught up): the crash shows in the checkpoints and IndexFiles
+    if options.crash and n and not options.dledger:
         # the reput thread trails the CommitLog by a few percent of the log when the JVM halts
         undispatched = min(n, max(1, round(n * rng.uniform(0.01, 0.05))))
     dispatch_until = n - undispatched
@@ -85,6 +91,8 @@ def make_store(root: Path, options: ForgeOptions, *, progress=None) -> dict:
     first_store_ts = last_store_ts = last_dispatched_ts = 0
     try:
         for i in range(n):
+            if options.dledger_after and i == options.dledger_after:
+                divided = store.switch_to_dledger(DLEDGER_SELF_ID)
             msg, intent = generator.next(i)
             if intent.prepared_ref is not None:
                 msg.prepared_transaction_offset = prepared_offsets[intent.prepared_ref]
@@ -119,6 +127,7 @@ def make_store(root: Path, options: ForgeOptions, *, progress=None) -> dict:
             progress(n % PROGRESS_STEP)
         end_offset = store.commitlog.offset
         index_ts = store.index.index_msg_timestamp
+        last_index = store.commitlog.last_index if options.dledger else None
     finally:
         store.close()
 
@@ -128,7 +137,9 @@ def make_store(root: Path, options: ForgeOptions, *, progress=None) -> dict:
         # both trail the last message by seconds when the JVM halts
         physic = max(0, last_store_ts - rng.randint(2000, 5000)) if n else 0
         logics = max(0, last_dispatched_ts - rng.randint(1000, 3000)) if last_dispatched_ts else 0
-        if n:
+        if options.dledger:
+            physic = logics     # no CommitLog flush service in DLedger mode: the CQ flush sets both
+        if n and not options.dledger:     # DLedger preallocates no data file
             size = options.commitlog_file_size
             next_base = end_offset - end_offset % size + size
             allocator = w.CommitLogWriter(root / "commitlog", size, start_offset=next_base)
@@ -148,15 +159,55 @@ def make_store(root: Path, options: ForgeOptions, *, progress=None) -> dict:
         if not options.crash:
             (root / "compaction").mkdir(exist_ok=True)
             (root / "compaction" / "position-checkpoint").write_text(COMPACTION_CHECKPOINT)
+    dledger = _write_dledger_files(root, options, rng, last_index, divided) \
+        if options.dledger else None
     write_configs(root, options, generator.topics, manifest.dispatched_cq_units,
                   last_store_ts or generator.store_clock, rng)
-    return _summary(root, options, generator, manifest, end_offset,
-                    dict(physic=physic, logics=logics, index=index_ts), preallocated)
+    summary = _summary(root, options, generator, manifest, end_offset,
+                       dict(physic=physic, logics=logics, index=index_ts), preallocated)
+    if dledger is not None:
+        summary["dledger"] = dledger
+    return summary
+
+
+DLEDGER_SELF_ID = "n0"      # dLegerSelfId of the one peer, as in the reference stores
+
+
+def _write_dledger_files(root: Path, options: ForgeOptions, rng, last_index: int,
+                         divided: int | None) -> dict:
+    """DLedger's checkpoint and currterm as a single-peer group leaves them. A clean shutdown
+    persists committedIndex = endIndex = the last entry, the persist before it (every 3 s) went
+    to checkpoint.bak; a crash leaves the last persist, which trails the data by a few entries
+    (committedIndex one behind endIndex, as in the reference crash store) and no .bak."""
+    folder = root / f"dledger-{DLEDGER_SELF_ID}"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "data").mkdir(exist_ok=True)
+    (folder / "index").mkdir(exist_ok=True)
+    committed = end = last_index
+    previous = None
+    if last_index >= 0:
+        if options.crash:
+            end = last_index - rng.randint(0, max(0, min(last_index, (last_index + 1) // 50)))
+            committed = end - 1
+        elif last_index >= 1:
+            behind = rng.randint(1, last_index)
+            previous = (last_index - behind - 1, last_index - behind)
+    (folder / "checkpoint").write_bytes(w.dledger_checkpoint_bytes(committed, end))
+    if previous is not None:
+        (folder / "checkpoint.bak").write_bytes(w.dledger_checkpoint_bytes(*previous))
+    (folder / "currterm").write_bytes(w.dledger_currterm_bytes(DLEDGER_SELF_ID, 0))
+    data_files = sorted(p.name for p in (folder / "data").iterdir())
+    return {"directory": folder.name, "data_files": data_files, "last_index": last_index,
+            "checkpoint": {"committedIndex": committed, "endIndex": end},
+            "checkpoint_bak": None if previous is None else
+            {"committedIndex": previous[0], "endIndex": previous[1]},
+            "current_term": 0, "divided_commitlog_offset": divided}
 
 
 def _summary(root: Path, options: ForgeOptions, generator: MessageGenerator, manifest: Manifest,
              end_offset: int, checkpoint: dict, preallocated: str | None) -> dict:
-    commitlog_files = sorted(p.name for p in (root / "commitlog").iterdir())
+    commitlog_files = sorted(p.name for p in (root / "commitlog").iterdir()) \
+        if (root / "commitlog").is_dir() else []
     index_dir = root / "index"
     index_files = sorted(p.name for p in index_dir.iterdir()) if index_dir.is_dir() else []
     cq_files = sorted(p.relative_to(root).as_posix()

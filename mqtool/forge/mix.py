@@ -135,6 +135,11 @@ class ForgeOptions:
     broker_version: int = 4
     prop_crc: bool = False
     crash: bool = False
+    # enableDLegerCommitLog: the records go into DLedger entries under dledger-<selfId>/
+    dledger: bool = False
+    # the first this many records go to a plain CommitLog, then the broker restarts in DLedger
+    # mode (a store upgraded from a plain CommitLog); 0: DLedger from the first record
+    dledger_after: int = 0
     index: bool = True
     commitlog_file_size: int = 1024 * 1024
     cq_units: int = 300
@@ -183,6 +188,13 @@ class ForgeOptions:
             raise ValueError(f"--commitlog-file-size {self.commitlog_file_size} cannot hold a "
                              f"record with a {self.body_max}-byte body; use at least "
                              f"{self.body_max + MAX_NON_BODY_BYTES}")
+        if self.dledger_after and not self.dledger:
+            raise ValueError("--dledger-after needs --dledger")
+        if self.dledger_after < 0 or (self.dledger_after and self.dledger_after >= self.messages):
+            raise ValueError("--dledger-after must be between 1 and --messages - 1 (0: DLedger "
+                             "mode from the first record)")
+        if self.dledger and self.broker_version >= 5:
+            raise ValueError("--dledger writes the 4.9.8 DLedger layout: use --broker-version 4")
         if self.cq_units < 1:
             raise ValueError("--cq-units must be >= 1")
         if self.index_slots < 1 or self.index_entries < 2:

@@ -1,0 +1,243 @@
+"""`mqtool fixture make --dledger`: DLedger-mode stores laid out as the 4.9.8 broker with DLedger
+0.3.1.2 lays them out (test_writer_dledger proves the writer byte-identical to the broker's stores),
+and read, verified, recovered and queried by mqtool as the reference stores are.
+
+Expectations come from the format declarations and the broker's rules written out here (entry
+header fields, DLedger's blank rule, pos + 48, one index unit per entry), from the forge's own
+record of what it meant to write (its summary), and from what the broker does on recovery - never
+from re-reading the store with the code under test."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from mqtool import forge
+from mqtool.formats import commitlog as cl_fmt
+from mqtool.formats import consumequeue as cq_fmt
+from mqtool.formats import dledger as dl_fmt
+from mqtool.store import DLEDGER_LAYOUT, UPGRADED_LAYOUT, Store
+
+FILE_SIZE = 256 * 1024
+MESSAGES = 700
+
+
+def options(**kw) -> forge.ForgeOptions:
+    base = dict(messages=MESSAGES, seed=11, commitlog_file_size=FILE_SIZE, cq_units=50,
+                index_slots=100, index_entries=400, delay_ratio=0.05, transaction_ratio=0.09,
+                compress_ratio=0.05, dledger=True)
+    base.update(kw)
+    return forge.ForgeOptions(**base)
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    cache = {}
+
+    def make(name: str, **kw):
+        if name not in cache:
+            root = tmp_path_factory.mktemp("forge-dledger") / name
+            cache[name] = (root, forge.make_store(root, options(**kw)))
+        return cache[name]
+    return make
+
+
+def digests(root: Path) -> dict[str, str]:
+    out = {}
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if not d.startswith(".mqtool")]
+        for name in files:
+            path = Path(folder) / name
+            out[path.relative_to(root).as_posix()] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return out
+
+
+def walk_entries(data_dir: Path) -> tuple[list[dict], list[tuple]]:
+    """Every entry of the data files, parsed with the declarations, and every file end."""
+    entries, ends = [], []
+    for path in sorted(data_dir.iterdir()):
+        data, base, at = path.read_bytes(), int(path.name), 0
+        assert len(data) == FILE_SIZE
+        while at + 8 <= len(data):
+            magic = int.from_bytes(data[at:at + 4], "big", signed=True)
+            if magic == dl_fmt.BLANK_MAGIC:
+                blank = dl_fmt.end_of_file_blank.parse(data[at:at + 8])
+                ends.append(("blank", path.name, at, blank.bytes_left))
+                assert blank.bytes_left == len(data) - at and not any(data[at + 8:])
+                break
+            if magic == 0:
+                ends.append(("zeros", path.name, at, 0))
+                assert not any(data[at:])
+                break
+            header = dl_fmt.entry_header.parse(data[at:at + dl_fmt.ENTRY_HEADER_SIZE])
+            record = cl_fmt.message_header.parse(data[at + 48:at + 96])
+            entries.append({"file": path.name, "at": at, "pos": base + at, **{
+                k: header[k] for k in ("magic", "size", "index", "term", "pos", "channel",
+                                       "chain_crc", "body_crc", "body_size")},
+                "record_size": record.total_size, "physical_offset": record.physical_offset})
+            at += header.size
+    return entries, ends
+
+
+def test_layout_entries_blanks_and_index_units(made):
+    root, summary = made("clean")
+    folder = root / "dledger-n0"
+    assert not (root / "commitlog").exists()
+    assert sorted(p.name for p in folder.iterdir()) == ["checkpoint", "checkpoint.bak",
+                                                        "currterm", "data", "index"]
+    entries, ends = walk_entries(folder / "data")
+    assert len(entries) == MESSAGES == summary["messages"]
+    for n, e in enumerate(entries):
+        assert (e["magic"], e["index"], e["term"], e["channel"], e["chain_crc"],
+                e["body_crc"]) == (1, n, 0, 0, 0, 0)
+        assert e["pos"] == e["pos"] and e["size"] == 48 + e["body_size"] == 48 + e["record_size"]
+        assert e["physical_offset"] == e["pos"] + 48
+    # DLedger's blank rule: a file is closed only when the next entry plus 8 bytes does not fit
+    by_file = {}
+    for e in entries:
+        by_file.setdefault(e["file"], []).append(e)
+    names = sorted(by_file)
+    for kind, name, at, left in ends:
+        if kind == "blank":
+            following = by_file[names[names.index(name) + 1]][0]
+            assert following["size"] + 8 > left
+    assert ends[-1][0] == "zeros" and [k for k, *_ in ends[:-1]] == ["blank"] * (len(ends) - 1)
+    index = folder / "index" / f"{0:020d}"
+    assert index.stat().st_size == dl_fmt.INDEX_FILE_SIZE
+    assert os.stat(index).st_blocks * 512 < 1 << 20            # sparse: 160 MiB of hole
+    raw = index.read_bytes()[:len(entries) * 32 + 32]
+    for n, e in enumerate(entries):
+        unit = dl_fmt.index_unit.parse(raw[n * 32:n * 32 + 32])
+        assert (unit.magic, unit.pos, unit.size, unit.index, unit.term) == \
+            (1, e["pos"], e["size"], n, 0)
+    assert not any(raw[len(entries) * 32:])
+    assert (folder / "checkpoint").read_text() == "committedIndex=699\nendIndex=699\n"
+    assert (folder / "currterm").read_text() == "voteLeader=n0\ncurrTerm=0\n"
+    bak = dl_fmt.parse_properties_text((folder / "checkpoint.bak").read_text())
+    assert int(bak["committedIndex"]) + 1 == int(bak["endIndex"]) < MESSAGES - 1
+    assert summary["commitlog"]["max_offset"] == entries[-1]["pos"] + entries[-1]["size"]
+    assert summary["dledger"]["data_files"] == names
+
+
+def test_consume_queue_units_point_inside_the_entries(made):
+    root, summary = made("clean")
+    entries, _ = walk_entries(root / "dledger-n0" / "data")
+    record_at = {e["pos"] + 48: e["record_size"] for e in entries}
+    units = 0
+    for path in sorted((root / "consumequeue").glob("*/*/*")):
+        data = path.read_bytes()
+        for at in range(0, len(data), cq_fmt.CQ_STORE_UNIT_SIZE):
+            unit = cq_fmt.consumequeue_unit.parse(data[at:at + cq_fmt.CQ_STORE_UNIT_SIZE])
+            if not cq_fmt.is_valid_unit(unit.commitlog_offset, unit.size):
+                break
+            assert record_at[unit.commitlog_offset] == unit.size
+            units += 1
+    assert units == sum(n for queues in summary["queue_offsets"].values()
+                        for n in queues.values())
+
+
+def test_dump_and_verify_read_it_as_the_broker_wrote_it(made, mqtool):
+    root, _ = made("clean")
+    entries, _ = walk_entries(root / "dledger-n0" / "data")
+    proc = mqtool("dump", root, "--json")
+    assert proc.returncode == 0, proc.stderr
+    messages = [json.loads(line) for line in proc.stdout.splitlines()]
+    messages = [m for m in messages if m["record_type"] == "commitlog/message"]
+    assert [(m["commitlog_offset"], m["dledger"]["index"]) for m in messages] == \
+        [(e["pos"] + 48, e["index"]) for e in entries]
+    report = json.loads(mqtool("verify", "--json", root).stdout)
+    assert report["findings"] == [] and report["recovery"]["process_offset"] == \
+        entries[-1]["pos"] + entries[-1]["size"]
+    info = json.loads(mqtool("info", "--json", root).stdout)
+    assert info["passport"]["layout"] == DLEDGER_LAYOUT
+    assert info["passport"]["dledger"]["ledger"]["last"]["index"] == MESSAGES - 1
+    assert info["passport"]["inconsistencies"] == []
+
+
+def test_queries_find_the_entries(made, mqtool):
+    root, _ = made("clean")
+    proc = mqtool("dump", root, "--json")
+    messages = [json.loads(line) for line in proc.stdout.splitlines()]
+    message = [m for m in messages if m["record_type"] == "commitlog/message"
+               and m["sys_flag"] & 0xC == 0 and m["topic"] == "TopicTest"][100]
+    for args in (("--msg-id", message["msg_id"]),
+                 ("--topic", message["topic"], "--queue", str(message["queue_id"]), "--offset",
+                  str(message["queue_offset"])),
+                 ("--topic", message["topic"], "--uniq-key", message["uniq_key"])):
+        proc = mqtool("query", "--json", root, *args)
+        assert proc.returncode == 0, (args, proc.stderr)
+        found = [json.loads(line) for line in proc.stdout.splitlines()]
+        found = [r for r in found if r["record_type"] == "commitlog/message"]
+        assert [r["commitlog_offset"] for r in found] == [message["commitlog_offset"]], args
+
+
+def test_recover_a_clean_store_touches_only_the_dledger_bak_files(made, mqtool):
+    """As the broker's start on dledger-clean: the checkpoint persisted again (its copy in
+    checkpoint.bak), the term persisted (currterm.bak); nothing else changes."""
+    root, _ = made("clean-to-recover")
+    before = digests(root)
+    proc = mqtool("recover", root)
+    assert proc.returncode == 0, proc.stderr
+    after = digests(root)
+    changed = {n for n in set(before) | set(after) if before.get(n) != after.get(n)}
+    assert changed == {"dledger-n0/checkpoint.bak", "dledger-n0/currterm.bak"}
+    folder = root / "dledger-n0"
+    assert (folder / "checkpoint.bak").read_bytes() == (folder / "checkpoint").read_bytes()
+    assert (folder / "currterm.bak").read_bytes() == (folder / "currterm").read_bytes()
+    again = mqtool("recover", root)
+    assert again.returncode == 0 and "nothing to do" in again.stderr
+
+
+def test_crash_store_recovers_as_the_broker_would(made, mqtool):
+    root, summary = made("crash", crash=True)
+    folder = root / "dledger-n0"
+    assert (root / "abort").is_file() and not (root / "commitlog").exists()
+    assert not (folder / "checkpoint.bak").exists()
+    checkpoint = dl_fmt.parse_properties_text((folder / "checkpoint").read_text())
+    assert int(checkpoint["committedIndex"]) + 1 == int(checkpoint["endIndex"]) <= MESSAGES - 1
+    # DLedger preallocates no data file; the reput had caught up (as in the reference crash)
+    entries, ends = walk_entries(folder / "data")
+    assert ends[-1][0] == "zeros" and summary["dispatched_messages"] == MESSAGES
+    newest_index = max(p.name for p in (root / "index").iterdir())
+    data_before = {name: d for name, d in digests(root).items()
+                   if name.startswith("dledger-n0/data/") or name.startswith("dledger-n0/index/")}
+    proc = mqtool("recover", "--json", root)
+    assert proc.returncode == 1, proc.stderr        # the crash's newest IndexFile is lost
+    result = json.loads(proc.stdout)
+    after = digests(root)
+    assert {n: d for n, d in after.items() if n in data_before} == data_before
+    assert not (root / "abort").exists() and not (root / "index" / newest_index).exists()
+    text = f"committedIndex={MESSAGES - 1}\nendIndex={MESSAGES - 1}\n"
+    assert (folder / "checkpoint").read_text() == (folder / "checkpoint.bak").read_text() == text
+    assert (folder / "currterm.bak").read_bytes() == (folder / "currterm").read_bytes()
+    again = mqtool("recover", root)
+    assert again.returncode == 0 and "nothing to do" in again.stderr
+    assert mqtool("undo", result["backup"]).returncode == 0
+
+
+def test_upgraded_store(made, mqtool):
+    root, summary = made("upgraded", dledger_after=300)
+    store = Store(root)
+    assert store.layout == UPGRADED_LAYOUT
+    divided = summary["dledger"]["divided_commitlog_offset"]
+    assert store.commitlog.divided_offset == divided and divided % FILE_SIZE == 0
+    assert sorted(p.name for p in (root / "dledger-n0" / "data").iterdir())[0] == \
+        f"{divided:020d}"
+    entries, _ = walk_entries(root / "dledger-n0" / "data")
+    assert entries[0]["pos"] == divided and entries[0]["index"] == 0
+    assert len(entries) == MESSAGES - 300
+    report = json.loads(mqtool("verify", "--json", root).stdout)
+    assert report["findings"] == []
+
+
+def test_cli_make_dledger(mqtool, tmp_path):
+    proc = mqtool("fixture", "make", tmp_path / "s", "-n", "50", "--dledger")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["dledger"]["last_index"] == 49
+    for bad in (("--dledger-after", "10"), ("--dledger", "--dledger-after", "50"),
+                ("--dledger", "--broker-version", "5")):
+        proc = mqtool("fixture", "make", tmp_path / "t", "-n", "50", *bad)
+        assert proc.returncode == 2 and proc.stderr.startswith("mqtool: error:"), proc.stderr
