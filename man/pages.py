@@ -213,8 +213,11 @@ whose chain does not reach firstPos (TIMER_SLOT_CHAIN); pending units no slot le
 after the broker's load re-links its last TimerLog file (TIMER_UNREACHABLE), or only then
 (TIMER_WHEEL_BEHIND, a warning: the wheel was not flushed before a crash); pending timers whose message recovery truncates (TIMER_LOST); a missing,
 short or ahead config/timercheck (TIMER_CKPT).
-DLedger-mode stores (dledger-<selfId>/): every record is read inside its DLedger entry, whose
-broken headers are reported with the CommitLog codes above; besides, entries whose index does
+DLedger-mode stores (dledger-<selfId>/): every record is read inside its DLedger entry. Entry
+headers the broker's DLedger recovery refuses (the log ends there): a magic other than 1
+(DL_ENTRY_MAGIC), a pos field other than the entry's offset (DL_ENTRY_POS), a size other than
+body size + 48 (DL_ENTRY_SIZE), an entry running past its data file (DL_ENTRY_TRUNCATED); the
+records inside are checked with the CommitLog codes above. Besides, entries whose index does
 not follow the previous one (DL_INDEX_SEQUENCE) or whose term goes down (DL_TERM_ORDER), index
 units missing or disagreeing with their entry (DL_INDEX_UNIT), a DLedger checkpoint or currterm
 that is missing, unreadable or ahead of the data (DL_CHECKPOINT), and commitlog/ and the

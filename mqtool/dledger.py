@@ -339,7 +339,7 @@ def _finding(code: str, file: str, offset: int, message: str, **extra) -> dict:
 
 def _ledger_entries(store: Store, findings: list[dict]) -> list[tuple]:
     """(index, term, pos, size, magic) of every entry with a sound header, walking each data
-    file until its blank or first broken header (which the scanner reports: CL_* codes); index
+    file until its blank or first broken header (which the scanner reports: DL_ENTRY_*); index
     and term continuity are checked on the way."""
     entries, previous = [], None
     for seg in store.dledger.data_segments:
@@ -405,7 +405,7 @@ def check_dledger(store: Store) -> list[dict]:
     """verify's findings about what DLedger itself keeps: index sequence and term order over the
     whole ledger, index units against their entries, the checkpoint and currterm, and where an
     upgraded store's two parts meet. Entry headers that are broken outright are the scanner's
-    (CL_BAD_MAGIC, CL_OFFSET_MISMATCH, CL_LENGTH_MISMATCH, CL_TRUNCATED). [] in plain mode."""
+    (DL_ENTRY_MAGIC, DL_ENTRY_POS, DL_ENTRY_SIZE, DL_ENTRY_TRUNCATED). [] in plain mode."""
     dledger = store.dledger
     if dledger is None:
         return []

@@ -74,6 +74,13 @@ CODES: dict[str, tuple[str, str]] = {
     "TIMER_LOST": (ERROR, "a pending timer whose message the broker's next start truncates"),
     "TIMER_WHEEL_BEHIND": (WARNING, "pending TimerLog units on no slot chain that the broker's "
                                     "load re-links (wheel not flushed)"),
+    "DL_ENTRY_MAGIC": (ERROR, "a DLedger entry's magic is not 1 (DLedger's recovery ends the log "
+                              "there)"),
+    "DL_ENTRY_POS": (ERROR, "a DLedger entry's pos field is not its real offset (DLedger's "
+                            "recovery ends the log there)"),
+    "DL_ENTRY_SIZE": (ERROR, "a DLedger entry's size is not its body size + 48, or its body is "
+                             "too short for a record (DLedger's recovery ends the log there)"),
+    "DL_ENTRY_TRUNCATED": (ERROR, "a DLedger entry runs past the end of its data file"),
     "DL_INDEX_SEQUENCE": (ERROR, "a DLedger entry's index does not follow the previous entry's"),
     "DL_TERM_ORDER": (ERROR, "a DLedger entry's term is lower than the previous entry's"),
     "DL_INDEX_UNIT": (ERROR, "a DLedger index unit is missing or disagrees with its entry"),

@@ -60,7 +60,6 @@ def walk_entries(data_dir: Path) -> tuple[list[dict], list[tuple]]:
     entries, ends = [], []
     for path in sorted(data_dir.iterdir()):
         data, base, at = path.read_bytes(), int(path.name), 0
-        assert len(data) == FILE_SIZE
         while at + 8 <= len(data):
             magic = int.from_bytes(data[at:at + 4], "big", signed=True)
             if magic == dl_fmt.BLANK_MAGIC:
@@ -89,6 +88,7 @@ def test_layout_entries_blanks_and_index_units(made):
     assert sorted(p.name for p in folder.iterdir()) == ["checkpoint", "checkpoint.bak",
                                                         "currterm", "data", "index"]
     entries, ends = walk_entries(folder / "data")
+    assert {p.stat().st_size for p in (folder / "data").iterdir()} == {FILE_SIZE}
     assert len(entries) == MESSAGES == summary["messages"]
     for n, e in enumerate(entries):
         assert (e["magic"], e["index"], e["term"], e["channel"], e["chain_crc"],
@@ -241,3 +241,103 @@ def test_cli_make_dledger(mqtool, tmp_path):
                 ("--dledger", "--broker-version", "5")):
         proc = mqtool("fixture", "make", tmp_path / "t", "-n", "50", *bad)
         assert proc.returncode == 2 and proc.stderr.startswith("mqtool: error:"), proc.stderr
+
+
+# --- fixture damage on entry headers, and what the broker's DLedger recovery makes of it ---------
+
+# the code verify gives a damaged field: a broken header ends the walk there (DL_ENTRY_*); an
+# index or term the entries around it do not follow breaks the sequence the walk checks
+FIELD_CODES = {"magic": "DL_ENTRY_MAGIC", "pos": "DL_ENTRY_POS", "size": "DL_ENTRY_SIZE",
+               "body_size": "DL_ENTRY_SIZE", "index": "DL_INDEX_SEQUENCE",
+               "term": "DL_TERM_ORDER"}
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    """A DLedger store of four 64 KiB data files, made once; tests copy it."""
+    root = tmp_path_factory.mktemp("forge-dledger-small") / "store"
+    forge.make_store(root, options(messages=300, commitlog_file_size=64 * 1024,
+                                   body_mean=512, body_max=2048))
+    return root
+
+
+def sparse_copy(source: Path, dest: Path) -> Path:
+    for folder, _dirs, files in os.walk(source):
+        target = dest / Path(folder).relative_to(source)
+        target.mkdir(parents=True, exist_ok=True)
+        for name in files:
+            with open(Path(folder) / name, "rb") as src, open(target / name, "wb") as out:
+                while chunk := src.read(1 << 20):
+                    if chunk.count(0) == len(chunk):
+                        out.seek(len(chunk), os.SEEK_CUR)
+                    else:
+                        out.write(chunk)
+                out.truncate()
+    return dest
+
+
+@pytest.mark.parametrize("field", sorted(FIELD_CODES))
+def test_entry_header_damage_and_the_brokers_recovery(field, small, tmp_path, mqtool):
+    root = sparse_copy(small, tmp_path / "store")
+    entries, _ = walk_entries_of(root)
+    files = sorted(p.name for p in (root / "dledger-n0" / "data").iterdir())
+    assert len(files) == 4
+    # an entry of the second-to-last file: inside the walk, which starts at the third-to-last
+    victim = [e for e in entries if e["file"] == files[-2]][7]
+    proc = mqtool("fixture", "damage", root, "--kind", "bit-flip", "--target", "entry-header",
+                  "--field", field, "--offset", victim["pos"] + 5, "--seed", "1")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["field"] == field and report["entry"]["pos"] == victim["pos"]
+    assert report["old_value"] == victim[field] != report["new_value"]
+    n = victim["index"]
+    # the walk's rules (spec 7.11): the first entry failing a check ends the log; a term that
+    # went up is accepted (its index unit is rewritten) and the next entry's lower term ends it
+    end_index = n + 1 if field == "term" and report["new_value"] > report["old_value"] else n
+    end = entries[end_index]["pos"]
+    verify = mqtool("verify", "--json", root)
+    assert verify.returncode == 1
+    result = json.loads(verify.stdout)
+    codes = {f["code"] for f in result["findings"]}
+    assert FIELD_CODES[field] in codes and "RECOVERY_TRUNCATES" in codes
+    assert result["recovery"]["process_offset"] == end
+    proc = mqtool("recover", "--json", root)
+    assert proc.returncode == 1, proc.stderr
+    assert sorted(p.name for p in (root / "dledger-n0" / "data").iterdir()) == \
+        [name for name in files if int(name) <= end]
+    assert (root / "dledger-n0" / "checkpoint").read_text() == \
+        f"committedIndex={end_index - 1}\nendIndex={end_index - 1}\n"
+    for path in (root / "consumequeue").glob("*/*/*"):
+        data = path.read_bytes()
+        for at in range(0, len(data), cq_fmt.CQ_STORE_UNIT_SIZE):
+            unit = cq_fmt.consumequeue_unit.parse(data[at:at + cq_fmt.CQ_STORE_UNIT_SIZE])
+            if cq_fmt.is_valid_unit(unit.commitlog_offset, unit.size):
+                assert unit.commitlog_offset < end
+    again = mqtool("recover", root)
+    assert again.returncode == 0 and "nothing to do" in again.stderr
+
+
+def test_entry_header_damage_too_far_back_makes_recover_refuse(small, tmp_path, mqtool):
+    root = sparse_copy(small, tmp_path / "store")
+    proc = mqtool("fixture", "damage", root, "--kind", "bit-flip", "--target", "entry-header",
+                  "--field", "magic", "--file", "dledger-n0/data/00000000000000065536")
+    assert proc.returncode == 0, proc.stderr
+    verify = json.loads(mqtool("verify", "--json", root).stdout)
+    assert any("processOffset is too small" in r for r in verify["recovery"]["refuses_to_start"])
+    before = digests(root)
+    proc = mqtool("recover", root)
+    assert proc.returncode == 2 and "processOffset is too small" in proc.stderr
+    assert digests(root) == before
+
+
+def test_entry_header_damage_needs_a_dledger_store(tmp_path, mqtool):
+    root = tmp_path / "plain"
+    forge.make_store(root, options(messages=20, dledger=False))
+    proc = mqtool("fixture", "damage", root, "--kind", "bit-flip", "--target", "entry-header")
+    assert proc.returncode == 2 and "not a DLedger-mode store" in proc.stderr
+    proc = mqtool("fixture", "damage", root, "--kind", "bit-flip", "--field", "magic")
+    assert proc.returncode == 2 and "--target entry-header" in proc.stderr
+
+
+def walk_entries_of(root: Path):
+    return walk_entries(root / "dledger-n0" / "data")

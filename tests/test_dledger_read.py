@@ -210,7 +210,7 @@ def test_a_broken_entry_header_ends_the_file_or_is_skipped_with_resync(dledger_s
         [r.offset for r in clean[:100]]
     bad = strict[-1]
     assert type(bad) is CorruptRegion and bad.offset == entry_pos
-    assert bad.code == "CL_OFFSET_MISMATCH" and "DLedger entry 100" in bad.detail
+    assert bad.code == "DL_ENTRY_POS" and "DLedger entry 100" in bad.detail
     resynced = list(scan_segment(seg, resync=True))
     kinds = [type(e) for e in resynced]
     assert kinds.count(CorruptRegion) == 1 and kinds[-1] is BlankRecord
@@ -348,10 +348,10 @@ def _poke(path, at: int, data: bytes) -> None:
 DATA = "dledger-n0/data/"
 BAD_INPUT = {
     "torn-last-entry": (lambda r: (r / DATA / "00000000000004194304").open("r+b").truncate(150001),
-                        "CL_TRUNCATED"),
+                        "DL_ENTRY_TRUNCATED"),
     "entry-size-past-everything": (lambda r: _poke(r / DATA / "00000000000003145728", 4,
                                                    (0x7FFFFFFF).to_bytes(4, "big")),
-                                   "CL_LENGTH_MISMATCH"),
+                                   "DL_ENTRY_SIZE"),
     "garbled-checkpoint": (lambda r: (r / "dledger-n0/checkpoint").write_bytes(b"\xff\xfe=\n"),
                            "DL_CHECKPOINT"),
     "missing-index": (lambda r: shutil.rmtree(r / "dledger-n0/index"), "DL_INDEX_UNIT"),

@@ -4,8 +4,8 @@ A DLedger-mode store (no commitlog/, messages inside dledger-<id>/data/) looked 
 like a plain store that lost its CommitLog, and `recover` "repaired" it by deleting every
 ConsumeQueue. Every mutating command now refuses such a store (and a store holding folders of
 data it does not know) before it reads or plans anything: exit 2, one line on stderr, not one byte
-changed. `recover`, `rebuild-index`, `rebuild-queues` and `undo` know pure DLedger stores
-(DLedger's own recovery, see test_dledger_repair.py); truncate and fixture damage still refuse
+changed. `recover`, `rebuild-index`, `rebuild-queues`, `undo` and `fixture damage` know pure
+DLedger stores (DLedger's own recovery, see test_dledger_repair.py); truncate still refuses
 them, and every command refuses a store upgraded from a plain CommitLog to DLedger. The plain
 stores the real brokers wrote (4.x and 5.x, with timerlog/, compaction/, batchconsumequeue/,
 abort.bak, config/ ...) stay accepted.
@@ -101,9 +101,9 @@ def mutating_commands(store: Path, backup: Path | None, damage_kind: str) -> lis
     """Every mutating command; without ``backup`` only those that do not know DLedger stores."""
     knows_dledger = [("recover", store), ("recover", "--dry-run", store),
                      ("recover", store, "--out", store.parent / "recovered-copy"),
-                     ("rebuild-index", store), ("rebuild-queues", store), ("undo", backup)]
-    return (knows_dledger if backup is not None else []) + [
-        ("truncate", store, "--to", "0"), ("fixture", "damage", store, "--kind", damage_kind)]
+                     ("rebuild-index", store), ("rebuild-queues", store), ("undo", backup),
+                     ("fixture", "damage", store, "--kind", damage_kind)]
+    return (knows_dledger if backup is not None else []) + [("truncate", store, "--to", "0")]
 
 
 def assert_all_refused(store: Path, backup: Path | None, phrase: str, damage_kind: str) -> None:
@@ -136,6 +136,7 @@ def test_recover_the_rebuilds_and_undo_know_only_pure_dledger_stores(dledger_sto
     assert unexplained_layout(pure, "recover") == unexplained_layout(pure, "undo") == []
     assert unexplained_layout(pure, "rebuild-index") == []
     assert unexplained_layout(pure, "rebuild-queues") == []
+    assert unexplained_layout(pure, "fixture damage") == []
     assert unexplained_layout(pure, "truncate") == unexplained_layout(pure) != []
 
 

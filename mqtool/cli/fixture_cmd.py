@@ -30,6 +30,16 @@ class BitTarget(str, Enum):
     body = "body"
     header = "header"
     properties = "properties"
+    entry_header = "entry-header"
+
+
+class EntryField(str, Enum):
+    magic = "magic"
+    size = "size"
+    index = "index"
+    term = "term"
+    pos = "pos"
+    body_size = "body_size"
 
 
 class Direction(str, Enum):
@@ -135,11 +145,17 @@ def damage(
                                   "kinds: default config/consumerOffset.json)."),
     offset: int = typer.Option(None, "--offset",
                                help="Aim at the record holding this global CommitLog offset "
-                                    "(zero-range: start; truncate-file: new end; "
+                                    "(entry-header: the entry holding it; zero-range: start; "
+                                    "truncate-file: new end; "
                                     "config-truncate: new file size)."),
     length: int = typer.Option(None, "--length", help="zero-range: number of bytes to zero."),
     target: BitTarget = typer.Option(BitTarget.body, "--target",
-                                     help="bit-flip: a body byte, a header field or a properties byte."),
+                                     help="bit-flip: a body byte, a record header field, a "
+                                          "properties byte, or a DLedger entry header field "
+                                          "(entry-header, DLedger-mode stores)."),
+    field: EntryField = typer.Option(None, "--field",
+                                     help="bit-flip --target entry-header: the field to flip a "
+                                          "bit in (default: chosen by seed)."),
     direction: Direction = typer.Option(None, "--direction",
                                         help="stale-checkpoint: move the timestamps ahead or "
                                              "behind (default: chosen by seed)."),
@@ -149,5 +165,6 @@ def damage(
 
     report = forge.damage_store(directory, kind.value, seed, file=file, offset=offset,
                                 length=length, target=target.value,
-                                direction=direction.value if direction else None)
+                                direction=direction.value if direction else None,
+                                field=field.value if field else None)
     emit_json(report)

@@ -11,8 +11,9 @@ from ..errors import StoreLayoutError, StoreLockedError
 from ..formats import codecs
 from ..formats import commitlog as cl_fmt
 from ..formats import consumequeue as cq_fmt
+from ..formats import dledger as dl_fmt
 from ..codec import CQ_UNIT as _CQ_UNIT
-from ..scan import MessageRecord, Scanner
+from ..scan import MessageRecord, Scanner, entry_header_at
 from ..lock import holding_store_lock
 from ..store import Store
 
@@ -27,6 +28,12 @@ HEX_PREVIEW = 32
 RECORDS_PREVIEW = 32
 HEADER_FIELDS = tuple(
     (sc.name, sc.subcon.sizeof()) for sc in cl_fmt.message_header.subcons)
+ENTRY_HEADER_FIELDS = tuple(
+    (sc.name, sc.subcon.sizeof()) for sc in dl_fmt.entry_header.subcons)
+# the DLedger entry header fields the broker's DLedger recovery checks (channel and the two CRC
+# fields are never read: a flip there changes nothing the broker sees)
+ENTRY_CHECKED_FIELDS = ("magic", "size", "index", "term", "pos", "body_size")
+BIT_TARGETS = ("body", "header", "properties", "entry-header")
 STRAY_FILE_NAMES = ("commitlog.tmp", "core.{n}", "{offset}.bak", "segment-{n}.old", "README")
 STRAY_DIR_NAMES = ("lost+found", "tmp-{n:x}", "TopicTest.bak", "__backup__")
 
@@ -62,7 +69,12 @@ def _data_segments(store: Store) -> list:
     for seg in store.commitlog.segments:
         with open(seg.path, "rb") as fh:
             head = fh.read(8)
-        if len(head) == 8 and int.from_bytes(head[4:8], "big") in cl_fmt.MESSAGE_MAGIC_CODES:
+        if len(head) < 8:
+            continue
+        if seg.is_dledger:
+            if int.from_bytes(head[:4], "big", signed=True) == dl_fmt.ENTRY_MAGIC:
+                found.append(seg)
+        elif int.from_bytes(head[4:8], "big") in cl_fmt.MESSAGE_MAGIC_CODES:
             found.append(seg)
     return found
 
@@ -103,14 +115,18 @@ def _resolve_file(store: Store, file: str) -> Path:
     raise StoreLayoutError(f"{file}: no such file in {store.root}")
 
 
-def _record_at(store: Store, offset: int) -> tuple[object, MessageRecord]:
+def _record_at(store: Store, offset: int, *, entry: bool = False) -> tuple[object, MessageRecord]:
+    """The record holding ``offset``; with ``entry`` the record whose DLedger entry (header
+    included) holds it."""
     seg = store.commitlog.segment_for(offset)
     if seg is None:
         raise StoreLayoutError(f"offset {offset}: no CommitLog file holds it")
+    lead = dl_fmt.ENTRY_HEADER_SIZE if entry else 0
     for rec in _segment_records(store, seg):
-        if rec.offset <= offset < rec.end:
+        if rec.offset - lead <= offset < rec.end:
             return seg, rec
-    raise StoreLayoutError(f"offset {offset}: not inside a readable message record")
+    raise StoreLayoutError(f"offset {offset}: not inside a readable "
+                           + ("DLedger entry" if entry else "message record"))
 
 
 def _rewrite(path: Path, file_pos: int, new: bytes) -> bytes:
@@ -167,9 +183,13 @@ def _flippable(rec, target: str) -> int:
     return 1
 
 
-def _bit_flip(store, rng, file, offset, target="body", **_):
-    if target not in ("body", "header", "properties"):
-        raise ValueError("--target must be body, header or properties")
+def _bit_flip(store, rng, file, offset, target="body", field=None, **_):
+    if target not in BIT_TARGETS:
+        raise ValueError(f"--target must be {', '.join(BIT_TARGETS[:-1])} or {BIT_TARGETS[-1]}")
+    if target == "entry-header":
+        return _entry_header_flip(store, rng, file, offset, field)
+    if field is not None:
+        raise ValueError("--field names a DLedger entry header field: use --target entry-header")
     if offset is not None:
         seg, rec = _record_at(store, offset)
         if not _flippable(rec, target):
@@ -197,6 +217,54 @@ def _bit_flip(store, rng, file, offset, target="body", **_):
     old = _rewrite(seg.path, pos - seg.base_offset, new_byte)
     return {**_change(store, seg, pos, old, new_byte), "target": target, "field": field_name,
             "bit": bit, "records": [_describe_record(store, rec)]}
+
+
+def _entry_header_flip(store, rng, file, offset, field):
+    """One bit of one field of a DLedger entry header: the broker's DLedger recovery ends the
+    log at that entry (magic, pos, size, body size), at the entry after it (an index or term the
+    next entry does not follow), or rewrites its index unit."""
+    if store.dledger is None:
+        raise StoreLayoutError(f"{store.root}: not a DLedger-mode store: no entry header to damage")
+    if field is not None and field not in ENTRY_CHECKED_FIELDS:
+        raise ValueError(f"--field must be one of {', '.join(ENTRY_CHECKED_FIELDS)}")
+    if offset is not None:
+        seg, rec = _record_at(store, offset, entry=True)
+        if not seg.is_dledger:
+            raise StoreLayoutError(f"offset {offset} lies in the plain commitlog/ part of the store")
+    else:
+        if file is not None:
+            seg = _pick_segment(store, file, rng, prefer_non_last=True)
+            if not seg.is_dledger:
+                raise StoreLayoutError(f"{file}: not a DLedger data file")
+        else:
+            segments = [s for s in _data_segments(store) if s.is_dledger]
+            if not segments:
+                raise StoreLayoutError(f"{store.root}: no DLedger data file holds an entry")
+            pool = segments[:-1] if len(segments) > 1 else segments
+            seg = pool[rng.randrange(len(pool))]
+        records = _segment_records(store, seg)
+        if not records:
+            raise StoreLayoutError(f"{_relative(store, seg.path)}: holds no entry")
+        rec = records[rng.randrange(len(records))]
+    field = field or rng.choice(ENTRY_CHECKED_FIELDS)
+    index = [name for name, _ in ENTRY_HEADER_FIELDS].index(field)
+    size = ENTRY_HEADER_FIELDS[index][1]
+    entry_pos = rec.offset - dl_fmt.ENTRY_HEADER_SIZE
+    field_start = entry_pos + sum(s for _, s in ENTRY_HEADER_FIELDS[:index])
+    pos = field_start + rng.randrange(size)
+    bit = rng.randrange(8)
+    header = store.commitlog.read(entry_pos, dl_fmt.ENTRY_HEADER_SIZE)
+    entry = entry_header_at(header, 0)
+    at = pos - entry_pos
+    new_byte = bytes([header[at] ^ (1 << bit)])
+    old = _rewrite(seg.path, pos - seg.base_offset, new_byte)
+    damaged = entry_header_at(header[:at] + new_byte + header[at + 1:], 0)
+    return {**_change(store, seg, pos, old, new_byte), "target": "entry-header",
+            "field": field, "bit": bit, "old_value": getattr(entry, field),
+            "new_value": getattr(damaged, field),
+            "entry": {"pos": entry_pos, "index": entry.index, "term": entry.term,
+                      "file_pos": entry_pos - seg.base_offset},
+            "records": [_describe_record(store, rec)]}
 
 
 def _zero_range(store, rng, file, offset, length=None, **_):
@@ -405,7 +473,7 @@ _DAMAGERS = {"torn-tail": _torn_tail, "bit-flip": _bit_flip, "zero-range": _zero
 @holding_store_lock("fixture damage")
 def damage_store(root: Path, kind: str, seed: int = 0, *, file: str | None = None,
                  offset: int | None = None, length: int | None = None, target: str = "body",
-                 direction: str | None = None) -> dict:
+                 direction: str | None = None, field: str | None = None) -> dict:
     """Inject one fault of ``kind`` into the store at ``root`` and describe it.
 
     Refuses (StoreLockedError, exit 3) a store whose lock a live process holds."""
@@ -420,6 +488,8 @@ def damage_store(root: Path, kind: str, seed: int = 0, *, file: str | None = Non
     if length is not None and length < 1:
         raise ValueError("--length must be >= 1")
     rng = random.Random(f"{kind}:{seed}")
+    if field is not None and kind != "bit-flip":
+        raise ValueError("--field applies to bit-flip --target entry-header only")
     report = _DAMAGERS[kind](store, rng, file, offset, length=length, target=target,
-                             direction=direction, kind=kind)
+                             direction=direction, kind=kind, field=field)
     return {"kind": kind, "seed": seed, **report}

@@ -217,22 +217,23 @@ def plausible_record_at(buf, pos: int, limit: int, base: int, check_crc: bool = 
 def entry_problem(buf, pos: int, limit: int, base: int) -> tuple[str, str, int] | None:
     """Why the DLedger entry at file position ``pos`` is not one the broker's DLedger recovery
     accepts, as (code, detail, declared entry size); None when its header is sound and its body
-    is exactly as long as the record it holds declares."""
+    is exactly as long as the record it holds declares. A broken header gets a DL_ENTRY_* code;
+    a record inside whose TOTALSIZE disagrees with the entry is the record's CL_LENGTH_MISMATCH."""
     if pos < 0 or pos + _DL_HEADER_SIZE > limit:
-        return ("CL_TRUNCATED", f"{max(limit - pos, 0)} bytes remain, fewer than a DLedger entry "
-                "header", 0)
+        return ("DL_ENTRY_TRUNCATED", f"{max(limit - pos, 0)} bytes remain, fewer than a DLedger "
+                "entry header", 0)
     magic, size, index, _term, entry_pos, _ch, _chain, _crc, body_size = \
         _DL_HEADER.unpack_from(buf, pos)
     if magic != dl_fmt.ENTRY_MAGIC:
-        return "CL_BAD_MAGIC", f"DLedger entry magic {magic} is not {dl_fmt.ENTRY_MAGIC}", size
+        return "DL_ENTRY_MAGIC", f"DLedger entry magic {magic} is not {dl_fmt.ENTRY_MAGIC}", size
     if entry_pos != base + pos:
-        return ("CL_OFFSET_MISMATCH", f"DLedger entry {index} records pos {entry_pos} but lies at "
+        return ("DL_ENTRY_POS", f"DLedger entry {index} records pos {entry_pos} but lies at "
                 f"{base + pos}", size)
     if size != _DL_HEADER_SIZE + body_size or body_size < MIN_MESSAGE_SIZE:
-        return ("CL_LENGTH_MISMATCH", f"DLedger entry {index}: size {size} but body size "
+        return ("DL_ENTRY_SIZE", f"DLedger entry {index}: size {size} but body size "
                 f"{body_size} + {_DL_HEADER_SIZE}", size)
     if pos + size > limit:
-        return ("CL_TRUNCATED", f"DLedger entry {index} of {size} bytes but {limit - pos} bytes "
+        return ("DL_ENTRY_TRUNCATED", f"DLedger entry {index} of {size} bytes but {limit - pos} bytes "
                 "remain in the file", size)
     declared = _I32.unpack_from(buf, pos + _DL_HEADER_SIZE)[0]
     if declared != body_size:

@@ -43,11 +43,13 @@ def _merge_results(store: Store, plan: RecoveryPlan, results: list[_SegmentResul
         for f in r.findings:
             cl_offset = f.commitlog_offset
             beyond = cl_offset is not None and cl_offset >= P
-            if f.code.startswith("CL_") and beyond:
+            if f.code.startswith(("CL_", "DL_ENTRY_")) and beyond:
                 if stale:
                     f.severity = INFO
                     f.message += " (past the recovered end: stale data the broker ignores)"
-                elif torn_tail and f.code in ("CL_TRUNCATED", "CL_BAD_MAGIC", "CL_LENGTH_MISMATCH"):
+                elif torn_tail and f.code in ("CL_TRUNCATED", "CL_BAD_MAGIC", "CL_LENGTH_MISMATCH",
+                                              "DL_ENTRY_TRUNCATED", "DL_ENTRY_MAGIC",
+                                              "DL_ENTRY_SIZE"):
                     f.severity = WARNING
                     f.message += " (a torn write at the end of a crashed store; recovery cuts it)"
             elif f.code in ("CQ_QUEUE_GAP", "IDX_MISSING_KEY") and beyond:
