@@ -154,3 +154,19 @@ def test_rebuild_queues_regenerates_the_brokers_consume_queues(dledger_stores, t
     proc = mqtool("rebuild-queues", store)
     assert proc.returncode == 0, proc.stderr
     assert digests(store / "consumequeue") == digests(original / "consumequeue")
+
+
+def test_recover_out_keeps_the_dledger_index_sparse(dledger_stores, unpack_shared, tmp_path,
+                                                    mqtool):
+    """--out repairs a copy; the 160 MiB DLedger index (64 KB of units) stays a sparse file."""
+    store = tmp_path / "store"
+    sparse_copy(dledger_stores["dledger-crash"], store)
+    before = digests(store)
+    out = tmp_path / "out"
+    proc = mqtool("recover", store, "--out", out)
+    assert proc.returncode == 1, proc.stderr
+    assert digests(store) == before
+    assert digests(out) == digests(unpack_shared("dledger-crash", "recovered.tar.gz"))
+    index_file = out / "dledger-n0" / "index" / f"{0:020d}"
+    assert index_file.stat().st_size == dl_fmt.INDEX_FILE_SIZE
+    assert index_file.stat().st_blocks * 512 < 4 << 20

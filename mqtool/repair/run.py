@@ -14,7 +14,7 @@ from ..errors import StoreLockedError
 from ..store import Store
 from ..lock import store_lock
 from .transaction import (RepairError, RepairPlan, Stage, apply_plan, remove_stale_stages,
-                          resume_pending)
+                          resume_pending, sparse_copy)
 from .planners import PLANNERS
 
 
@@ -54,8 +54,15 @@ class RepairResult:
 
 
 def _copy_store(source: Path, dest: Path) -> None:
+    """The store copied for --out, holes kept (a DLedger index file is 160 MiB of mostly hole)."""
     ignore = shutil.ignore_patterns(bk.BACKUP_DIR, bk.STAGE_PREFIX + "*", bk.PENDING)
-    shutil.copytree(source, dest, ignore=ignore, dirs_exist_ok=True)
+    shutil.copytree(source, dest, ignore=ignore, dirs_exist_ok=True,
+                    copy_function=_sparse_copy_with_stat)
+
+
+def _sparse_copy_with_stat(source: str, dest: str) -> None:
+    sparse_copy(Path(source), Path(dest))
+    shutil.copystat(source, dest)
 
 
 def _check_backup_dir(store_root: Path, backup_dir: Path) -> Path:
