@@ -672,8 +672,9 @@ def _is_mqtool_backup(path: Path) -> bool:
 
 # mutating commands that know a pure DLedger-mode store (one dledger-<id>/ with data/, no
 # commitlog/): recover follows DLedger's own recovery, the rebuilds read the records inside the
-# entries, undo puts bytes back, fixture damage breaks entries (truncate does not know them yet)
-DLEDGER_AWARE_COMMANDS = ("recover", "rebuild-index", "rebuild-queues", "undo", "fixture damage")
+# entries, truncate cuts the ledger at an entry, undo puts bytes back, fixture damage breaks entries
+DLEDGER_AWARE_COMMANDS = ("recover", "truncate", "rebuild-index", "rebuild-queues", "undo",
+                          "fixture damage")
 
 
 def _pure_dledger(root: Path) -> bool:

@@ -62,8 +62,17 @@ def test_dry_run_changes_nothing(dledger_stores, tmp_path, mqtool):
     assert digests(store) == before and not (store / ".mqtool-backup").exists()
 
 
+_SOURCES: dict[str, Path] = {}
+
+
+def dledger_source() -> Path:
+    """The unpacked dledger-clean store clean_copy copies."""
+    return _SOURCES["dledger-clean"]
+
+
 @pytest.fixture
 def clean_copy(dledger_stores, tmp_path) -> Path:
+    _SOURCES["dledger-clean"] = dledger_stores["dledger-clean"]
     dest = tmp_path / "store"
     sparse_copy(dledger_stores["dledger-clean"], dest)
     return dest
@@ -170,3 +179,77 @@ def test_recover_out_keeps_the_dledger_index_sparse(dledger_stores, unpack_share
     index_file = out / "dledger-n0" / "index" / f"{0:020d}"
     assert index_file.stat().st_size == dl_fmt.INDEX_FILE_SIZE
     assert index_file.stat().st_blocks * 512 < 4 << 20
+
+
+# --- truncate: the ledger cut at an entry ---------------------------------------------------------
+
+def test_truncate_cuts_the_ledger_at_an_entry_and_undo_puts_it_back(clean_copy, mqtool):
+    """Cut before entry 1500 (named by its record's offset, as dump and query show it): the
+    entries from there on are gone as DLedger's recovery would then find them - the data file
+    after the cut deleted, the cut file's bytes past the cut zero (else the next start's walk
+    would accept the old entries again), their index units erased, endIndex 1499, no
+    ConsumeQueue unit or index entry at or past the cut."""
+    all_entries = entries()
+    victim = all_entries[1500]
+    cut = victim["pos"]
+    before = digests(clean_copy)
+    proc = mqtool("truncate", "--dry-run", clean_copy, "--to", cut + dl_fmt.ENTRY_HEADER_SIZE)
+    assert proc.returncode == 1, proc.stderr
+    assert digests(clean_copy) == before
+    proc = mqtool("truncate", "--json", clean_copy, "--to", cut + dl_fmt.ENTRY_HEADER_SIZE)
+    assert proc.returncode == 1, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["summary"]["cut"] == cut
+    data = clean_copy / "dledger-n0" / "data"
+    cut_file = victim["entryFile"].rsplit("/", 1)[1]
+    assert sorted(p.name for p in data.iterdir()) == sorted(
+        {e["entryFile"].rsplit("/", 1)[1] for e in all_entries if e["pos"] < cut} | {cut_file})
+    raw = (data / cut_file).read_bytes()
+    assert raw[:victim["entryFilePos"]] == (
+        Path(dledger_source()) / victim["entryFile"]).read_bytes()[:victim["entryFilePos"]]
+    assert not any(raw[victim["entryFilePos"]:])
+    index = (clean_copy / "dledger-n0" / "index" / f"{0:020d}").read_bytes()[:64_000]
+    assert not any(index[1500 * 32:]) and index[1499 * 32:1500 * 32] != bytes(32)
+    assert (clean_copy / "dledger-n0" / "checkpoint").read_text() == \
+        "committedIndex=1499\nendIndex=1499\n"
+    store = Store(clean_copy)
+    for queue in store.consume_queues:
+        for seg in queue.segments:
+            units = seg.path.read_bytes()
+            for at in range(0, len(units), 20):
+                offset, size = int.from_bytes(units[at:at + 8], "big"), \
+                    int.from_bytes(units[at + 8:at + 12], "big")
+                if size:
+                    assert offset < cut
+    report = json.loads(mqtool("verify", "--json", clean_copy).stdout)
+    assert [f for f in report["findings"] if f["severity"] == "error"] == []
+    assert report["recovery"]["process_offset"] == cut
+    assert mqtool("truncate", "--json", clean_copy).returncode == 0   # nothing left to cut
+    proc = mqtool("undo", result["backup"])
+    assert proc.returncode == 0, proc.stderr
+    assert digests(clean_copy) == before
+
+
+def test_truncate_refuses_to_cut_inside_an_entry(clean_copy, mqtool):
+    victim = entries()[700]
+    before = digests(clean_copy)
+    proc = mqtool("truncate", clean_copy, "--to", victim["pos"] + 10)
+    assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1
+    assert f"inside the DLedger entry at {victim['pos']:,}" in proc.stderr
+    assert digests(clean_copy) == before
+
+
+def test_truncate_is_how_far_to_cut_where_recover_refuses(clean_copy, mqtool):
+    """A bad entry too far back: the broker would exit and recover refuses; truncate (to the
+    end of the log DLedger's walk finds) cuts there, and the broker can start again."""
+    victim = in_file(entries(), 2097152)[100]
+    poke(clean_copy, victim, dl_fmt.POS_FIELD_OFFSET, (1).to_bytes(8, "big"))
+    assert mqtool("recover", clean_copy).returncode == 2
+    proc = mqtool("truncate", "--json", clean_copy)
+    assert proc.returncode == 1, proc.stderr
+    assert json.loads(proc.stdout)["summary"]["cut"] == victim["pos"]
+    report = json.loads(mqtool("verify", "--json", clean_copy).stdout)
+    assert report["recovery"]["refuses_to_start"] == []
+    assert report["recovery"]["process_offset"] == victim["pos"]
+    assert (clean_copy / "dledger-n0" / "checkpoint").read_text() == \
+        f"committedIndex={victim['index'] - 1}\nendIndex={victim['index'] - 1}\n"

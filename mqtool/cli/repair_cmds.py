@@ -188,12 +188,17 @@ def recover_cmd(
     "files are deleted and the rest of the cut file erased, ConsumeQueue units pointing at or "
     "past the offset are removed, IndexFiles holding entries at or past it are rebuilt under "
     "their own names, checkpoint timestamps later than the last kept message are lowered. "
-    "The offset must be a record boundary." + _SAFETY))
+    "The offset must be a record boundary. On a DLedger-mode store the ledger is cut at an entry "
+    "(the offset is the entry's pos or its record's offset; default: where DLedger's recovery "
+    "ends the log, also where the broker would refuse to start): later data files deleted, the "
+    "rest of the cut file erased, the cut entries' DLedger index units erased, the DLedger "
+    "checkpoint's endIndex set to the last entry kept." + _SAFETY))
 @error_boundary
 def truncate_cmd(
     store: Path = opt.store(_STORE_HELP),
     to: int = typer.Option(None, "--to", metavar="OFFSET", min=0,
-                           help="Global CommitLog offset to cut at (a record boundary)."),
+                           help="Global CommitLog offset to cut at (a record boundary; "
+                                "DLedger: an entry's pos or its record's offset)."),
     broker_version: str = opt.broker_version(),
     dry_run: bool = opt.dry_run(),
     json_output: bool = opt.json_output(),

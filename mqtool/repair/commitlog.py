@@ -7,6 +7,9 @@ from .files import data_end, _rel
 from .transaction import FileOp
 from .dispatching import _BLANK_MAGIC
 
+# DLedger's blank starts with its magic, -1 (the CommitLog's puts the size first)
+_DLEDGER_BLANK_MAGIC = b"\xff\xff\xff\xff"
+
 
 def commitlog_gaps(store: Store) -> list[tuple[int, int]]:
     """[start, end) ranges between CommitLog files that are missing (a deleted middle file)."""
@@ -50,7 +53,8 @@ def _commitlog_ops(store: Store, *, cut: int, delete_names: list[str], erase_tai
             with open(seg.path, "rb") as fh:
                 fh.seek(pos)
                 head = fh.read(8)
-            if len(head) == 8 and head[4:8] == _BLANK_MAGIC:
+            blank = head[:4] == _DLEDGER_BLANK_MAGIC if seg.is_dledger else head[4:8] == _BLANK_MAGIC
+            if len(head) == 8 and blank:
                 # the end-of-file blank record marks the end of a full file: it stays
                 pos += 8
             end = min(data_end(seg.path, pos), new_size)

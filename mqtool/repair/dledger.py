@@ -21,10 +21,11 @@ one), recover refuses.
 """
 from __future__ import annotations
 
-from ..dledger import walk_ledger
+from ..dledger import _MIN_ENTRY_SIZE_EXCLUSIVE, walk_ledger
 from ..formats import dledger as dl_fmt
 from ..recovery import predict_recovery
-from ..store import Store
+from ..scan import entry_header_at
+from ..store import MappedFile, Store, properties_int
 
 
 def plan_dledger_recover(store: Store, stage, *, mode: str = "auto", keep_stale: bool = False,
@@ -83,11 +84,7 @@ def plan_dledger_recover(store: Store, stage, *, mode: str = "auto", keep_stale:
     plan = build_plan("recover", store, stage, cl_ops=[], extra_ops=_abort_op(store), lost=lost,
                       notes=notes, data_loss=data_loss, recovery=rp, options=options,
                       summary_extra=_recover_summary(rp))
-    for op in plan.ops:
-        if op.path.startswith(folder + "/"):
-            inside = op.path[len(folder) + 1:]
-            op.reason = _REASONS.get(inside) or _REASONS.get(inside.split("/")[0] + "/",
-                                                             op.reason)
+    dledger_op_reasons(plan, store, "recover")
     return plan
 
 
@@ -123,3 +120,124 @@ def _rewrite_index_units(stage, store: Store, units: list[tuple]) -> None:
     finally:
         for fh in handles.values():
             fh.close()
+
+
+# --- truncate ------------------------------------------------------------------------------------
+
+def resolve_dledger_cut(store: Store, offset: int) -> int:
+    """Where ``truncate --to OFFSET`` cuts a DLedger log: always at an entry boundary. OFFSET may
+    be an entry's pos, the commitLogOffset of the record inside it (pos + 48: the offset dump,
+    query and the ConsumeQueues show), the end of the last entry before a blank or unwritten
+    space, or a data file start. Raises RepairError anywhere else."""
+    from ..scan import MessageRecord, scan_buffer
+    from .transaction import RepairError
+
+    log = store.commitlog
+    seg = log.segment_for(offset)
+    if seg is None:
+        if offset == log.min_offset or any(s.base_offset + s.length == offset
+                                           for s in log.segments):
+            return offset
+        raise RepairError(f"no DLedger data file holds offset {offset:,}")
+    if offset == seg.base_offset:
+        return offset
+    with MappedFile(seg.path) as mf:
+        for event in scan_buffer(mf.data, seg.base_offset, name=seg.name, check_crc=False,
+                                 resync=True, layout=seg.layout):
+            if type(event) is MessageRecord:
+                entry = event.offset - dl_fmt.ENTRY_HEADER_SIZE
+                if offset in (entry, event.offset):
+                    return entry
+                if event.end == offset:
+                    return offset
+                if entry < offset < event.end:
+                    raise RepairError(
+                        f"offset {offset:,} is inside the DLedger entry at {entry:,} "
+                        f"({event.end - entry} bytes, its record at {event.offset:,}); use "
+                        f"{entry:,} (or {event.offset:,}) to cut before it, {event.end:,} after it")
+            elif event.offset == offset:
+                return offset
+            elif event.offset > offset:
+                break
+    raise RepairError(f"offset {offset:,} is not at a DLedger entry boundary")
+
+
+def last_index_before(store: Store, cut: int) -> int:
+    """The index of the last sound entry ending at or before ``cut`` (the ledger's first index
+    - 1 when none does): what endIndex becomes when the log is cut there."""
+    for seg in reversed(store.dledger.data_segments):
+        if seg.base_offset >= cut:
+            continue
+        last = None
+        with MappedFile(seg.path) as mapped:
+            buf, position = mapped.data, 0
+            while seg.base_offset + position < cut:
+                header = entry_header_at(buf, position)
+                if header is None or header.magic != dl_fmt.ENTRY_MAGIC \
+                        or header.pos != seg.base_offset + position \
+                        or header.size <= _MIN_ENTRY_SIZE_EXCLUSIVE \
+                        or seg.base_offset + position + header.size > cut:
+                    break
+                last = header.index
+                position += header.size
+        if last is not None:
+            return last
+    first = store.dledger.first_entry()
+    return (first.index if first is not None else 0) - 1
+
+
+def stage_dledger_truncate(stage, store: Store, cut: int) -> list[str]:
+    """The DLedger bookkeeping of a log cut at ``cut``, as DLedger's recovery then leaves it:
+    index units of the entries kept that disagree with them rewritten, the units of every entry
+    cut erased, the checkpoint's endIndex at the last entry kept (committedIndex not past it),
+    the previous checkpoint in checkpoint.bak. Returns notes for the plan."""
+    from .bookkeeping import _stage_bytes
+    from .files import data_end
+
+    dledger = store.dledger
+    folder = store.relative(dledger.directory)
+    last = last_index_before(store, cut)
+    notes = [f"DLedger ledger after the cut: entries up to {last}"]
+    walk = walk_ledger(dledger)
+    rewritten = [u for u in walk.rewritten_units or [] if u[0] <= last]
+    if rewritten:
+        _rewrite_index_units(stage, store, rewritten)
+        notes.append(f"DLedger index units {rewritten[0][0]}..{rewritten[-1][0]} rewritten from "
+                     "their entries, as DLedger's recovery does")
+    index_folder = store.relative(dledger.index_dir)
+    erase_from = (last + 1) * dl_fmt.INDEX_UNIT_SIZE
+    for f in dledger.index_files:
+        start = max(erase_from - f.base_offset, 0)
+        end = data_end(f.path, start)
+        if start >= end:
+            continue
+        with open(stage.copy_in(f"{index_folder}/{f.name}"), "r+b") as fh:
+            fh.seek(start)
+            fh.write(bytes(end - start))
+        notes.append(f"DLedger index units from {last + 1} on erased (their entries are cut)")
+    values, _, _ = dledger.checkpoint()
+    committed = properties_int(values, dl_fmt.COMMITTED_INDEX_KEY)
+    committed = last if committed is None else min(committed, last)
+    text = dl_fmt.format_properties_text({dl_fmt.COMMITTED_INDEX_KEY: committed,
+                                          dl_fmt.END_INDEX_KEY: last}).encode()
+    current = dledger.directory / dl_fmt.CHECKPOINT_FILE
+    old = current.read_bytes() if current.is_file() else None
+    if old != text:     # persisted as DLedger does: the previous content moves to .bak
+        _stage_bytes(stage, f"{folder}/{dl_fmt.CHECKPOINT_FILE}", text)
+        if old is not None:
+            _stage_bytes(stage, f"{folder}/{dl_fmt.CHECKPOINT_FILE}.bak", old)
+    return notes
+
+
+def dledger_op_reasons(plan, store: Store, command: str) -> None:
+    """Name what each change of the DLedger folder is for."""
+    folder = store.relative(store.dledger.directory)
+    reasons = dict(_REASONS)
+    if command == "truncate":
+        reasons[dl_fmt.CHECKPOINT_FILE] = "DLedger checkpoint: endIndex at the last entry kept"
+        reasons[f"{dl_fmt.INDEX_DIR}/"] = "DLedger index units of the cut entries erased"
+        reasons[f"{dl_fmt.DATA_DIR}/"] = None
+    for op in plan.ops:
+        if op.path.startswith(folder + "/"):
+            inside = op.path[len(folder) + 1:]
+            op.reason = reasons.get(inside) or reasons.get(inside.split("/")[0] + "/") or op.reason

@@ -22,6 +22,7 @@ from .index import (_count_entries, _finish_index, _last_full_end_timestamp, rea
 from .queues import (_finish_queues, _fix_queue_file_sizes, _queue_view, queues_with_holes,
                      _recover_queues, _seed_writers, _settle_queues, _truncate_queues)
 from .commitlog import commitlog_gaps, _commitlog_ops
+from .dledger import dledger_op_reasons, resolve_dledger_cut, stage_dledger_truncate
 from .bookkeeping import (_abort_op, _consumer_offsets, _stage_5x_service_files,
                           _stage_checkpoint)
 from .changes import build_plan, _file_counts
@@ -413,15 +414,19 @@ def plan_truncate(store: Store, stage: Stage, *, to: int | None = None,
     cut = po if to is None else to
     if cut < 0:
         raise RepairError("--to must be >= 0")
+    if store.dledger is not None:
+        # DLedger: the log is cut at an entry boundary (a record's offset names its entry)
+        cut = resolve_dledger_cut(store, cut)
     if cut > po:
         raise RepairError(f"--to {cut:,} is past the broker's recovered end {po:,}: the records "
                           "there would be dropped anyway (run 'mqtool recover')")
     if cut < store.commitlog.min_offset:
         raise RepairError(f"--to {cut:,} is before the first CommitLog file "
                           f"({store.commitlog.min_offset:,})")
-    ok, why = record_boundaries_ok(store, cut)
-    if not ok:
-        raise RepairError(why)
+    if store.dledger is None:
+        ok, why = record_boundaries_ok(store, cut)
+        if not ok:
+            raise RepairError(why)
     notes: list[str] = []
     lost: list[str] = []
     delete_names = [s.name for s in store.commitlog.segments if s.base_offset > cut]
@@ -460,17 +465,28 @@ def plan_truncate(store: Store, stage: Stage, *, to: int | None = None,
                       physic_cap=cap, logics_cap=cap, index_cap=cap, create=False)
     if removed:
         lost.append(f"{removed:,} message(s) in [{cut:,}, {po:,})")
-    for name in delete_names:
-        lost.append(f"commitlog/{name}: deleted (starts past {cut:,})")
-    if rp.messages_lost:
+    for seg in store.commitlog.segments:
+        if seg.name in delete_names:
+            lost.append(f"{seg.store_path}: deleted (starts past {cut:,})")
+    refused_end_lost = bool(rp.messages_lost and rp.refuses_to_start)
+    if refused_end_lost:
+        # the broker would not start, so it had dropped nothing yet: this cut is what drops them
+        lost.append(f"{rp.messages_lost:,} record(s) past {po:,}, where the broker's recovery "
+                    "ends (it would refuse to start and drop nothing)")
+    elif rp.messages_lost:
         notes.append(f"{rp.messages_lost:,} record(s) past the recovered end {po:,} were already "
                      "lost to the broker; their bytes are erased too")
+    if store.dledger is not None:
+        notes += stage_dledger_truncate(stage, store, cut)
     plan = build_plan("truncate", store, stage, cl_ops=cl_ops, extra_ops=[], lost=lost,
-                      notes=notes, data_loss=bool(removed) or bool(delete_names and cut < po),
+                      notes=notes, data_loss=bool(removed) or bool(delete_names and cut < po)
+                      or refused_end_lost,
                       recovery=rp, options={"to": cut}, summary_extra={
                           "cut": cut, "process_offset": po, "messages_removed": removed,
                           "cq_units_truncated": cq_units,
                           "index_files_rebuilt_in_place": setup.rebuilt})
+    if store.dledger is not None:
+        dledger_op_reasons(plan, store, "truncate")
     return plan
 
 
