@@ -670,22 +670,30 @@ def _is_mqtool_backup(path: Path) -> bool:
         (sub / MANIFEST).is_file() for sub in path.iterdir() if sub.is_dir())
 
 
-# mutating commands that know a pure DLedger-mode store (one dledger-<id>/ with data/, no
-# commitlog/): recover follows DLedger's own recovery, the rebuilds read the records inside the
-# entries, truncate cuts the ledger at an entry, undo puts bytes back, fixture damage breaks entries
+# mutating commands that know a DLedger-mode store (one dledger-<id>/ with data/; no commitlog/,
+# or an upgraded store's, ending where the DLedger data begins): recover follows DLedger's own
+# recovery, truncate cuts at an entry, the rebuilds read the records inside the entries
 DLEDGER_AWARE_COMMANDS = ("recover", "truncate", "rebuild-index", "rebuild-queues", "undo",
                           "fixture damage")
 
 
-def _pure_dledger(root: Path) -> bool:
+def _known_dledger_layout(root: Path) -> bool:
     folders = [p for p in root.iterdir() if p.name.startswith(dl_fmt.DLEDGER_DIR_PREFIX)]
-    return not (root / "commitlog").exists() and len(folders) == 1 and \
-        (folders[0] / dl_fmt.DATA_DIR).is_dir()
+    if len(folders) != 1 or not (folders[0] / dl_fmt.DATA_DIR).is_dir():
+        return False
+    if not (root / "commitlog").exists():
+        return True
+    # upgraded: plain and data files of one size, the first data file where the plain ones end
+    plain, data = ([p for p in sorted(d.iterdir()) if OFFSET_NAME.match(p.name)]
+                   for d in (root / "commitlog", folders[0] / dl_fmt.DATA_DIR))
+    size = plain[-1].stat().st_size if plain and data else -1
+    return int(plain[-1].name) + size == int(data[0].name) and \
+        all(p.stat().st_size == size for p in plain + data) if size >= 0 else False
 
 
 def unexplained_layout(root: Path, command: str | None = None) -> list[str]:
     """What the store root holds that ``command`` (None: any mutating command) does not fully
-    understand, one phrase per finding (empty: a plain CommitLog store, a pure DLedger store for
+    understand, one phrase per finding (empty: a plain CommitLog store, a DLedger store for
     the DLEDGER_AWARE_COMMANDS, or nothing mqtool would have to leave behind untouched).
 
     Files at the root that no broker reads (notes, scripts) are not findings: a repair neither
@@ -694,7 +702,7 @@ def unexplained_layout(root: Path, command: str | None = None) -> list[str]:
     root = Path(root)
     if not root.is_dir():
         return []
-    dledger_known = command in DLEDGER_AWARE_COMMANDS and _pure_dledger(root)
+    dledger_known = command in DLEDGER_AWARE_COMMANDS and _known_dledger_layout(root)
     findings = []
     entries = sorted(root.iterdir(), key=lambda p: p.name)
     for entry in entries:
@@ -703,7 +711,10 @@ def unexplained_layout(root: Path, command: str | None = None) -> list[str]:
             continue
         if name.startswith(dl_fmt.DLEDGER_DIR_PREFIX):
             if not dledger_known:
-                findings.append(f"{name}/ (a DLedger-mode CommitLog)")
+                upgraded = command in DLEDGER_AWARE_COMMANDS and (root / "commitlog").is_dir()
+                findings.append(f"{name}/ (a DLedger-mode CommitLog)" + (
+                    ", which does not continue commitlog/ (data files of its file size from "
+                    "where its last file ends)" if upgraded else ""))
         elif name in KNOWN_ROOT_DIRS or name == BACKUP_DIR or name.startswith(STAGE_PREFIX):
             if name == "compaction":
                 extra = [p.name + ("/" if p.is_dir() else "") for p in sorted(entry.iterdir())

@@ -3,9 +3,12 @@ dividedCommitlogOffset, DLedger data above it (README "Upgrade path"). No refere
 this kind exists, so one is laid out here from the broker-written fixture store exactly as the
 README describes the broker's first DLedger start: a plain blank at the plain write position,
 the first data file named by the end of the last plain file, its first entry with index 0 and
-pos = dividedCommitlogOffset, records inside with PHYSICALOFFSET = pos + 48."""
+pos = dividedCommitlogOffset, records inside with PHYSICALOFFSET = pos + 48. The forge's
+``--dledger-after`` makes such stores too. Recover follows DLedgerCommitLog.recover: once DLedger
+data files exist only DLedger's recovery runs, and commitlog/ stays untouched."""
 from __future__ import annotations
 
+import json
 import shutil
 
 import pytest
@@ -13,6 +16,7 @@ import pytest
 from conftest import FIXTURE_STORE
 from mqtool.formats import commitlog as cl_fmt
 from mqtool.formats import dledger as dl_fmt
+from mqtool.formats import indexfile as idx_fmt
 from mqtool.passport import store_passport
 from mqtool.recovery import predict_recovery
 from mqtool.scan import BlankRecord, MessageRecord, Scanner, UnwrittenTail
@@ -117,7 +121,64 @@ def test_a_dledger_part_that_does_not_continue_the_plain_files_is_inconsistent(t
     assert any("dividedCommitlogOffset" in p for p in problems)
 
 
-def test_mutating_commands_refuse_it(upgraded, mqtool):
-    root, _ = upgraded
-    proc = mqtool("recover", "--dry-run", root)
-    assert proc.returncode == 2 and "dledger-n0/ (a DLedger-mode CommitLog)" in proc.stderr
+def test_recover_leaves_the_plain_part_alone(upgraded, mqtool):
+    """The broker recovers only the DLedger part of an upgraded store (DLedgerCommitLog.recover:
+    once DLedger data files exist, DLedger's recovery alone): commitlog/ stays as it is."""
+    root, laid = upgraded
+    plain = {p.name: p.read_bytes() for p in (root / "commitlog").iterdir()}
+    proc = mqtool("recover", "--json", root)
+    assert proc.returncode == 0, proc.stderr
+    assert {p.name: p.read_bytes() for p in (root / "commitlog").iterdir()} == plain
+    assert (root / "dledger-n0" / "checkpoint").read_text() == \
+        f"committedIndex={ENTRIES - 1}\nendIndex={ENTRIES - 1}\n"
+    assert mqtool("recover", root).stderr.count("nothing to do") == 1
+
+
+def test_a_forged_upgraded_crash_store_recovers_as_the_broker_would(tmp_path, mqtool):
+    from mqtool import forge
+
+    root = tmp_path / "store"
+    summary = forge.make_store(root, forge.ForgeOptions(
+        messages=600, seed=3, commitlog_file_size=64 * 1024, cq_units=50, index_slots=100,
+        index_entries=400, body_mean=512, body_max=2048, dledger=True, dledger_after=250,
+        crash=True))
+    divided = summary["dledger"]["divided_commitlog_offset"]
+    plain = {p.name: p.read_bytes() for p in (root / "commitlog").iterdir()}
+    assert max(int(name) for name in plain) + 64 * 1024 == divided
+    checkpoint = Store(root).read_checkpoint()
+    newer = sorted((p.name, idx_fmt.index_header.parse(p.read_bytes()[:40]).end_timestamp)
+                   for p in (root / "index").iterdir())
+    assert any(end > checkpoint["index_msg_timestamp"] for _, end in newer)
+    report = json.loads(mqtool("verify", "--json", root).stdout)
+    assert [f for f in report["findings"] if f["severity"] == "error"] == []
+    proc = mqtool("recover", "--json", root)
+    assert proc.returncode in (0, 1), proc.stderr
+    assert {p.name: p.read_bytes() for p in (root / "commitlog").iterdir()} == plain
+    assert not (root / "abort").exists()
+    last = summary["dledger"]["last_index"]
+    assert (root / "dledger-n0" / "checkpoint").read_text() == \
+        f"committedIndex={last}\nendIndex={last}\n"
+    # the abnormal start deletes the IndexFiles that end after indexMsgTimestamp; in DLedger
+    # mode nothing rebuilds them
+    assert sorted(p.name for p in (root / "index").iterdir()) == \
+        [name for name, end in newer if end <= checkpoint["index_msg_timestamp"]]
+    assert mqtool("recover", root).stderr.count("nothing to do") == 1
+
+
+def test_truncate_cuts_only_the_dledger_part(upgraded, mqtool):
+    root, laid = upgraded
+    proc = mqtool("truncate", root, "--to", laid["divided"] - 100)
+    assert proc.returncode == 2 and "plain commitlog/ part" in proc.stderr
+    proc = mqtool("truncate", "--json", root, "--to", laid["offsets"][10])
+    assert proc.returncode == 1, proc.stderr
+    assert predict_recovery(Store(root)).process_offset == \
+        laid["offsets"][10] - dl_fmt.ENTRY_HEADER_SIZE
+
+
+def test_mutating_commands_refuse_parts_that_do_not_meet(tmp_path, mqtool):
+    root = tmp_path / "store"
+    shutil.copytree(FIXTURE_STORE / "store", root)
+    upgrade(root, data_file_base=4 * FILE_SIZE)
+    for args in (("recover", "--dry-run"), ("truncate",), ("rebuild-index",)):
+        proc = mqtool(*args, root)
+        assert proc.returncode == 2 and "does not continue commitlog/" in proc.stderr, args

@@ -38,7 +38,8 @@ Modules, in the order to read them:
   the lock refusal.
 * :mod:`.run` - :func:`run_repair` and :func:`run_undo`: a command end to end.
 * :mod:`.planners` - recover, truncate, rebuild-queues, rebuild-index: each fills a stage.
-* :mod:`.dledger` - recover of a DLedger-mode store: DLedger's own recovery on the stage.
+* :mod:`.dledger` - recover and truncate of a DLedger-mode store (pure or upgraded): DLedger's
+  own recovery on the stage, the ledger cut at an entry.
 * :mod:`.dispatching` - the broker's dispatch: records to ConsumeQueue units and index entries.
 * :mod:`.pipeline` - recover's scan in worker processes ahead of the dispatch (``--workers``).
 * :mod:`.writers` - the staged ConsumeQueue, BatchConsumeQueue and IndexFile writers.

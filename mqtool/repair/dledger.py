@@ -1,4 +1,10 @@
-"""``recover`` on a DLedger-mode store: what the 4.9.8 broker's next start leaves on disk.
+"""``recover`` and ``truncate`` on a DLedger-mode store: what the 4.9.8 broker's next start leaves
+on disk, and the ledger cut at an entry.
+
+An upgraded store (plain ``commitlog/`` below dividedCommitlogOffset) is recovered the same way:
+once DLedger data files exist, ``DLedgerCommitLog.recover`` runs DLedger's recovery alone and
+leaves the plain files as they are (the broker recovers those only on its first DLedger start,
+which writes the first data file). Truncate cuts only the DLedger part of such a store.
 
 The prediction is :func:`mqtool.dledger.predict_dledger_recovery` (through
 :func:`mqtool.recovery.predict_recovery`); this module stages its end state for the shared repair
@@ -17,7 +23,13 @@ machinery (plan, backup, apply, undo):
   and the RocketMQ checkpoint is not touched.
 
 Where the broker would not start (the end of the log more than one data file before the last
-one), recover refuses.
+one), recover refuses; ``truncate`` cuts the log there (or at an earlier entry) instead.
+
+truncate (:func:`resolve_dledger_cut`, :func:`stage_dledger_truncate`, driven by
+:func:`mqtool.repair.planners.plan_truncate`): the cut is an entry boundary; data files past it
+are deleted and the rest of the cut file erased (DLedger's walk would otherwise accept the old
+entries again on the next start), the cut entries' index units erased, units of kept entries
+that disagree rewritten, and the DLedger checkpoint's endIndex set to the last entry kept.
 """
 from __future__ import annotations
 
@@ -40,7 +52,8 @@ def plan_dledger_recover(store: Store, stage, *, mode: str = "auto", keep_stale:
     rp = predict_recovery(store, mode=mode)
     if rp.refuses_to_start:
         raise RepairError(f"{store.root}: the broker would not start on this store ("
-                          + "; ".join(rp.refuses_to_start) + "); recover refuses to cut it")
+                          + "; ".join(rp.refuses_to_start) + "); recover refuses to cut it: "
+                          "'mqtool truncate' cuts it there, or --to an earlier entry")
     dledger = store.dledger
     folder = store.relative(dledger.directory)
     notes = list(rp.notes)

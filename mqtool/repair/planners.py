@@ -415,6 +415,12 @@ def plan_truncate(store: Store, stage: Stage, *, to: int | None = None,
     if cut < 0:
         raise RepairError("--to must be >= 0")
     if store.dledger is not None:
+        divided = store.commitlog.divided_offset
+        if divided is not None and cut < divided:
+            raise RepairError(
+                f"--to {cut:,} lies in the plain commitlog/ part of this upgraded store (below "
+                f"dividedCommitlogOffset {divided:,}); truncate cuts only the DLedger part: use "
+                f"an offset of {divided:,} or more")
         # DLedger: the log is cut at an entry boundary (a record's offset names its entry)
         cut = resolve_dledger_cut(store, cut)
     if cut > po:
