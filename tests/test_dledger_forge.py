@@ -313,8 +313,29 @@ def test_entry_header_damage_and_the_brokers_recovery(field, small, tmp_path, mq
             unit = cq_fmt.consumequeue_unit.parse(data[at:at + cq_fmt.CQ_STORE_UNIT_SIZE])
             if cq_fmt.is_valid_unit(unit.commitlog_offset, unit.size):
                 assert unit.commitlog_offset < end
+    # beyond the broker, as on a plain store: nothing past the end is left to pass for data
+    cut_file = root / "dledger-n0" / "data" / max(n for n in files if int(n) <= end)
+    assert not any(cut_file.read_bytes()[end - int(cut_file.name):])
+    after = json.loads(mqtool("verify", "--json", root).stdout)
+    assert [f for f in after["findings"] if f["severity"] == "error"] == []
     again = mqtool("recover", root)
     assert again.returncode == 0 and "nothing to do" in again.stderr
+
+
+def test_recover_keep_stale_leaves_what_lies_past_the_end(small, tmp_path, mqtool):
+    root = sparse_copy(small, tmp_path / "store")
+    entries, _ = walk_entries_of(root)
+    files = sorted(p.name for p in (root / "dledger-n0" / "data").iterdir())
+    victim = [e for e in entries if e["file"] == files[-1]][5]
+    mqtool("fixture", "damage", root, "--kind", "bit-flip", "--target", "entry-header",
+           "--field", "magic", "--offset", victim["pos"])
+    last_file = root / "dledger-n0" / "data" / files[-1]
+    before = last_file.read_bytes()
+    index = {p.name: p.read_bytes() for p in (root / "index").iterdir()}
+    proc = mqtool("recover", root, "--keep-stale")
+    assert proc.returncode == 1, proc.stderr
+    assert last_file.read_bytes() == before
+    assert {p.name: p.read_bytes() for p in (root / "index").iterdir()} == index
 
 
 def test_entry_header_damage_too_far_back_makes_recover_refuse(small, tmp_path, mqtool):

@@ -140,7 +140,10 @@ def _run(command: str, store: Path, *, dry_run: bool, json_output: bool, backup_
     "checkpoint update and removal of the abort file (on 5.x its PID goes to abort.bak and the "
     "compaction position checkpoint is persisted, as the 5.x broker does). The report starts "
     "with the store passport; the rules are the family it detects unless --broker-version says "
-    "otherwise. The end state is what Apache RocketMQ leaves after starting on the store."
+    "otherwise. The end state is what Apache RocketMQ leaves after starting on the store. On a "
+    "DLedger-mode store (pure, or upgraded from a plain CommitLog) it is DLedger's own recovery: "
+    "no CRC checked, nothing re-dispatched, the DLedger checkpoint and index updated; where the "
+    "broker would exit instead of starting, recover refuses and 'mqtool truncate' cuts the log."
     + _SAFETY))
 @error_boundary
 def recover_cmd(
@@ -151,8 +154,9 @@ def recover_cmd(
                                      help="Rebuild the index for every message instead of losing "
                                           "the entries of the IndexFile an abnormal load deletes."),
     keep_stale: bool = typer.Option(False, "--keep-stale",
-                                    help="Leave bytes and index entries past the recovered end "
-                                         "exactly as the broker does (default: erase them)."),
+                                    help="Leave bytes and index entries (DLedger: also "
+                                         "DLedger index units) past the recovered end exactly "
+                                         "as the broker does (default: erase them)."),
     no_check_crc: bool = typer.Option(False, "--no-check-crc",
                                       help="Recover with checkCRCOnRecover=false."),
     message_index_safe: bool = opt.message_index_safe(),

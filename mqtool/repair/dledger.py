@@ -10,9 +10,13 @@ The prediction is :func:`mqtool.dledger.predict_dledger_recovery` (through
 :func:`mqtool.recovery.predict_recovery`); this module stages its end state for the shared repair
 machinery (plan, backup, apply, undo):
 
-* data files starting past the end of the log are deleted; no byte of a kept file changes;
+* data files starting past the end of the log are deleted;
 * the DLedger index units DLedger rewrites (from the first unit that disagrees with its entry)
-  are rewritten; units past the end stay as they are, as the broker leaves them;
+  are rewritten;
+* beyond the broker, as recover does on a plain store (``--keep-stale`` leaves all three as the
+  broker does): the bytes of the cut data file past the end are erased, the index units past the
+  last entry erased, and IndexFiles holding entries at or past the end rebuilt under their own
+  names without them;
 * ConsumeQueues: the broker's ``recover`` and, when they reach past the end, its
   ``truncateDirtyLogicFiles``; by default units past a queue's end are erased (``--keep-stale``
   leaves them, as the broker does);
@@ -45,6 +49,7 @@ def plan_dledger_recover(store: Store, stage, *, mode: str = "auto", keep_stale:
     """The RepairPlan of ``recover`` on a DLedger-mode store (see the module docstring)."""
     from .bookkeeping import _abort_op, _stage_bytes
     from .changes import build_plan
+    from .commitlog import _commitlog_ops
     from .planners import _recover_summary
     from .queues import _finish_queues, _recover_queues, _truncate_queues
     from .transaction import RepairError
@@ -82,6 +87,16 @@ def plan_dledger_recover(store: Store, stage, *, mode: str = "auto", keep_stale:
         _rewrite_index_units(stage, store, walk.rewritten_units)
         notes.append(f"DLedger index units {walk.index_rewritten_from}..{walk.last_index} "
                      "rewritten from their entries, as DLedger's recovery does")
+    cl_ops = []
+    if not keep_stale:
+        # beyond the broker, as recover does on a plain store: what lies past the end of the log
+        # goes (bytes of the cut data file, index units, IndexFile entries), so that nothing a
+        # later scan meets there passes for live data; --keep-stale leaves it as the broker does
+        cl_ops = _commitlog_ops(store, cut=rp.process_offset, delete_names=[], erase_tail=True,
+                                pad=False, reason="recover")
+        notes += _erase_index_units_after(stage, store, walk.last_index)
+        notes += _drop_index_entries_from(stage, store, rp.process_offset,
+                                          rp.index_files_deleted, progress)
     if walk.last_index >= 0:
         text = dl_fmt.format_properties_text({dl_fmt.COMMITTED_INDEX_KEY: walk.last_index,
                                               dl_fmt.END_INDEX_KEY: walk.last_index}).encode()
@@ -94,7 +109,7 @@ def plan_dledger_recover(store: Store, stage, *, mode: str = "auto", keep_stale:
                  "committed); a multi-peer group's leader decides that itself")
     options = {**(options or {}), "mode": rp.mode, "keep_stale": keep_stale, "layout": "dledger"}
     data_loss = bool(rp.messages_lost or removed or rp.index_files_deleted)
-    plan = build_plan("recover", store, stage, cl_ops=[], extra_ops=_abort_op(store), lost=lost,
+    plan = build_plan("recover", store, stage, cl_ops=cl_ops, extra_ops=_abort_op(store), lost=lost,
                       notes=notes, data_loss=data_loss, recovery=rp, options=options,
                       summary_extra=_recover_summary(rp))
     dledger_op_reasons(plan, store, "recover")
@@ -106,7 +121,8 @@ _REASONS = {
     dl_fmt.CHECKPOINT_FILE + ".bak": "DLedger keeps the previous checkpoint here",
     dl_fmt.CURRTERM_FILE + ".bak": "DLedger keeps the previous currterm here when it persists "
                                    "the term at start",
-    f"{dl_fmt.INDEX_DIR}/": "DLedger index units rewritten from their entries",
+    f"{dl_fmt.INDEX_DIR}/": "DLedger index units rewritten from their entries, or erased past "
+                            "the last entry",
     f"{dl_fmt.DATA_DIR}/": "DLedger data file past the end of the log (DLedger deletes it)",
 }
 
@@ -205,7 +221,6 @@ def stage_dledger_truncate(stage, store: Store, cut: int) -> list[str]:
     cut erased, the checkpoint's endIndex at the last entry kept (committedIndex not past it),
     the previous checkpoint in checkpoint.bak. Returns notes for the plan."""
     from .bookkeeping import _stage_bytes
-    from .files import data_end
 
     dledger = store.dledger
     folder = store.relative(dledger.directory)
@@ -217,17 +232,7 @@ def stage_dledger_truncate(stage, store: Store, cut: int) -> list[str]:
         _rewrite_index_units(stage, store, rewritten)
         notes.append(f"DLedger index units {rewritten[0][0]}..{rewritten[-1][0]} rewritten from "
                      "their entries, as DLedger's recovery does")
-    index_folder = store.relative(dledger.index_dir)
-    erase_from = (last + 1) * dl_fmt.INDEX_UNIT_SIZE
-    for f in dledger.index_files:
-        start = max(erase_from - f.base_offset, 0)
-        end = data_end(f.path, start)
-        if start >= end:
-            continue
-        with open(stage.copy_in(f"{index_folder}/{f.name}"), "r+b") as fh:
-            fh.seek(start)
-            fh.write(bytes(end - start))
-        notes.append(f"DLedger index units from {last + 1} on erased (their entries are cut)")
+    notes += _erase_index_units_after(stage, store, last)
     values, _, _ = dledger.checkpoint()
     committed = properties_int(values, dl_fmt.COMMITTED_INDEX_KEY)
     committed = last if committed is None else min(committed, last)
@@ -242,6 +247,48 @@ def stage_dledger_truncate(stage, store: Store, cut: int) -> list[str]:
     return notes
 
 
+def _erase_index_units_after(stage, store: Store, last: int) -> list[str]:
+    """Zero the DLedger index units of every entry after ``last`` (written extents only)."""
+    from .files import data_end
+
+    dledger = store.dledger
+    index_folder = store.relative(dledger.index_dir)
+    erase_from = (last + 1) * dl_fmt.INDEX_UNIT_SIZE
+    erased = False
+    for f in dledger.index_files:
+        start = max(erase_from - f.base_offset, 0)
+        end = data_end(f.path, start)
+        if start >= end:
+            continue
+        with open(stage.copy_in(f"{index_folder}/{f.name}"), "r+b") as fh:
+            fh.seek(start)
+            fh.write(bytes(end - start))
+        erased = True
+    return [f"DLedger index units from {last + 1} on erased (no entry of the log holds them)"] \
+        if erased else []
+
+
+def _drop_index_entries_from(stage, store: Store, end: int, deleted: list[str],
+                             progress) -> list[str]:
+    """IndexFiles holding entries at or past ``end`` rebuilt under their own names without them
+    (the keys of the records before ``end`` indexed again, as the broker had); the files the
+    abnormal start deletes stay deleted."""
+    from .index import _finish_index, _setup_index
+    from .planners import _dispatch_with_bar
+
+    checkpoint = store.read_checkpoint() if store.checkpoint_path.is_file() else None
+    setup = _setup_index(stage, store, deleted=list(deleted), cut=end, reindex_all=False,
+                         index_msg_timestamp=checkpoint.index_msg_timestamp if checkpoint else 0)
+    if not setup.rebuilt:
+        return []
+    if setup.dispatch_from is not None and setup.dispatch_from < end:
+        _dispatch_with_bar(store, setup.dispatch_from, end, progress, cq=None, cq_from=end,
+                           index=setup.writer, index_from=setup.dispatch_from)
+    _finish_index(stage, store, setup.writer)
+    return [f"IndexFile(s) {', '.join(setup.rebuilt)} rebuilt under their own names without "
+            f"the entries at or past {end:,} (the broker leaves them; its queryMessage skips them)"]
+
+
 def dledger_op_reasons(plan, store: Store, command: str) -> None:
     """Name what each change of the DLedger folder is for."""
     folder = store.relative(store.dledger.directory)
@@ -249,8 +296,8 @@ def dledger_op_reasons(plan, store: Store, command: str) -> None:
     if command == "truncate":
         reasons[dl_fmt.CHECKPOINT_FILE] = "DLedger checkpoint: endIndex at the last entry kept"
         reasons[f"{dl_fmt.INDEX_DIR}/"] = "DLedger index units of the cut entries erased"
-        reasons[f"{dl_fmt.DATA_DIR}/"] = None
     for op in plan.ops:
-        if op.path.startswith(folder + "/"):
+        if op.path.startswith(folder + "/") and not (
+                op.kind == "commitlog" and (op.op != "delete" or command != "recover")):
             inside = op.path[len(folder) + 1:]
             op.reason = reasons.get(inside) or reasons.get(inside.split("/")[0] + "/") or op.reason
