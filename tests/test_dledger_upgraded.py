@@ -182,3 +182,17 @@ def test_mutating_commands_refuse_parts_that_do_not_meet(tmp_path, mqtool):
     for args in (("recover", "--dry-run"), ("truncate",), ("rebuild-index",)):
         proc = mqtool(*args, root)
         assert proc.returncode == 2 and "does not continue commitlog/" in proc.stderr, args
+
+
+def test_the_rebuilds_find_a_forged_upgraded_store_as_the_broker_dispatched_it(tmp_path, mqtool):
+    """Queues and key index regenerated from the records of both parts equal the forge's."""
+    from mqtool import forge
+
+    root = tmp_path / "store"
+    forge.make_store(root, forge.ForgeOptions(
+        messages=400, seed=5, commitlog_file_size=64 * 1024, cq_units=50, index_slots=100,
+        index_entries=400, body_mean=512, body_max=2048, dledger=True, dledger_after=150))
+    assert Store(root).layout == UPGRADED_LAYOUT
+    for command in ("rebuild-queues", "rebuild-index"):
+        proc = mqtool(command, root)
+        assert proc.returncode == 0 and "nothing to do" in proc.stderr, (command, proc.stderr)
