@@ -362,3 +362,22 @@ def test_entry_header_damage_needs_a_dledger_store(tmp_path, mqtool):
 
 def walk_entries_of(root: Path):
     return walk_entries(root / "dledger-n0" / "data")
+
+
+def test_a_short_data_file_is_cut_away_by_truncate(small, tmp_path, mqtool):
+    """A data file of the wrong size: DLedger does not load, the broker does not start, recover
+    refuses; truncate to the file's start drops it (and what follows) and the store starts."""
+    root = sparse_copy(small, tmp_path / "store")
+    files = sorted(p.name for p in (root / "dledger-n0" / "data").iterdir())
+    proc = mqtool("fixture", "damage", root, "--kind", "truncate-file", "--file",
+                  f"dledger-n0/data/{files[2]}")
+    assert proc.returncode == 0, proc.stderr
+    proc = mqtool("recover", root)
+    assert proc.returncode == 2 and "wrong size" in proc.stderr
+    proc = mqtool("truncate", root, "--to", int(files[2]))
+    assert proc.returncode == 1, proc.stderr
+    assert sorted(p.name for p in (root / "dledger-n0" / "data").iterdir()) == files[:2]
+    report = json.loads(mqtool("verify", "--json", root).stdout)
+    assert [f for f in report["findings"] if f["severity"] == "error"] == []
+    assert report["recovery"]["refuses_to_start"] == []
+    assert report["recovery"]["process_offset"] == int(files[2])

@@ -56,9 +56,13 @@ def plan_dledger_recover(store: Store, stage, *, mode: str = "auto", keep_stale:
 
     rp = predict_recovery(store, mode=mode)
     if rp.refuses_to_start:
-        raise RepairError(f"{store.root}: the broker would not start on this store ("
-                          + "; ".join(rp.refuses_to_start) + "); recover refuses to cut it: "
-                          "'mqtool truncate' cuts it there, or --to an earlier entry")
+        too_far = any("processOffset is too small" in r for r in rp.refuses_to_start)
+        raise RepairError(
+            f"{store.root}: the broker would not start on this store ("
+            + "; ".join(rp.refuses_to_start) + "); recover refuses to cut it: " + (
+                "'mqtool truncate' cuts the log there, or --to an earlier entry" if too_far else
+                "'mqtool truncate --to OFFSET' with OFFSET at or before the start of a data "
+                "file of the wrong size drops it, else restore the file from a replica"))
     dledger = store.dledger
     folder = store.relative(dledger.directory)
     notes = list(rp.notes)

@@ -436,6 +436,10 @@ def plan_truncate(store: Store, stage: Stage, *, to: int | None = None,
     notes: list[str] = []
     lost: list[str] = []
     delete_names = [s.name for s in store.commitlog.segments if s.base_offset > cut]
+    if store.dledger is not None:
+        # DLedger creates a data file for the first entry that goes into it: a file the cut
+        # leaves empty goes too (unless it is the only one), whatever its size
+        delete_names += [s.name for s in store.dledger.data_segments[1:] if s.base_offset == cut]
     cl_ops = _commitlog_ops(store, cut=cut, delete_names=delete_names, erase_tail=True,
                             pad=False, reason="truncate")
 
