@@ -230,7 +230,8 @@ def _entry_header_flip(store, rng, file, offset, field):
     if offset is not None:
         seg, rec = _record_at(store, offset, entry=True)
         if not seg.is_dledger:
-            raise StoreLayoutError(f"offset {offset} lies in the plain commitlog/ part of the store")
+            raise StoreLayoutError(f"offset {offset} lies in the plain commitlog/ part of the "
+                                   "store")
     else:
         if file is not None:
             seg = _pick_segment(store, file, rng, prefer_non_last=True)

@@ -53,7 +53,8 @@ def _commitlog_ops(store: Store, *, cut: int, delete_names: list[str], erase_tai
             with open(seg.path, "rb") as fh:
                 fh.seek(pos)
                 head = fh.read(8)
-            blank = head[:4] == _DLEDGER_BLANK_MAGIC if seg.is_dledger else head[4:8] == _BLANK_MAGIC
+            blank = (head[:4] == _DLEDGER_BLANK_MAGIC) if seg.is_dledger \
+                else head[4:8] == _BLANK_MAGIC
             if len(head) == 8 and blank:
                 # the end-of-file blank record marks the end of a full file: it stays
                 pos += 8

@@ -233,8 +233,8 @@ def entry_problem(buf, pos: int, limit: int, base: int) -> tuple[str, str, int] 
         return ("DL_ENTRY_SIZE", f"DLedger entry {index}: size {size} but body size "
                 f"{body_size} + {_DL_HEADER_SIZE}", size)
     if pos + size > limit:
-        return ("DL_ENTRY_TRUNCATED", f"DLedger entry {index} of {size} bytes but {limit - pos} bytes "
-                "remain in the file", size)
+        return ("DL_ENTRY_TRUNCATED", f"DLedger entry {index} of {size} bytes but {limit - pos} "
+                "bytes remain in the file", size)
     declared = _I32.unpack_from(buf, pos + _DL_HEADER_SIZE)[0]
     if declared != body_size:
         return ("CL_LENGTH_MISMATCH", f"DLedger entry {index}: body size {body_size} but the "
