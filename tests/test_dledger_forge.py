@@ -100,6 +100,7 @@ def test_layout_entries_blanks_and_index_units(made):
     for e in entries:
         by_file.setdefault(e["file"], []).append(e)
     names = sorted(by_file)
+    assert all(e["at"] + e["size"] + 8 <= FILE_SIZE for e in entries)   # each fit where it is
     for kind, name, at, left in ends:
         if kind == "blank":
             following = by_file[names[names.index(name) + 1]][0]

@@ -187,3 +187,36 @@ def test_switch_to_dledger_lays_out_an_upgraded_store(tmp_path):
     assert cl_fmt.BLANK_MAGIC_CODE in {int.from_bytes(
         (tmp_path / "commitlog" / f"{plain_end - plain_end % size:020d}").read_bytes()[
             plain_end % size + 4:plain_end % size + 8], "big", signed=False)}
+
+
+def test_the_blank_rule_at_the_edge(tmp_path):
+    """MmapFileList.preAppend: an entry goes into the current data file only while its size + 8
+    fits in what is left; otherwise -1, the bytes left, zeros close the file."""
+    from mqtool.writer import DLedgerWriter
+
+    size = 1024
+    writer = DLedgerWriter(tmp_path / "dledger-n0", size)
+    first = writer.reserve(400 - 48)                   # entry of 400 bytes at 0
+    writer.write(first, bytes(400 - 48))
+    exact = size - 400 - 8                             # leaves exactly 8 bytes: it fits
+    at = writer.reserve(exact - 48)
+    assert at == 400 + 48
+    writer.write(at, b"\x01" * (exact - 48))
+    at = writer.reserve(100 - 48)                      # 8 bytes left: a blank closes the file
+    assert at == size + 48
+    writer.write(at, b"\x02" * (100 - 48))
+    at = writer.reserve(size - 100 - 7 - 48)           # one byte short of fitting
+    assert at == 2 * size + 48
+    writer.write(at, bytes(size - 100 - 7 - 48))
+    writer.close()
+    data = sorted((tmp_path / "dledger-n0" / "data").iterdir())
+    assert [p.name for p in data] == [f"{n * size:020d}" for n in range(3)]
+    raw = data[0].read_bytes()
+    assert raw[size - 8:] == (-1).to_bytes(4, "big", signed=True) + (8).to_bytes(4, "big")
+    raw = data[1].read_bytes()
+    assert raw[100:108] == (-1).to_bytes(4, "big", signed=True) + (size - 100).to_bytes(4, "big")
+    assert not any(raw[108:])
+    assert writer.last_index == 3
+    units = (tmp_path / "dledger-n0" / "index" / f"{0:020d}").read_bytes()[:4 * 32]
+    assert [dl_fmt.index_unit.parse(units[n * 32:n * 32 + 32]).pos for n in range(4)] == \
+        [0, 400, size, 2 * size]
