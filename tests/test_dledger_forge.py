@@ -382,3 +382,29 @@ def test_a_short_data_file_is_cut_away_by_truncate(small, tmp_path, mqtool):
     assert [f for f in report["findings"] if f["severity"] == "error"] == []
     assert report["recovery"]["refuses_to_start"] == []
     assert report["recovery"]["process_offset"] == int(files[2])
+
+
+def test_broker_compatible_query_loses_the_crash_index_tail(made, mqtool):
+    """As on dledger-crash: the abnormal start deletes the IndexFile written after
+    indexMsgTimestamp and DLedger mode re-dispatches nothing, so the broker no longer finds the
+    last message by its UNIQ_KEY; mqtool's own query still does (it reads the records)."""
+    def last_message(root: Path) -> dict:
+        proc = mqtool("dump", root, "--json")
+        return [m for m in map(json.loads, proc.stdout.splitlines())
+                if m["record_type"] == "commitlog/message" and m["sys_flag"] & 0xC != 0xC][-1]
+
+    def broker_answer(root: Path, message: dict) -> list[int]:
+        proc = mqtool("query", "--json", "--broker-compatible", root, "--topic",
+                      message["topic"], "--uniq-key", message["uniq_key"])
+        return json.loads(proc.stdout.splitlines()[-1])["offsets"]
+
+    clean, _ = made("clean")
+    message = last_message(clean)
+    assert broker_answer(clean, message) == [message["commitlog_offset"]]
+    root, _ = made("crash-query", crash=True)
+    message = last_message(root)
+    found = mqtool("query", "--json", root, "--topic", message["topic"], "--uniq-key",
+                   message["uniq_key"]).stdout.splitlines()
+    assert [r["commitlog_offset"] for r in map(json.loads, found)
+            if r["record_type"] == "commitlog/message"] == [message["commitlog_offset"]]
+    assert broker_answer(root, message) == []
