@@ -224,9 +224,6 @@ def test_a_fully_written_queue_file_past_the_geometry_is_read_in_bounded_memory(
     assert peak - baseline < 24 << 10, f"{(peak - baseline) >> 10} MiB more than the clean store"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 12 item 3, not done: when every queue file is "
-                   "huge the inferred geometry is huge too, and a queue file is still read as "
-                   "one array up to its written end")
 def test_a_lone_2_gib_queue_file_with_units_at_its_end(store):
     """The store's only queue file is 2 GiB with units at its end: the geometry inferred from
     the file sizes is the file itself, so bounding reads by it bounds nothing."""
