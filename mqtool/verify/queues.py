@@ -16,7 +16,7 @@ from .items import _ItemFile
 from .context import _QueueInfo
 
 
-# --- structure checks (numpy over whole files) ------------------------------------------------------
+# --- structure checks (numpy, a bounded chunk of units at a time) ---------------------------------
 
 
 def _segment_ranges(segments: list[Segment]) -> tuple[np.ndarray, np.ndarray]:
