@@ -109,10 +109,11 @@ class RecordHints:
 
     def __init__(self, store: Store):
         self._files: list[tuple[int, int, object, np.ndarray | None]] = []
+        self._units_per_file = store.cq_units_per_file   # the broker maps no more of a file
         kept = 0
         for queue in store.consume_queues:
             for seg in queue.segments:
-                offsets = self._read(seg.path)
+                offsets = self._read(seg.path, self._units_per_file)
                 if len(offsets) == 0:
                     continue
                 keep = offsets if kept + len(offsets) <= _HINTS_KEPT else None
@@ -120,8 +121,8 @@ class RecordHints:
                 self._files.append((int(offsets.min()), int(offsets.max()), seg.path, keep))
 
     @staticmethod
-    def _read(path) -> np.ndarray:
-        units = read_cq_units(path, None, CONSUME_QUEUE)
+    def _read(path, units_per_file: int) -> np.ndarray:
+        units = read_cq_units(path, units_per_file, CONSUME_QUEUE)
         return units["commitlog_offset"][CONSUME_QUEUE.valid(units)].astype(np.int64)
 
     def for_segment(self, seg: Segment) -> np.ndarray | None:
@@ -131,7 +132,7 @@ class RecordHints:
             if last < lo or first >= hi:
                 continue
             if offsets is None:
-                offsets = self._read(path)
+                offsets = self._read(path, self._units_per_file)
             parts.append(offsets[(offsets >= lo) & (offsets < hi)])
         return np.concatenate(parts) if parts else None
 
