@@ -240,4 +240,32 @@ def test_a_lone_2_gib_queue_file_with_units_at_its_end(store):
         fh.truncate(2 << 30)
     if victim.stat().st_blocks * 512 > 64 << 20:
         pytest.skip("the file system does not keep sparse files sparse")
-    assert_one_line_or_ok(_run_limited("verify", store, "--json"), (1,))
+    (store / "config" / "consumerOffset.json").write_text(
+        '{"offsetTable": {"TopicTest@G": {0: 3}}}')
+    proc = _run_limited("verify", store, "--json")
+    assert_one_line_or_ok(proc, (1,))
+    report = json.loads(proc.stdout)
+    assert report["geometry"]["cq_units_per_file"] == 300_000     # the broker's default
+    rel = victim.relative_to(store).as_posix()
+    sizes = [f["message"] for f in report["findings"]
+             if f.get("file") == rel and f["code"] == "CQ_FILE_SIZE"]
+    assert len(sizes) == 1 and "expected the broker's default 6000000" in sizes[0], sizes
+    assert "2 non-zero units lie past the 6000000 bytes" in sizes[0]
+    assert_one_line_or_ok(_run_limited("recover", store, "--dry-run"), (0, 1, 2))
+    proc = _run_limited("info", store, "--json")
+    assert_one_line_or_ok(proc, (0, 1))
+    assert json.loads(proc.stdout)["geometry"]["cq_units_per_file_source"] == "default"
+    proc = _run_limited("consumers", store, "--json")
+    assert_one_line_or_ok(proc, (0, 1))
+    assert "TopicTest" in proc.stdout
+    for ask in (("--offset", "5"), ("--offset", "107374181"), ("--time", "0")):
+        assert_one_line_or_ok(_run_limited("query", store, "--topic", "TopicTest", "--queue", "0",
+                                           *ask, "--json"), (0, 1, 2))
+    proc = _run_limited("dump", victim, "--json")
+    assert_one_line_or_ok(proc, (0, 1))
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["nonzero_units_after_end"] == 2
+    # a geometry stated as big as the file: every reader still works a chunk at a time
+    proc = _run_limited("verify", store, "--json", "--cq-units", str((2 << 30) // 20))
+    assert_one_line_or_ok(proc, (1,))
+    assert_one_line_or_ok(_run_limited("info", store, "--json", "--cq-units",
+                                       str((2 << 30) // 20)), (0, 1))
