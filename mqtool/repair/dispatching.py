@@ -12,7 +12,7 @@ import numpy as np
 from ..formats import codecs
 from ..formats import commitlog as cl_fmt
 from ..formats import consumequeue as cq_fmt
-from ..recovery import CONSUME_QUEUE, BrokerRules, FileJudge, FileVerdict, read_cq_units
+from ..recovery import CONSUME_QUEUE, BrokerRules, FileJudge, FileVerdict, iter_cq_units
 from ..scan import MessageRecord, RecordBatch, TopicTable, scan_buffer, scan_segment_batches
 from ..store import MappedFile, Segment, Store
 from .writers import RepairIndexWriter, StagedBatchConsumeQueueWriter, StagedConsumeQueueWriter
@@ -122,8 +122,9 @@ class RecordHints:
 
     @staticmethod
     def _read(path, units_per_file: int) -> np.ndarray:
-        units = read_cq_units(path, units_per_file, CONSUME_QUEUE)
-        return units["commitlog_offset"][CONSUME_QUEUE.valid(units)].astype(np.int64)
+        parts = [units["commitlog_offset"][CONSUME_QUEUE.valid(units)].astype(np.int64)
+                 for _, units in iter_cq_units(path, units_per_file, CONSUME_QUEUE)]
+        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
     def for_segment(self, seg: Segment) -> np.ndarray | None:
         lo, hi = seg.base_offset, seg.base_offset + seg.length
