@@ -148,12 +148,13 @@ def iter_units(path, dtype, limit_units: int | None = None, chunk_units: int | N
         wanted = min(count, -(-written_extent(fd, count * itemsize) // itemsize))
         for first in range(0, wanted, step):
             out = np.zeros(min(step, wanted - first), dtype=dtype)
-            if _holds_data(fd, first * itemsize, (first + len(out)) * itemsize):
+            if holds_data(fd, first * itemsize, (first + len(out)) * itemsize):
                 os.preadv(fd, [memoryview(out.view(np.uint8))], first * itemsize)
             yield first, out
 
 
-def _holds_data(fd: int, start: int, end: int) -> bool:
+def holds_data(fd: int, start: int, end: int) -> bool:
+    """False when bytes [start, end) of ``fd`` lie in a hole (they read as zeros)."""
     try:
         return os.lseek(fd, start, os.SEEK_DATA) < end
     except OSError as err:
@@ -209,5 +210,5 @@ def iter_unit_chunks(path, dtype, chunk_units: int = 1 << 16, first_unit: int = 
     return count, chunks()
 
 
-__all__ = ["map_readonly", "holes", "read_units", "iter_units", "iter_unit_chunks",
+__all__ = ["map_readonly", "holes", "holds_data", "read_units", "iter_units", "iter_unit_chunks",
            "QUEUE_CHUNK_UNITS"]
