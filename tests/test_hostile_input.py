@@ -269,3 +269,36 @@ def test_a_lone_2_gib_queue_file_with_units_at_its_end(store):
     assert_one_line_or_ok(proc, (1,))
     assert_one_line_or_ok(_run_limited("info", store, "--json", "--cq-units",
                                        str((2 << 30) // 20)), (0, 1))
+
+
+def test_two_2_gb_queue_files_make_a_huge_geometry_that_is_still_read_in_chunks(store):
+    """Two queue files of 2,000,000,000 bytes agree on a geometry a broker can map (100 million
+    units per file): it is trusted, and every reader still holds one chunk of units at a time."""
+    for queue_dir in sorted((store / "consumequeue").iterdir()):
+        if queue_dir.name != "TopicTest":
+            shutil.rmtree(queue_dir)
+    for queue_dir in sorted((store / "consumequeue" / "TopicTest").iterdir()):
+        if queue_dir.name != "0":
+            shutil.rmtree(queue_dir)
+    size = 2_000_000_000
+    first = _queue_file(store)
+    with open(first, "r+b") as fh:
+        fh.truncate(size)
+    second = first.parent / f"{size:020d}"
+    with open(second, "wb") as fh:
+        fh.seek(size - 40)
+        fh.write(bytes.fromhex("0000000000001000" "000000bb" "0000000000000002") * 2)
+    if (first.stat().st_blocks + second.stat().st_blocks) * 512 > 64 << 20:
+        pytest.skip("the file system does not keep sparse files sparse")
+    (store / "abort").write_text("")
+    proc = _run_limited("verify", store, "--json")
+    assert_one_line_or_ok(proc, (1,))
+    report = json.loads(proc.stdout)
+    assert report["geometry"]["cq_units_per_file"] == size // 20
+    codes = {f["code"] for f in report["findings"] if f.get("file", "").startswith("consumequeue/")}
+    assert "CQ_DANGLING" in codes and "CQ_FILE_SIZE" not in codes
+    assert_one_line_or_ok(_run_limited("info", store, "--json"), (0, 1))
+    assert_one_line_or_ok(_run_limited("consumers", store, "--json"), (0, 1))
+    assert_one_line_or_ok(_run_limited("query", store, "--topic", "TopicTest", "--queue", "0",
+                                       "--time", "0", "--json"), (0, 1, 2))
+    assert_one_line_or_ok(_run_limited("recover", store, "--dry-run"), (0, 1))
