@@ -131,16 +131,6 @@ def units_past_mapped_size(path, units_per_file: int, kind: QueueKind = CONSUME_
     return found
 
 
-def valid_prefix(units: np.ndarray, kind: QueueKind = CONSUME_QUEUE) -> int:
-    """Number of leading units that pass the queue's recover test."""
-    if len(units) == 0:
-        return 0
-    valid = kind.valid(units)
-    if valid.all():
-        return len(units)
-    return int(np.argmin(valid))
-
-
 # --- broker version ------------------------------------------------------------------------------
 
 def detect_broker_version(store: Store) -> tuple[str, str]:
