@@ -38,8 +38,9 @@ from mqtool.inspect.info import _config_summary  # noqa: E402
 from mqtool.inspect.queues import iter_batch_consume_queue_file, iter_consume_queue_file  # noqa: E402
 from mqtool.inspect.small_files import checkpoint_dict, config_dict, small_file_dict  # noqa: E402
 from mqtool.query.ids import describe_uniq_key, uniq_key_windows  # noqa: E402
-from mqtool.recovery import read_cq_units  # noqa: E402
-from mqtool.store import parse_at, read_fastjson  # noqa: E402
+from mqtool.recovery import (BATCH_CONSUME_QUEUE, CONSUME_QUEUE, read_cq_units,  # noqa: E402
+                             recover_consume_queue, truncate_dirty_logic)
+from mqtool.store import ConsumeQueue, Segment, parse_at, read_fastjson  # noqa: E402
 
 STORE = HERE.parent / "fixtures" / "rocketmq-4.9.8" / "clean-small" / "store"
 BOUNDARY = [b"\x00", b"\xff", b"\x7f", b"\x80", b"\x00\x00\x00\x00", b"\xff\xff\xff\xff",
@@ -208,6 +209,12 @@ class Harness:
             reader = iter_batch_consume_queue_file if batch else iter_consume_queue_file
             self.run_one("queue_file", lambda: reader(path))
             self.run_one("read_cq_units", lambda: read_cq_units(path, rng.choice((None, 300_000))))
+            kind = BATCH_CONSUME_QUEUE if batch else CONSUME_QUEUE
+            queue = ConsumeQueue("T", 0, path.parent, [Segment(path, 0, path.stat().st_size)],
+                                 kind.unit_size)
+            upf, cut = rng.choice((300, 300_000)), rng.randrange(1 << 22)
+            self.run_one("queue_recovery", lambda: (recover_consume_queue(queue, upf, kind),
+                                                    truncate_dirty_logic(queue, cut, upf, kind)))
         elif target in (9, 10):
             data = mutate(rng, self.index[:40] + self.index[40:].rstrip(b"\0")[:4000]
                           + bytes(max(0, len(self.index) - 4040)), self.donors)

@@ -16,9 +16,12 @@ SEE_ALSO_EXTRA = []
 _GEOMETRY = """\
 Geometry is inferred from the files: the CommitLog file size from the segments (stores with
 1 MiB or 64 MiB files exist; 1 GiB is only the broker's default), ConsumeQueue units per file
-from the queue files, IndexFile slots and entries from the index file size (assuming the
-broker's 1:4 ratio). The --commitlog-file-size, --cq-units, --index-slots and --index-entries
-options override what was inferred."""
+from the most common queue file size, IndexFile slots and entries from the index file size
+(assuming the broker's 1:4 ratio). A queue file size above the broker's default (300,000 units)
+is taken only when at least two files have it, it is a whole number of units and a broker can
+map it; otherwise the default applies and the odd file is a CQ_FILE_SIZE finding. The
+--commitlog-file-size, --cq-units, --index-slots and --index-entries options override what was
+inferred."""
 
 PAGES = {
     (): {

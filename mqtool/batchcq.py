@@ -15,7 +15,7 @@ from .errors import MqtoolError
 from .formats import codecs
 from .formats import consumequeue as cq_fmt
 from .innerbatch import is_inner_batch, open_record
-from .mapping import read_units as read_mapped_units
+from .mapping import iter_units, read_units as read_mapped_units
 from .scan import message_at, read_body
 from .store import Store
 
@@ -24,6 +24,12 @@ def read_units(path, units_per_file: int | None = None) -> np.ndarray:
     """The units of one BatchConsumeQueue file up to its written end (a trailing hole is not
     read); with ``units_per_file``, only the part of the file the broker maps."""
     return read_mapped_units(path, BATCH_CQ_DTYPE, units_per_file)[0]
+
+
+def iter_unit_rows(path, units_per_file: int | None = None):
+    """(index, unit tuple) of :func:`read_units`' units, read a bounded chunk at a time."""
+    for first, units in iter_units(path, BATCH_CQ_DTYPE, units_per_file):
+        yield from enumerate(units.tolist(), first)
 
 
 def check_batch_consume_queues(store: Store,
@@ -52,7 +58,7 @@ def check_batch_consume_queues(store: Store,
             if seg.length % unit_size:
                 add("BCQ_FILE_SIZE", rel, seg.length - seg.length % unit_size,
                     f"{seg.length} bytes is not a whole number of 46-byte units")
-            for i, unit in enumerate(read_units(seg.path, store.bcq_units_per_file).tolist()):
+            for i, unit in iter_unit_rows(seg.path, store.bcq_units_per_file):
                 offset, size, tags_code, store_ts, base, batch, _, _ = unit
                 if not cq_fmt.is_valid_batch_unit(offset, size, base, batch):
                     break  # the end of the written units

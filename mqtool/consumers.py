@@ -30,13 +30,12 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from . import config as cfg
-from .codec import BATCH_CQ_DTYPE, CQ_DTYPE
 from .errors import MqtoolError, ParseError
 from .formats import codecs
 from .formats import commitlog as cl_fmt
 from .formats import consumequeue as cq_fmt
-from .recovery import (BATCH_CONSUME_QUEUE, CONSUME_QUEUE, RecoveryPlan, queue_kinds,
-                       read_cq_units, recover_consume_queue)
+from .recovery import (BATCH_CONSUME_QUEUE, CONSUME_QUEUE, RecoveryPlan, iter_cq_units,
+                       queue_kinds, recover_consume_queue)
 from .scan import MessageRecord, RecordBatch, Scanner, TopicTable, message_at
 from .store import ConsumeQueue, Store
 from .vocabulary import CONSUMER_CODES, ERROR, VERSION_49, WARNING
@@ -88,10 +87,13 @@ class QueueBounds:
         return max(0, self.max_offset - self.max_after_start)
 
 
-def _units_of(queue: ConsumeQueue, upf: int, batch: bool) -> list[tuple[int, np.ndarray]]:
+def _chunks_of(queue: ConsumeQueue, upf: int, batch: bool):
+    """(base unit of the file, first unit index in it, units) of a queue's files, a bounded
+    chunk at a time."""
     kind = BATCH_CONSUME_QUEUE if batch else CONSUME_QUEUE
-    return [(seg.base_offset // kind.unit_size, read_cq_units(seg.path, upf, kind))
-            for seg in queue.segments]
+    for seg in queue.segments:
+        for first, units in iter_cq_units(seg.path, upf, kind):
+            yield seg.base_offset // kind.unit_size, first, units
 
 
 def _cq_min(queue: ConsumeQueue, upf: int, commitlog_min: int, valid_end: int) -> int:
@@ -101,16 +103,21 @@ def _cq_min(queue: ConsumeQueue, upf: int, commitlog_min: int, valid_end: int) -
         return 0
     seg = queue.segments[0]
     base = seg.base_offset // cq_fmt.CQ_STORE_UNIT_SIZE
-    units = read_cq_units(seg.path, upf)[:max(0, valid_end - base)]
-    hits = np.flatnonzero(units["commitlog_offset"] >= commitlog_min)
-    return base + int(hits[0]) if len(hits) else base
+    for first, units in iter_cq_units(seg.path, upf):
+        units = units[:max(0, valid_end - base - first)]
+        hits = np.flatnonzero(units["commitlog_offset"] >= commitlog_min)
+        if len(hits):
+            return base + first + int(hits[0])
+        if len(units) == 0:
+            break
+    return base
 
 
 def _bcq_offset_at(queue: ConsumeQueue, upf: int, unit_end: int) -> tuple[int, int]:
     """(min, next) queue offsets of a BatchConsumeQueue whose valid units end at ``unit_end``."""
     lowest, following = None, 0
-    for base, units in _units_of(queue, upf, True):
-        keep = units[:max(0, unit_end - base)]
+    for base, first, units in _chunks_of(queue, upf, True):
+        keep = units[:max(0, unit_end - base - first)]
         ok = (keep["commitlog_offset"] >= 0) & (keep["size"] > 0) & (keep["batch_size"] > 0)
         keep = keep[ok]
         if len(keep):
@@ -213,24 +220,25 @@ def queue_bounds(store: Store, plan: RecoveryPlan | None) -> dict[tuple[str, int
 
 # --- what is unconsumed -------------------------------------------------------------------------
 
-def _unit_range(queue: ConsumeQueue, upf: int, batch: bool, lo: int, hi: int) -> np.ndarray:
-    """Units covering queue offsets [lo, hi); a ConsumeQueue reads only the files holding
-    them (its unit index is its queue offset)."""
-    parts = []
+def _unit_range(queue: ConsumeQueue, upf: int, batch: bool, lo: int, hi: int):
+    """Chunks of the units covering queue offsets [lo, hi), in order; a ConsumeQueue reads only
+    the files holding them (its unit index is its queue offset)."""
     if batch:
-        for _, units in _units_of(queue, upf, True):
+        for _, _, units in _chunks_of(queue, upf, True):
             units = units[(units["batch_size"] > 0) & (units["size"] > 0)]
             top = units["msg_base_offset"] + units["batch_size"]
-            parts.append(units[(top > lo) & (units["msg_base_offset"] < hi)])
-    else:
-        for seg in queue.segments:
-            base = seg.base_offset // cq_fmt.CQ_STORE_UNIT_SIZE
-            if base >= hi or base + upf <= lo:
-                continue
-            units = read_cq_units(seg.path, upf)
-            parts.append(units[max(0, lo - base):max(0, hi - base)])
-    dtype = BATCH_CQ_DTYPE if batch else CQ_DTYPE
-    return np.concatenate(parts) if parts else np.zeros(0, dtype)
+            yield units[(top > lo) & (units["msg_base_offset"] < hi)]
+        return
+    for seg in queue.segments:
+        base = seg.base_offset // cq_fmt.CQ_STORE_UNIT_SIZE
+        if base >= hi or base + upf <= lo:
+            continue
+        for first, units in iter_cq_units(seg.path, upf):
+            start = base + first
+            if start >= hi:
+                break
+            if start + len(units) > lo:
+                yield units[max(0, lo - start):max(0, hi - start)]
 
 
 def unconsumed(store: Store, bounds: QueueBounds, offset: int) -> dict:
@@ -245,15 +253,18 @@ def unconsumed(store: Store, bounds: QueueBounds, offset: int) -> dict:
     batch = bounds.kind == BATCH_CONSUME_QUEUE.directory
     queue = _find_queue(store, bounds)
     upf = store.bcq_units_per_file if batch else store.cq_units_per_file
-    units = _unit_range(queue, upf, batch, lo, hi)
-    if not len(units):
+    oldest = None
+    for units in _unit_range(queue, upf, batch, lo, hi):
+        if len(units) and oldest is None:
+            oldest = units[0]
+        out["lag_bytes"] += int(units["size"].astype(np.int64).sum())
+    if oldest is None:
         return out
-    out["lag_bytes"] = int(units["size"].astype(np.int64).sum())
     if batch:
-        out["oldest_unconsumed_store_time"] = int(units["store_timestamp"][0])
+        out["oldest_unconsumed_store_time"] = int(oldest["store_timestamp"])
     else:
         try:
-            record = message_at(store.commitlog, int(units["commitlog_offset"][0]),
+            record = message_at(store.commitlog, int(oldest["commitlog_offset"]),
                                 check_crc=False)
             out["oldest_unconsumed_store_time"] = int(record.store_timestamp)
         except ParseError:

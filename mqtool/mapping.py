@@ -126,6 +126,43 @@ def read_units(path, dtype, limit_units: int | None = None):
     return out, count
 
 
+# units a queue reader holds at once: 64 Ki ConsumeQueue units are 1.25 MiB, whatever the file
+QUEUE_CHUNK_UNITS = 1 << 16
+
+
+def iter_units(path, dtype, limit_units: int | None = None, chunk_units: int | None = None):
+    """The units :func:`read_units` returns, as ``(first unit index, units)`` chunks of at most
+    ``chunk_units`` (default :data:`QUEUE_CHUNK_UNITS`) that follow each other without a gap from
+    unit 0 to the written end (at most ``limit_units``). A chunk lying wholly in a hole is zeros
+    and is not read. Memory is one chunk whatever the file's size; rules that look at
+    neighbouring units carry their state from one chunk to the next."""
+    import numpy as np
+    from .store import written_extent
+    itemsize = np.dtype(dtype).itemsize
+    step = max(1, chunk_units or QUEUE_CHUNK_UNITS)
+    with open(path, "rb") as fh:
+        fd = fh.fileno()
+        count = os.fstat(fd).st_size // itemsize
+        if limit_units is not None:
+            count = min(count, max(0, limit_units))
+        wanted = min(count, -(-written_extent(fd, count * itemsize) // itemsize))
+        for first in range(0, wanted, step):
+            out = np.zeros(min(step, wanted - first), dtype=dtype)
+            if holds_data(fd, first * itemsize, (first + len(out)) * itemsize):
+                os.preadv(fd, [memoryview(out.view(np.uint8))], first * itemsize)
+            yield first, out
+
+
+def holds_data(fd: int, start: int, end: int) -> bool:
+    """False when bytes [start, end) of ``fd`` lie in a hole (they read as zeros)."""
+    try:
+        return os.lseek(fd, start, os.SEEK_DATA) < end
+    except OSError as err:
+        return err.errno != errno.ENXIO      # ENXIO: only a hole from here on
+    except AttributeError:
+        return True
+
+
 def iter_unit_chunks(path, dtype, chunk_units: int = 1 << 16, first_unit: int = 0):
     """``(count, chunks)`` for a file of fixed-size units: ``count`` whole units are in the file
     and ``chunks`` yields ``(first unit index, units)`` for the parts holding data from unit
@@ -173,4 +210,5 @@ def iter_unit_chunks(path, dtype, chunk_units: int = 1 << 16, first_unit: int = 
     return count, chunks()
 
 
-__all__ = ["map_readonly", "holes", "read_units", "iter_unit_chunks"]
+__all__ = ["map_readonly", "holes", "holds_data", "read_units", "iter_units", "iter_unit_chunks",
+           "QUEUE_CHUNK_UNITS"]

@@ -27,7 +27,7 @@ from .codec import BATCH_CQ_DTYPE, CQ_DTYPE, numpy_dtype
 from .passport import store_passport
 from .errors import ParseError
 from .formats import checkpoint as ckpt_fmt
-from .mapping import iter_unit_chunks, read_units
+from .mapping import iter_unit_chunks, iter_units, read_units
 from .formats import commitlog as cl_fmt
 from .formats import consumequeue as cq_fmt
 from .formats import indexfile as idx_fmt
@@ -83,6 +83,43 @@ def read_cq_units(path, units_per_file: int | None = None,
     return read_units(path, kind.dtype, units_per_file)[0]  # a trailing hole is not read
 
 
+def iter_cq_units(path, units_per_file: int | None = None, kind: QueueKind = CONSUME_QUEUE):
+    """The units :func:`read_cq_units` returns, as ``(first unit index, units)`` chunks of bounded
+    size that follow each other without a gap (:func:`mapping.iter_units`)."""
+    return iter_units(path, kind.dtype, units_per_file)
+
+
+def _first_false(flags: np.ndarray) -> int | None:
+    return None if flags.all() else int(np.argmin(flags))
+
+
+def scan_valid_prefix(path, units_per_file: int | None = None,
+                      kind: QueueKind = CONSUME_QUEUE) -> tuple[int, int, object]:
+    """(units read, leading units that pass recover's test, the last of those or None) of one
+    queue file, a chunk at a time."""
+    count, last = 0, None
+    for first, units in iter_cq_units(path, units_per_file, kind):
+        count = first + len(units)
+        stop = _first_false(kind.valid(units))
+        if stop is None:
+            last = units[-1]
+            continue
+        if stop:
+            last = units[stop - 1]
+        return count, first + stop, last
+    return count, count, last
+
+
+def count_valid(path, units_per_file: int | None = None, kind: QueueKind = CONSUME_QUEUE,
+                start: int = 0) -> int:
+    """Units from index ``start`` on that pass recover's test, wherever they lie."""
+    found = 0
+    for first, units in iter_cq_units(path, units_per_file, kind):
+        if first + len(units) > start:
+            found += int(kind.valid(units[max(0, start - first):]).sum())
+    return found
+
+
 def units_past_mapped_size(path, units_per_file: int, kind: QueueKind = CONSUME_QUEUE) -> int:
     """Non-zero units of an oversized queue file past the ``units_per_file`` the broker maps
     (data it never reads), counted a bounded chunk at a time: holes are skipped, so a 2 GiB
@@ -92,16 +129,6 @@ def units_past_mapped_size(path, units_per_file: int, kind: QueueKind = CONSUME_
     for _, units in chunks:
         found += int(np.count_nonzero(units.view(np.uint8).reshape(len(units), -1).any(axis=1)))
     return found
-
-
-def valid_prefix(units: np.ndarray, kind: QueueKind = CONSUME_QUEUE) -> int:
-    """Number of leading units that pass the queue's recover test."""
-    if len(units) == 0:
-        return 0
-    valid = kind.valid(units)
-    if valid.all():
-        return len(units)
-    return int(np.argmin(valid))
 
 
 # --- broker version ------------------------------------------------------------------------------
@@ -320,18 +347,16 @@ def recover_consume_queue(queue: ConsumeQueue, units_per_file: int,
     result.valid_end = segments[index].base_offset // kind.unit_size
     while index < len(segments):
         seg = segments[index]
-        units = read_cq_units(seg.path, units_per_file, kind)
-        n = valid_prefix(units, kind)
+        count, n, last = scan_valid_prefix(seg.path, units_per_file, kind)
         if n:
-            result.max_physic_offset = kind.max_physic(units[n - 1])
+            result.max_physic_offset = kind.max_physic(last)
             result.valid_end = seg.base_offset // kind.unit_size + n
-        if n == units_per_file and len(units) == units_per_file:
+        if n == units_per_file and count == units_per_file:
             index += 1
             continue
-        result.dropped_units += int(kind.valid(units[n:]).sum())
+        result.dropped_units += count_valid(seg.path, units_per_file, kind, start=n)
         for later in segments[index + 1:]:
-            result.dropped_units += int(kind.valid(read_cq_units(later.path, units_per_file,
-                                                                 kind)).sum())
+            result.dropped_units += count_valid(later.path, units_per_file, kind)
         break
     return result
 
@@ -361,27 +386,20 @@ def truncate_dirty_logic(queue: ConsumeQueue, process_offset: int, units_per_fil
     while segments:
         seg = segments[-1]
         base_unit = seg.base_offset // kind.unit_size
-        units = read_cq_units(seg.path, units_per_file, kind)
-        if len(units) == 0:
+        count, whole, cut, end, kept_last = _dirty_cut(seg.path, process_offset,
+                                                       units_per_file, kind)
+        if count == 0:
             # the broker maps a full-size file: an empty one reads as unit 0 = (0, 0, 0)
             result.new_end = base_unit + 1
             result.max_physic_offset = 0
             break
-        offsets = units["commitlog_offset"]
-        if offsets[0] >= process_offset:
-            n = valid_prefix(units, kind)
-            result.units += n
+        if whole:
+            result.units += end
             first_removed = base_unit
             result.files_deleted.append(seg.name)
             segments.pop()
             continue
-        # unit 0 is kept without the validity test, the rest while valid and below the offset
-        valid = kind.valid(units)
-        kept = valid[1:] & (offsets[1:] < process_offset)
-        cut = len(units) if kept.all() else 1 + int(np.argmin(kept))
-        result.max_physic_offset = kind.max_physic(units[cut - 1])
-        after = valid[cut:]
-        end = len(units) if after.all() else cut + int(np.argmin(after))
+        result.max_physic_offset = kind.max_physic(kept_last)
         if end > cut:
             result.units += end - cut
             first_removed = base_unit + cut
@@ -389,6 +407,38 @@ def truncate_dirty_logic(queue: ConsumeQueue, process_offset: int, units_per_fil
         break
     result.first_queue_offset = first_removed if first_removed is not None else result.new_end
     return result
+
+
+def _dirty_cut(path, process_offset: int, units_per_file: int, kind: QueueKind):
+    """truncateDirtyLogicFiles over one file, a chunk at a time: (units read, whether unit 0
+    already reaches ``process_offset`` so the whole file goes, the first unit cut, one past the
+    last valid unit cut, the last unit kept). Unit 0 is kept without the validity test, the
+    rest while valid and below the offset; a whole file's removal counts its valid prefix."""
+    count, whole, cut, end, kept_last = 0, False, None, None, None
+    for first, units in iter_cq_units(path, units_per_file, kind):
+        count = first + len(units)
+        valid = kind.valid(units)
+        rest = 0                      # where the search for the end of the cut starts
+        if first == 0 and units["commitlog_offset"][0] >= process_offset:
+            whole, cut = True, 0
+        if cut is None:
+            keep = valid & (units["commitlog_offset"] < process_offset)
+            if first == 0:
+                keep[0] = True
+            stop = _first_false(keep)
+            if stop is None:
+                kept_last = units[-1]
+                continue
+            if stop:
+                kept_last = units[stop - 1]
+            cut, rest = first + stop, stop
+        stop = _first_false(valid[rest:])
+        if stop is not None:
+            end = first + rest + stop
+            break
+    if cut is None:
+        cut = count
+    return count, whole, cut, count if end is None else end, kept_last
 
 
 def deleted_on_load(files: list[Segment], segment: Segment, version: str) -> bool:
@@ -625,7 +675,7 @@ def predict_recovery(store: Store, *, mode: str = "auto", broker_version: str = 
         # recoverNormally/Abnormally with no mapped file: flushedWhere = 0, every queue destroyed
         plan.start_reason = "no CommitLog file"
         plan.stop_reason = "no CommitLog file"
-        plan.cq_units_truncated = sum(valid_prefix(read_cq_units(seg.path, upf, kind), kind)
+        plan.cq_units_truncated = sum(scan_valid_prefix(seg.path, upf, kind)[1]
                                       for kind, queues, upf in loaded_kinds
                                       for q in queues for seg in q.segments)
         plan.notes.append("no CommitLog files: the broker destroys every ConsumeQueue")

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import construct
 
-from .config import parse_fastjson, read_config_bytes
+from .config import JAVA_INT_MAX, parse_fastjson, read_config_bytes
 from .errors import ParseError, StoreLayoutError, StoreNotFoundError
 from .lock import held_here
 from .mapping import map_readonly
@@ -176,6 +176,24 @@ def _most_common(values, default):
     if not values:
         return default
     return Counter(values).most_common(1)[0][0]
+
+
+def _queue_geometry(sizes: list[int], unit_size: int) -> int:
+    """Units per file that the queue files' sizes show, or 0 when they show none to trust.
+
+    The most common size is the geometry, as long as a broker could have mapped it: a size up to
+    the broker's default (300,000 units) is taken as it is, the way the reference stores' small
+    geometries are. A bigger one needs more evidence, because a lone oversized file (a damaged
+    or hostile 2 GiB file) would otherwise make itself the geometry and hide its own size: it
+    must be a whole number of units, fit the broker's int ``mappedFileSizeConsumeQueue``, and be
+    the size of at least two files. Otherwise the default applies and the file's size is a
+    finding (``--cq-units`` states a bigger configured geometry)."""
+    size = _most_common(sizes, 0)
+    if size <= cq_fmt.DEFAULT_CQ_UNITS_PER_FILE * unit_size:
+        return size // unit_size
+    if size % unit_size or size > JAVA_INT_MAX or sizes.count(size) < 2:
+        return 0
+    return size // unit_size
 
 
 def written_extent(fd: int, size: int) -> int:
@@ -511,12 +529,12 @@ class Store:
         self.batch_consume_queues = self._load_queues("batchconsumequeue",
                                                       cq_fmt.BATCH_CQ_STORE_UNIT_SIZE)
         cq_sizes = [s.length for q in self.consume_queues for s in q.segments]
-        inferred_units = _most_common(cq_sizes, 0) // cq_fmt.CQ_STORE_UNIT_SIZE
+        inferred_units = _queue_geometry(cq_sizes, cq_fmt.CQ_STORE_UNIT_SIZE)
         self.inferred_cq_units_per_file = inferred_units or None
         self.cq_units_per_file = (cq_units_per_file or inferred_units
                                   or cq_fmt.DEFAULT_CQ_UNITS_PER_FILE)
         bcq_sizes = [s.length for q in self.batch_consume_queues for s in q.segments]
-        self.bcq_units_per_file = (_most_common(bcq_sizes, 0) // cq_fmt.BATCH_CQ_STORE_UNIT_SIZE
+        self.bcq_units_per_file = (_queue_geometry(bcq_sizes, cq_fmt.BATCH_CQ_STORE_UNIT_SIZE)
                                    or cq_fmt.DEFAULT_CQ_UNITS_PER_FILE)
         self.index_files = []
         index_dir = self.root / "index"

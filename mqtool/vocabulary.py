@@ -38,7 +38,8 @@ CODES: dict[str, tuple[str, str]] = {
     "CQ_MISMATCH": (ERROR, "a ConsumeQueue unit disagrees with the record it points to"),
     "CQ_MISSING": (ERROR, "a dispatchable record has no unit in its ConsumeQueue"),
     "CQ_QUEUE_GAP": (ERROR, "queue offsets recorded in the CommitLog skip or repeat"),
-    "CQ_FILE_SIZE": (ERROR, "a ConsumeQueue file is not a whole number of units / not the inferred size"),
+    "CQ_FILE_SIZE": (ERROR, "a ConsumeQueue file is not a whole number of units / not the geometry's "
+                            "size (inferred, or the broker's default when the files show none)"),
     "IDX_HEADER": (ERROR, "an IndexFile header disagrees with its entries or its size"),
     "IDX_DANGLING": (ERROR, "an index entry or slot points nowhere (past the data, not a record, "
                             "past indexCount, a looping chain)"),

@@ -224,9 +224,6 @@ def test_a_fully_written_queue_file_past_the_geometry_is_read_in_bounded_memory(
     assert peak - baseline < 24 << 10, f"{(peak - baseline) >> 10} MiB more than the clean store"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 12 item 3, not done: when every queue file is "
-                   "huge the inferred geometry is huge too, and a queue file is still read as "
-                   "one array up to its written end")
 def test_a_lone_2_gib_queue_file_with_units_at_its_end(store):
     """The store's only queue file is 2 GiB with units at its end: the geometry inferred from
     the file sizes is the file itself, so bounding reads by it bounds nothing."""
@@ -243,4 +240,65 @@ def test_a_lone_2_gib_queue_file_with_units_at_its_end(store):
         fh.truncate(2 << 30)
     if victim.stat().st_blocks * 512 > 64 << 20:
         pytest.skip("the file system does not keep sparse files sparse")
-    assert_one_line_or_ok(_run_limited("verify", store, "--json"), (1,))
+    (store / "config" / "consumerOffset.json").write_text(
+        '{"offsetTable": {"TopicTest@G": {0: 3}}}')
+    proc = _run_limited("verify", store, "--json")
+    assert_one_line_or_ok(proc, (1,))
+    report = json.loads(proc.stdout)
+    assert report["geometry"]["cq_units_per_file"] == 300_000     # the broker's default
+    rel = victim.relative_to(store).as_posix()
+    sizes = [f["message"] for f in report["findings"]
+             if f.get("file") == rel and f["code"] == "CQ_FILE_SIZE"]
+    assert len(sizes) == 1 and "expected the broker's default 6000000" in sizes[0], sizes
+    assert "2 non-zero units lie past the 6000000 bytes" in sizes[0]
+    assert_one_line_or_ok(_run_limited("recover", store, "--dry-run"), (0, 1, 2))
+    proc = _run_limited("info", store, "--json")
+    assert_one_line_or_ok(proc, (0, 1))
+    assert json.loads(proc.stdout)["geometry"]["cq_units_per_file_source"] == "default"
+    proc = _run_limited("consumers", store, "--json")
+    assert_one_line_or_ok(proc, (0, 1))
+    assert "TopicTest" in proc.stdout
+    for ask in (("--offset", "5"), ("--offset", "107374181"), ("--time", "0")):
+        assert_one_line_or_ok(_run_limited("query", store, "--topic", "TopicTest", "--queue", "0",
+                                           *ask, "--json"), (0, 1, 2))
+    proc = _run_limited("dump", victim, "--json")
+    assert_one_line_or_ok(proc, (0, 1))
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["nonzero_units_after_end"] == 2
+    # a geometry stated as big as the file: every reader still works a chunk at a time
+    proc = _run_limited("verify", store, "--json", "--cq-units", str((2 << 30) // 20))
+    assert_one_line_or_ok(proc, (1,))
+    assert_one_line_or_ok(_run_limited("info", store, "--json", "--cq-units",
+                                       str((2 << 30) // 20)), (0, 1))
+
+
+def test_two_2_gb_queue_files_make_a_huge_geometry_that_is_still_read_in_chunks(store):
+    """Two queue files of 2,000,000,000 bytes agree on a geometry a broker can map (100 million
+    units per file): it is trusted, and every reader still holds one chunk of units at a time."""
+    for queue_dir in sorted((store / "consumequeue").iterdir()):
+        if queue_dir.name != "TopicTest":
+            shutil.rmtree(queue_dir)
+    for queue_dir in sorted((store / "consumequeue" / "TopicTest").iterdir()):
+        if queue_dir.name != "0":
+            shutil.rmtree(queue_dir)
+    size = 2_000_000_000
+    first = _queue_file(store)
+    with open(first, "r+b") as fh:
+        fh.truncate(size)
+    second = first.parent / f"{size:020d}"
+    with open(second, "wb") as fh:
+        fh.seek(size - 40)
+        fh.write(bytes.fromhex("0000000000001000" "000000bb" "0000000000000002") * 2)
+    if (first.stat().st_blocks + second.stat().st_blocks) * 512 > 64 << 20:
+        pytest.skip("the file system does not keep sparse files sparse")
+    (store / "abort").write_text("")
+    proc = _run_limited("verify", store, "--json")
+    assert_one_line_or_ok(proc, (1,))
+    report = json.loads(proc.stdout)
+    assert report["geometry"]["cq_units_per_file"] == size // 20
+    codes = {f["code"] for f in report["findings"] if f.get("file", "").startswith("consumequeue/")}
+    assert "CQ_DANGLING" in codes and "CQ_FILE_SIZE" not in codes
+    assert_one_line_or_ok(_run_limited("info", store, "--json"), (0, 1))
+    assert_one_line_or_ok(_run_limited("consumers", store, "--json"), (0, 1))
+    assert_one_line_or_ok(_run_limited("query", store, "--topic", "TopicTest", "--queue", "0",
+                                       "--time", "0", "--json"), (0, 1, 2))
+    assert_one_line_or_ok(_run_limited("recover", store, "--dry-run"), (0, 1))

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..batchcq import read_units
+from ..codec import BATCH_CQ_DTYPE
+from ..mapping import iter_units
 from ..formats import codecs
 from ..formats import commitlog as cl_fmt
 from ..innerbatch import batch_carries, is_inner_batch, open_record
@@ -85,14 +86,14 @@ def _batch_records(store: Store, topics: set[str] | None, use_queues: bool
     if use_queues and store.batch_consume_queues:
         for queue in store.batch_consume_queues:
             for seg in queue.segments:
-                units = read_units(seg.path, store.bcq_units_per_file)
-                valid = units[(units["commitlog_offset"] >= 0) & (units["size"] > 0)]
-                if not len(valid):
-                    continue
-                scan_from = max(scan_from, int(np.max(valid["commitlog_offset"]
-                                                      + valid["size"])))
-                if topics is None or queue.topic in topics:
-                    offsets.update(int(o) for o in valid["commitlog_offset"])
+                for _, units in iter_units(seg.path, BATCH_CQ_DTYPE, store.bcq_units_per_file):
+                    valid = units[(units["commitlog_offset"] >= 0) & (units["size"] > 0)]
+                    if not len(valid):
+                        continue
+                    scan_from = max(scan_from, int(np.max(valid["commitlog_offset"]
+                                                          + valid["size"])))
+                    if topics is None or queue.topic in topics:
+                        offsets.update(int(o) for o in valid["commitlog_offset"])
     records = []
     with RecordReader(commitlog) as reader:
         for offset in sorted(offsets):

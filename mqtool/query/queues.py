@@ -2,12 +2,13 @@
 over the units), and a queue's bounds."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from .. import codec
-from ..batchcq import read_units
 from ..formats import consumequeue as cq_fmt
-from ..mapping import read_units as read_mapped_units
+from ..recovery import BATCH_CONSUME_QUEUE, CONSUME_QUEUE, QueueKind, iter_cq_units
 from ..store import ConsumeQueue, Segment, Store
 from .results import Found, NotFound, QueryError, QueryResult
 from .reader import RecordReader
@@ -32,11 +33,25 @@ def _queue(store: Store, topic: str, queue_id: int) -> ConsumeQueue:
     return queue
 
 
-def _valid_units(path, units_per_file: int) -> np.ndarray:
-    units = read_mapped_units(path, codec.CQ_DTYPE, units_per_file)[0]   # bounded: no whole map
-    valid = (units["commitlog_offset"] >= 0) & (units["size"] > 0)
-    end = len(units) if valid.all() else int(np.argmin(valid))
-    return units[:end]
+def _valid_chunks(path, units_per_file: int, kind: QueueKind = CONSUME_QUEUE):
+    """``(first unit index, units)`` chunks of a queue file's units up to the first that is not
+    valid (the end getMaxOffsetInQueue sees), each bounded in size: no whole file in memory."""
+    for first, units in iter_cq_units(path, units_per_file, kind):
+        valid = kind.valid(units)
+        stop = len(units) if valid.all() else int(np.argmin(valid))
+        if stop:
+            yield first, units[:stop]
+        if stop < len(units):
+            return
+
+
+def _valid_span(path, units_per_file: int, kind: QueueKind = CONSUME_QUEUE):
+    """(valid units, the first, the last) of a queue file; (0, None, None) without any."""
+    count, head, tail = 0, None, None
+    for first, units in _valid_chunks(path, units_per_file, kind):
+        head = units[0] if head is None else head
+        count, tail = first + len(units), units[-1]
+    return count, head, tail
 
 
 def queue_bounds(store: Store, queue: ConsumeQueue) -> tuple[int | None, int]:
@@ -46,15 +61,17 @@ def queue_bounds(store: Store, queue: ConsumeQueue) -> tuple[int | None, int]:
     low = store.commitlog.min_offset
     first = None
     for seg in queue.segments:
-        units = _valid_units(seg.path, units_per_file)
-        good = np.flatnonzero((units["commitlog_offset"] >= low)
-                              & (units["size"] != cq_fmt.PRE_BLANK_SIZE))
-        if len(good):
-            first = seg.base_offset // cq_fmt.CQ_STORE_UNIT_SIZE + int(good[0])
+        for start, units in _valid_chunks(seg.path, units_per_file):
+            good = np.flatnonzero((units["commitlog_offset"] >= low)
+                                  & (units["size"] != cq_fmt.PRE_BLANK_SIZE))
+            if len(good):
+                first = seg.base_offset // cq_fmt.CQ_STORE_UNIT_SIZE + start + int(good[0])
+                break
+        if first is not None:
             break
     last = queue.segments[-1]
-    end = last.base_offset // cq_fmt.CQ_STORE_UNIT_SIZE + len(_valid_units(last.path,
-                                                                          units_per_file))
+    end = (last.base_offset // cq_fmt.CQ_STORE_UNIT_SIZE
+           + _valid_span(last.path, units_per_file)[0])
     return first, end
 
 
@@ -80,15 +97,6 @@ def _batch_queue(store: Store, topic: str, queue_id: int) -> ConsumeQueue | None
     return None
 
 
-def _valid_batch_units(path, units_per_file: int) -> np.ndarray:
-    """The units of a BatchConsumeQueue file up to the first one that is not written."""
-    units = read_units(path, units_per_file)
-    valid = ((units["commitlog_offset"] >= 0) & (units["size"] > 0)
-             & (units["msg_base_offset"] >= 0) & (units["batch_size"] > 0))
-    end = len(units) if valid.all() else int(np.argmin(valid))
-    return units[:end]
-
-
 def query_batch_queue_offset(store: Store, queue: ConsumeQueue,
                              queue_offset: int) -> QueryResult:
     """BatchConsumeQueue.getBatchMsgIndexBuffer + getMessage: the unit whose batch holds
@@ -99,27 +107,25 @@ def query_batch_queue_offset(store: Store, queue: ConsumeQueue,
     topic, queue_id = queue.topic, queue.queue_id
     result = QueryResult({"mode": "queue-offset", "topic": topic, "queue_id": queue_id,
                           "queue_offset": queue_offset})
-    files = [(seg, _valid_batch_units(seg.path, store.bcq_units_per_file))
-             for seg in queue.segments]
-    files = [(seg, units) for seg, units in files if len(units)]
+    upf = store.bcq_units_per_file
+    files = [(seg, _valid_span(seg.path, upf, BATCH_CONSUME_QUEUE)) for seg in queue.segments]
+    files = [(seg, head) for seg, (count, head, _) in files if count]
     if not files:
         raise NotFound(f"{topic}/{queue_id}: the BatchConsumeQueue holds no valid unit")
-    last = files[-1][1][-1]
-    first_base = int(files[0][1]["msg_base_offset"][0])
+    last = _valid_span(files[-1][0].path, upf, BATCH_CONSUME_QUEUE)[2]
+    first_base = int(files[0][1]["msg_base_offset"])
     end = int(last["msg_base_offset"]) + int(last["batch_size"])
     result.details["queue"] = {"min_offset": first_base, "max_offset": end,
                                "batch_consume_queue": True}
     if queue_offset >= end:
         raise NotFound(f"{topic}/{queue_id} queue offset {queue_offset} is past the queue's end "
                        f"(next offset {end})")
-    chosen = next(((seg, units) for seg, units in reversed(files)
-                   if int(units["msg_base_offset"][0]) <= queue_offset), None)
-    if chosen is None:
+    seg = next((seg for seg, head in reversed(files)
+                if int(head["msg_base_offset"]) <= queue_offset), None)
+    if seg is None:
         raise NotFound(f"{topic}/{queue_id} queue offset {queue_offset} is below the queue's "
                        f"first unit (msgBaseOffset {first_base})")
-    seg, units = chosen
-    index = int(np.searchsorted(units["msg_base_offset"], queue_offset, side="right")) - 1
-    unit = units[index]
+    index, unit = _last_batch_at_or_below(seg.path, upf, queue_offset)
     phy, size = int(unit["commitlog_offset"]), int(unit["size"])
     base, batch = int(unit["msg_base_offset"]), int(unit["batch_size"])
     unit_out = {"file": store.relative(seg.path),
@@ -140,6 +146,19 @@ def query_batch_queue_offset(store: Store, queue: ConsumeQueue,
                                 f"{base}")
     result.found.append(Found(record, "batch-consume-queue"))
     return result
+
+
+def _last_batch_at_or_below(path, units_per_file: int, queue_offset: int):
+    """(index, unit) of the last valid unit of a BatchConsumeQueue file whose msgBaseOffset is
+    at or below ``queue_offset`` (units ascend), a chunk at a time."""
+    index, unit = -1, None
+    for first, units in _valid_chunks(path, units_per_file, BATCH_CONSUME_QUEUE):
+        k = int(np.searchsorted(units["msg_base_offset"], queue_offset, side="right"))
+        if k:
+            index, unit = first + k - 1, units[k - 1]
+        if k < len(units):
+            break
+    return index, unit
 
 
 def _unit_record(store: Store, result: QueryResult, unit: dict, topic: str, queue_id: int,
@@ -235,24 +254,25 @@ def query_queue_time(store: Store, topic: str, queue_id: int, timestamp: int) ->
     unit_size = cq_fmt.CQ_STORE_UNIT_SIZE
     min_logic = (first if first is not None else 0) * unit_size
     with RecordReader(store.commitlog) as reader:
-        chosen, units = None, None
+        chosen, count = None, 0
         for seg in queue.segments:
-            seg_units = _valid_units(seg.path, units_per_file)
-            if not len(seg_units):
+            seg_count, _, seg_last = _valid_span(seg.path, units_per_file)
+            if not seg_count:
                 continue
-            chosen, units = seg, seg_units
-            last_time = _store_time_of(reader, seg_units["commitlog_offset"][-1])
+            chosen, count = seg, seg_count
+            last_time = _store_time_of(reader, seg_last["commitlog_offset"])
             if last_time >= timestamp:
                 break
         if chosen is None:
             raise NotFound(f"{topic}/{queue_id}: the queue holds no valid unit")
+        offsets = _UnitOffsets(chosen.path)     # one unit read per step of the search
         low = max(0, min_logic - chosen.base_offset)
-        high = (len(units) - 1) * unit_size
+        high = (count - 1) * unit_size
         left = right = target = -1
         left_time = right_time = -1
         while high >= low:
             mid = (low + high) // (2 * unit_size) * unit_size
-            phy = int(units["commitlog_offset"][mid // unit_size])
+            phy = offsets.at(mid)
             if phy < min_phy:
                 low, left = mid + unit_size, mid
                 continue
@@ -288,3 +308,15 @@ def query_queue_time(store: Store, topic: str, queue_id: int, timestamp: int) ->
     result.details["consume_queue_file"] = store.relative(chosen.path)
     result.details["unit"] = found.details.get("unit")
     return result
+
+
+class _UnitOffsets:
+    """The CommitLog offsets of a ConsumeQueue file's units, read one unit at a time."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def at(self, position: int) -> int:
+        with open(self.path, "rb") as fh:
+            data = os.pread(fh.fileno(), cq_fmt.CQ_STORE_UNIT_SIZE, position)
+        return _CQ_UNIT.unpack(data)[0]

@@ -3,10 +3,13 @@ with the store's (byte ranges, ConsumeQueue units and index entries gained or lo
 reason every operation is reported with."""
 from __future__ import annotations
 
+import contextlib
+import os
 from pathlib import Path
 
 import numpy as np
 
+from .. import mapping
 from ..recovery import BATCH_CONSUME_QUEUE, CONSUME_QUEUE, QueueKind, RecoveryPlan
 from ..store import Store
 from .files import diff_ranges
@@ -32,30 +35,38 @@ def _kind_of(rel: str) -> str:
 def _cq_unit_delta(old: Path | None, new: Path | None, upf: int, ranges: list[list[int]],
                    kind: QueueKind = CONSUME_QUEUE) -> tuple[int, int]:
     """(units removed, units added) between two versions of a queue file, looking only at
-    the units the changed byte ranges touch."""
+    the units the changed byte ranges touch, a bounded chunk at a time (holes are not read)."""
     removed = added = 0
     unit = kind.unit_size
     limit = upf * unit
-    for lo, hi in ranges:
-        first, last = lo // unit, min(hi, limit) // unit + (1 if min(hi, limit) % unit else 0)
-        if first >= last:
-            continue
-        a = _units_between(old, first, last, kind)
-        b = _units_between(new, first, last, kind)
-        changed = a != b
-        removed += int((changed & kind.valid(a)).sum())
-        added += int((changed & kind.valid(b)).sum())
+    with contextlib.ExitStack() as files:
+        fa = files.enter_context(open(old, "rb")) if old is not None else None
+        fb = files.enter_context(open(new, "rb")) if new is not None else None
+        for lo, hi in ranges:
+            first, last = lo // unit, min(hi, limit) // unit + (1 if min(hi, limit) % unit else 0)
+            for start in range(first, last, mapping.QUEUE_CHUNK_UNITS):
+                stop = min(last, start + mapping.QUEUE_CHUNK_UNITS)
+                a = _units_between(fa, start, stop, kind)
+                b = _units_between(fb, start, stop, kind)
+                if a is None and b is None:
+                    continue        # zeros on both sides
+                a = np.zeros(stop - start, kind.dtype) if a is None else a
+                b = np.zeros(stop - start, kind.dtype) if b is None else b
+                changed = a != b
+                removed += int((changed & kind.valid(a)).sum())
+                added += int((changed & kind.valid(b)).sum())
     return removed, added
 
 
-def _units_between(path: Path | None, first: int, last: int, kind: QueueKind) -> np.ndarray:
-    """Units [first, last) of a queue file, zeros where the file has none."""
+def _units_between(fh, first: int, last: int, kind: QueueKind) -> np.ndarray | None:
+    """Units [first, last) of an open queue file, zeros where the file has none; None when the
+    file holds none of those bytes (a hole, past its end, or no file)."""
+    if fh is None or not mapping.holds_data(fh.fileno(), first * kind.unit_size,
+                                            last * kind.unit_size):
+        return None
     raw = bytearray((last - first) * kind.unit_size)
-    if path is not None:
-        with open(path, "rb") as fh:
-            fh.seek(first * kind.unit_size)
-            data = fh.read(len(raw))
-        raw[:len(data)] = data
+    data = os.pread(fh.fileno(), len(raw), first * kind.unit_size)
+    raw[:len(data)] = data
     return np.frombuffer(bytes(raw), kind.dtype)
 
 

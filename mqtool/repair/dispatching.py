@@ -12,7 +12,7 @@ import numpy as np
 from ..formats import codecs
 from ..formats import commitlog as cl_fmt
 from ..formats import consumequeue as cq_fmt
-from ..recovery import CONSUME_QUEUE, BrokerRules, FileJudge, FileVerdict, read_cq_units
+from ..recovery import CONSUME_QUEUE, BrokerRules, FileJudge, FileVerdict, iter_cq_units
 from ..scan import MessageRecord, RecordBatch, TopicTable, scan_buffer, scan_segment_batches
 from ..store import MappedFile, Segment, Store
 from .writers import RepairIndexWriter, StagedBatchConsumeQueueWriter, StagedConsumeQueueWriter
@@ -109,10 +109,11 @@ class RecordHints:
 
     def __init__(self, store: Store):
         self._files: list[tuple[int, int, object, np.ndarray | None]] = []
+        self._units_per_file = store.cq_units_per_file   # the broker maps no more of a file
         kept = 0
         for queue in store.consume_queues:
             for seg in queue.segments:
-                offsets = self._read(seg.path)
+                offsets = self._read(seg.path, self._units_per_file)
                 if len(offsets) == 0:
                     continue
                 keep = offsets if kept + len(offsets) <= _HINTS_KEPT else None
@@ -120,9 +121,10 @@ class RecordHints:
                 self._files.append((int(offsets.min()), int(offsets.max()), seg.path, keep))
 
     @staticmethod
-    def _read(path) -> np.ndarray:
-        units = read_cq_units(path, None, CONSUME_QUEUE)
-        return units["commitlog_offset"][CONSUME_QUEUE.valid(units)].astype(np.int64)
+    def _read(path, units_per_file: int) -> np.ndarray:
+        parts = [units["commitlog_offset"][CONSUME_QUEUE.valid(units)].astype(np.int64)
+                 for _, units in iter_cq_units(path, units_per_file, CONSUME_QUEUE)]
+        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
     def for_segment(self, seg: Segment) -> np.ndarray | None:
         lo, hi = seg.base_offset, seg.base_offset + seg.length
@@ -131,7 +133,7 @@ class RecordHints:
             if last < lo or first >= hi:
                 continue
             if offsets is None:
-                offsets = self._read(path)
+                offsets = self._read(path, self._units_per_file)
             parts.append(offsets[(offsets >= lo) & (offsets < hi)])
         return np.concatenate(parts) if parts else None
 
