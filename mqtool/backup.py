@@ -3,8 +3,10 @@
 A repair (:mod:`mqtool.repair`) never changes a byte before every byte it will change or remove
 is copied into a backup folder (default ``STORE/.mqtool-backup/<UTC timestamp>/``)::
 
-    manifest.json      what each operation does, sha256 of the originals, where the saved bytes are
-    data/<n>.bin       the original bytes of operation n (runs of zeros are not stored, only noted)
+    manifest.json      what each operation does, digests of the files before and after (sha256
+                       of their non-zero 1 MiB blocks, DIGEST_FORMAT), where the saved bytes are
+    data/<n>.bin       the original bytes of operation n (runs of zeros are not stored, only noted;
+                       a file replaced under its name keeps only the ranges that change)
 
 The broker never looks at the backup folder (it loads ``commitlog/``, ``consumequeue/<topic>/<int>/``
 and ``index/`` only) and neither does :class:`mqtool.store.Store` (names starting with a dot).
