@@ -116,8 +116,8 @@ choose another geometry.
         "description": """\
 Puts a store back exactly as it was before the repair that wrote BACKUP: files the repair
 created are removed, changed and deleted files are restored byte for byte (checked against the
-sha256 sums in the backup's manifest). It refuses a store in use (exit 3) and changes nothing
-when a file was modified since the repair, unless --force.""",
+sha256 digests of their contents in the backup's manifest). It refuses a store in use (exit 3)
+and changes nothing when a file was modified since the repair, unless --force.""",
         "arguments": {"backup": "A backup folder printed by a repair command."},
         "output": "What was restored and removed; with --json one JSON document.",
         "exit": """\

@@ -74,6 +74,25 @@ def backup_dirs(root: Path) -> list[Path]:
     return sorted(p for p in base.iterdir() if p.is_dir()) if base.is_dir() else []
 
 
+def content_digest(data: bytes) -> str:
+    """The manifest's "sha256-sparse/1" digest, from the bytes: sha256 over (8-byte big-endian
+    offset, bytes) of each 1 MiB block holding a non-zero byte, then b"size" and the size."""
+    digest = hashlib.sha256()
+    for pos in range(0, len(data), 1 << 20):
+        block = bytes(data[pos:pos + (1 << 20)])
+        if block.count(0) != len(block):
+            digest.update(pos.to_bytes(8, "big") + block)
+    digest.update(b"size" + len(data).to_bytes(8, "big"))
+    return digest.hexdigest()
+
+
+def _blank(data: bytes, width: int, ranges) -> bytearray:
+    out = bytearray(data) + bytearray(width - len(data))
+    for lo, hi in ranges:
+        out[lo:hi] = bytes(max(0, min(hi, width) - lo))
+    return out
+
+
 def assert_backup_holds_originals(backup: Path, original: Path, repaired: Path) -> None:
     """Every byte the repair changed or removed is in the backup (read here straight from the
     manifest and the blobs, replaying the operations in order), and every difference between
@@ -81,6 +100,7 @@ def assert_backup_holds_originals(backup: Path, original: Path, repaired: Path) 
     manifest = json.loads((backup / "manifest.json").read_text())
     state: dict[str, bytearray | None] = {}
     touched: set[str] = set()
+    last_op = {op["path"]: op["n"] for op in manifest["ops"]}
     for op in manifest["ops"]:
         rel = op["path"]
         touched.add(rel)
@@ -88,11 +108,18 @@ def assert_backup_holds_originals(backup: Path, original: Path, repaired: Path) 
             source = original / rel
             state[rel] = bytearray(source.read_bytes()) if source.exists() else None
         data = state[rel]
+        new = bytearray((repaired / rel).read_bytes()) if op["op"] == "write" else None
         if op["old_size"] is None:
             assert data is None, rel
         else:
             assert data is not None and len(data) == op["old_size"], rel
-            if op["op"] in ("write", "delete"):
+            if op.get("changed") is not None:
+                # a write over a file saves the ranges where old and new differ, and only those
+                spans = [(lo, min(hi, op["old_size"])) for lo, hi in op["changed"]]
+                width = max(len(data), len(new))
+                assert _blank(data, width, op["changed"]) == _blank(new, width, op["changed"]), \
+                    f"{rel}: old and new differ outside the saved ranges"
+            elif op["op"] in ("write", "delete"):
                 spans = [(0, op["old_size"])]
             else:
                 spans = [(op["start"], min(op["end"], op["old_size"])),
@@ -105,20 +132,22 @@ def assert_backup_holds_originals(backup: Path, original: Path, repaired: Path) 
                 rebuilt[seg["offset"]:seg["offset"] + seg["length"]] = chunk
             for lo, hi in spans:
                 assert rebuilt[lo:hi] == data[lo:hi], f"{rel}: backup differs from original"
-            if op["op"] in ("write", "delete"):
-                assert hashlib.sha256(data).hexdigest() == op["old_sha256"], rel
-            else:
-                assert hashlib.sha256(data).hexdigest() == op["old_file_sha256"], rel
+            key = "old_file_digest" if op["op"] == "edit" else "old_digest"
+            assert content_digest(data) == op[key], rel
         # replay the operation
         if op["op"] == "delete":
             state[rel] = None
         elif op["op"] == "write":
-            state[rel] = bytearray((repaired / rel).read_bytes())
+            if last_op[rel] == op["n"]:
+                assert content_digest(new) == op["new_digest"], rel
+            state[rel] = new
         elif op["op"] == "edit":
             end = min(op["end"], len(data))
             data[op["start"]:end] = bytes(max(0, end - op["start"]))
             del data[op["new_size"]:]
             data.extend(bytes(op["new_size"] - len(data)))
+            if last_op[rel] == op["n"]:
+                assert content_digest(data) == op["new_file_digest"], rel
     before, after = snapshot(original), snapshot(repaired)
     for rel in set(before) | set(after):
         if before.get(rel) == after.get(rel):

@@ -145,7 +145,8 @@ def test_backup_dir_option_and_manifest(tmp_path, crash_store):
     for op in manifest["ops"]:
         assert op["op"] in ("write", "edit", "delete") and op["reason"]
         if op["old_size"] is not None:
-            assert len(op["old_sha256"]) == 64
+            assert op["digest"] == "sha256-sparse/1"
+            assert len(op["old_file_digest" if op["op"] == "edit" else "old_digest"]) == 64
     assert not (crash_store / ".mqtool-backup").exists()
     assert_backup_holds_originals(chosen, original, crash_store)
     assert run_mqtool("undo", chosen).returncode == 0

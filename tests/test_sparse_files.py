@@ -86,3 +86,58 @@ def test_save_range_skips_holes_only_when_the_digest_is_known(tmp_path):
             rebuilt[seg["offset"]:seg["offset"] + seg["length"]] = \
                 blob_bytes[seg["blob_offset"]:seg["blob_offset"] + seg["length"]]
         assert bytes(rebuilt) == raw
+
+
+def test_change_backup_undoes_a_replaced_file_exactly(tmp_path):
+    """backup.save_changes keeps only the old bytes where a new file differs (holes or written
+    zeros alike), its digests depend on the content alone, and restore_changes turns the new
+    file back into the old one byte for byte - also when the sizes differ."""
+    import hashlib
+    from mqtool import backup
+    from test_repair import content_digest
+    rng = random.Random(13)
+    for trial in range(8):
+        pieces = [(rng.randrange(SIZE - 80_000), rng.randbytes(rng.randrange(1, 70_000)))
+                  for _ in range(rng.randrange(1, 6))]
+        changed = pieces[:rng.randrange(0, len(pieces) + 1)] + [
+            (rng.randrange(SIZE - 4096), rng.randbytes(rng.randrange(1, 3000)))
+            for _ in range(rng.randrange(0, 4))]
+        old, new = tmp_path / f"old{trial}", tmp_path / f"new{trial}"
+        _write(old, pieces, sparse=trial % 2 == 0)
+        _write(new, changed, sparse=trial % 3 != 0)
+        if trial == 5:
+            os.truncate(new, SIZE - 123_457)
+        if trial == 6:
+            os.truncate(new, SIZE + 70_001)
+        raw_old, raw_new = old.read_bytes(), new.read_bytes()
+        with open(tmp_path / "blob", "w+b") as blob:
+            blob.write(b"x" * 3)
+            record = backup.save_changes(old, new, blob, "blob")
+        assert record["old_digest"] == content_digest(raw_old) == backup.content_digest(old)
+        assert record["new_digest"] == content_digest(raw_new) == backup.content_digest(new)
+        saved = sum(seg["length"] for seg in record["saved"])
+        assert saved <= sum(hi - lo for lo, hi in record["changed"])
+        if raw_old == raw_new:
+            assert record["changed"] == [] and record["old_digest"] == record["new_digest"]
+        else:
+            assert record["old_digest"] != record["new_digest"]
+        backup.restore_changes(new, len(raw_old), record["changed"], record["saved"], tmp_path)
+        assert hashlib.sha256(new.read_bytes()).digest() == hashlib.sha256(raw_old).digest()
+
+
+def test_in_place_content_digests_equal_the_digests_of_the_bytes(tmp_path):
+    from mqtool import backup
+    from test_repair import content_digest
+    rng = random.Random(17)
+    path = tmp_path / "f"
+    _write(path, [(0, rng.randbytes(5000)), (2_500_000, rng.randbytes(1_500_000))], sparse=True)
+    raw = path.read_bytes()
+    for start, end, new_size in ((0, 0, SIZE), (2_600_000, SIZE, 2_700_000),
+                                 (10, 4000, SIZE + 5), (3_000_000, 3_000_100, SIZE),
+                                 (0, 0, SIZE + 3_000_000), (5_999_000, SIZE, SIZE + 100)):
+        after = bytearray(raw)
+        after[start:end] = bytes(len(after[start:end]))
+        del after[new_size:]
+        after.extend(bytes(new_size - len(after)))
+        assert backup.in_place_content_digests(path, start, end, new_size) == (
+            content_digest(raw), content_digest(bytes(after)))

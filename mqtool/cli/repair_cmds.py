@@ -227,6 +227,11 @@ def rebuild_queues_cmd(
                                  help="Units per ConsumeQueue file (default: the store's, else "
                                       "300000)."),
     broker_version: str = opt.broker_version(),
+    workers: int = typer.Option(None, "--workers", min=1,
+                                help="N processes walk the CommitLog files ahead of the "
+                                     "dispatch (default: the number of cores; 1: everything "
+                                     "in one process). The files written are the same for "
+                                     "every N."),
     dry_run: bool = opt.dry_run(),
     json_output: bool = opt.json_output(),
     backup_dir: Path = opt.backup_dir(),
@@ -234,7 +239,7 @@ def rebuild_queues_cmd(
 ):
     _run("rebuild-queues", store, dry_run=dry_run, json_output=json_output,
          backup_dir=backup_dir, out=out, topic=topic, queue_id=queue, cq_units=cq_units,
-         broker_version=broker_version)
+         broker_version=broker_version, workers=workers)
 
 
 @commands.command("rebuild-index", help=(
@@ -250,6 +255,11 @@ def rebuild_index_cmd(
     entries: int = typer.Option(None, "--entries", min=2,
                                 help="Entries per IndexFile (default: the store's)."),
     broker_version: str = opt.broker_version(),
+    workers: int = typer.Option(None, "--workers", min=1,
+                                help="N processes walk the CommitLog files ahead of the "
+                                     "dispatch (default: the number of cores; 1: everything "
+                                     "in one process). The files written are the same for "
+                                     "every N."),
     dry_run: bool = opt.dry_run(),
     json_output: bool = opt.json_output(),
     backup_dir: Path = opt.backup_dir(),
@@ -257,7 +267,7 @@ def rebuild_index_cmd(
 ):
     _run("rebuild-index", store, dry_run=dry_run, json_output=json_output,
          backup_dir=backup_dir, out=out, slots=slots, entries=entries,
-         broker_version=broker_version)
+         broker_version=broker_version, workers=workers)
 
 
 @commands.command("undo", help=(

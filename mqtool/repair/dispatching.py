@@ -99,6 +99,18 @@ def iter_records(store: Store, start: int, stop: int, progress=None):
                 progress.update(end - done)
 
 
+def reput_records(store: Store, start: int, stop: int, progress=None, workers: int = 1):
+    """:func:`iter_records`, walked by ``workers`` processes (file by file) when there are
+    several files to walk and more than one worker."""
+    segments = [seg for seg in store.commitlog.segments
+                if seg.base_offset + seg.length > start and seg.base_offset < stop]
+    if workers <= 1 or len(segments) <= 1:
+        return iter_records(store, start, stop, progress)
+    records = ParallelJudgedRecords(segments, 0, None, {}, workers, reput=(start, stop))
+    records.progress = progress
+    return records
+
+
 _HINTS_KEPT = 2_000_000   # offsets kept in memory (16 MB); past that a file is read again
 
 
@@ -196,12 +208,14 @@ def dispatch(store: Store, start: int, stop: int, *, cq: StagedConsumeQueueWrite
              cq_from: int, index: RepairIndexWriter | None, index_from: int,
              schedule_loaded: bool = True, queues: set | None = None,
              progress=None, records=None,
-             bcq: StagedBatchConsumeQueueWriter | None = None) -> DispatchStats:
+             bcq: StagedBatchConsumeQueueWriter | None = None,
+             workers: int = 1) -> DispatchStats:
     """The broker's doDispatch for every record in [start, stop) (or of ``records``):
     CommitLogDispatcherBuildConsumeQueue for records at or after ``cq_from`` (optionally only for
     ``queues``; records of ``bcq``'s batch topics go to their BatchConsumeQueues, or nowhere
     without ``bcq``), BuildIndex for records at or after ``index_from``. The writers deduplicate
-    as the broker's do.
+    as the broker's do. Without ``records``, ``workers`` > 1 processes walk the CommitLog files
+    (the same walk as :func:`iter_records`) while this one dispatches, in offset order.
 
     Records are taken a chunk at a time so that the properties every record needs (TAGS, the
     index keys) are parsed and hashed with numpy for the whole chunk."""
@@ -209,7 +223,7 @@ def dispatch(store: Store, start: int, stop: int, *, cq: StagedConsumeQueueWrite
     batch_topics = bcq.topics if bcq is not None else {
         q.topic for q in store.batch_consume_queues}
     if records is None:
-        records = iter_records(store, start, stop, progress)
+        records = reput_records(store, start, stop, progress, workers)
     topics = TopicTable()
     prefixes: dict[int, int] = {}
     if isinstance(records, ParallelJudgedRecords):

@@ -14,6 +14,7 @@ dropped. Workers are forked (``python -m mqtool`` cannot be re-imported by a spa
 before the repair starts any thread of its own."""
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 import os
 import queue as _queue
@@ -91,18 +92,44 @@ def _scan_files(segments, rules, hints, out, first: int, step: int) -> None:
                 if not accepted:
                     continue
                 batch = event if accepted == len(event) else event.head(accepted)
-                data, _, values, tags = parse_properties(batch)
-                # the keys of every record but a rollback: the dispatch picks the ones it indexes
-                rows = np.flatnonzero((batch.sys_flag & _TYPE_MASK) != _ROLLBACK)
-                owner, hashes = index_keys(data, values, rows, batch.topic_id,
-                                           lambda t: prefix_hash(topics.names[t]))
-                columns = {name: getattr(batch, name) for name in DISPATCH_COLUMNS}
-                out.put(("batch", topics.names[sent:], batch.base, columns, tags, rows[owner],
-                         hashes))
-                sent = len(topics.names)
+                sent = _send_batch(out, batch, topics, sent)
             out.put(("file", judge.verdict))
             if not judge.verdict.continues:
                 break
+    except BaseException:   # noqa: BLE001 - reported to the dispatching process
+        out.put(("error", traceback.format_exc()))
+
+
+def _send_batch(out, batch: RecordBatch, topics: TopicTable, sent: int) -> int:
+    """Send what the dispatch reads of ``batch``: its columns, TAGS codes and index keys (the
+    topic names interned since the ``sent`` first ones go along). Returns the names sent."""
+    data, _, values, tags = parse_properties(batch)
+    # the keys of every record but a rollback: the dispatch picks the ones it indexes
+    rows = np.flatnonzero((batch.sys_flag & _TYPE_MASK) != _ROLLBACK)
+    owner, hashes = index_keys(data, values, rows, batch.topic_id,
+                               lambda t: prefix_hash(topics.names[t]))
+    columns = {name: getattr(batch, name) for name in DISPATCH_COLUMNS}
+    out.put(("batch", topics.names[sent:], batch.base, columns, tags, rows[owner], hashes))
+    return len(topics.names)
+
+
+def _reput_files(segments, start: int, stop: int, out, first: int, step: int) -> None:
+    """Worker: the records :func:`~mqtool.repair.dispatching.iter_records` walks in
+    segments[first::step] (the same per-file walk), sent as batches; a file's end is sent as
+    ("file", None): the walk goes on to the next file whatever ended this one."""
+    from .dispatching import _DISPATCH_CHUNK, _segment_records
+    try:
+        topics = TopicTable()
+        sent = 0
+        for seg in segments[first::step]:
+            records = _segment_records(seg, start, stop)
+            while True:
+                chunk = list(itertools.islice(records, _DISPATCH_CHUNK))
+                if not chunk:
+                    break
+                sent = _send_batch(out, RecordBatch.from_records(chunk, seg.base_offset, topics),
+                                   topics, sent)
+            out.put(("file", None))
     except BaseException:   # noqa: BLE001 - reported to the dispatching process
         out.put(("error", traceback.format_exc()))
 
@@ -112,7 +139,7 @@ class ParallelJudgedRecords:
     processes; started at construction, read through :meth:`parsed_batches`."""
 
     def __init__(self, segments, start_index: int, rules, verdicts: dict, workers: int,
-                 hints=None):
+                 hints=None, *, reput: tuple[int, int] | None = None):
         self.segments = list(segments[start_index:])
         self.rules, self.verdicts = rules, verdicts
         self.progress = None
@@ -122,8 +149,10 @@ class ParallelJudgedRecords:
         count = max(1, min(workers, len(self.segments)))
         context = multiprocessing.get_context("fork")
         self._queues = [context.Queue(_QUEUE_DEPTH) for _ in range(count)]
-        self._procs = [context.Process(target=_scan_files, name=f"mqtool-scan-{i}",
-                                       args=(self.segments, rules, hints, q, i, count),
+        target, head = (_scan_files, (self.segments, rules, hints)) if reput is None \
+            else (_reput_files, (self.segments, *reput))
+        self._procs = [context.Process(target=target, name=f"mqtool-scan-{i}",
+                                       args=(*head, q, i, count),
                                        daemon=True)
                        for i, q in enumerate(self._queues)]
         for proc in self._procs:
@@ -172,9 +201,11 @@ class ParallelJudgedRecords:
                         yield batch, (None, None, tags, (owners, hashes))
                 finally:
                     mapped.close()
-                self.verdicts[seg.base_offset] = verdict
                 if self.progress is not None:
                     self.progress.update(seg.length)
+                if verdict is None:     # a reput walk: every file is read
+                    continue
+                self.verdicts[seg.base_offset] = verdict
                 if not (verdict.continues and k + 1 < len(self.segments)):
                     return
         finally:

@@ -504,7 +504,8 @@ def plan_truncate(store: Store, stage: Stage, *, to: int | None = None,
 
 def plan_rebuild_queues(store: Store, stage: Stage, *, topic: str | None = None,
                         queue_id: int | None = None, cq_units: int | None = None,
-                        broker_version: str = "auto", progress=None) -> RepairPlan:
+                        broker_version: str = "auto", workers: int | None = None,
+                        progress=None) -> RepairPlan:
     """ConsumeQueue files regenerated from the CommitLog records up to the recovered end."""
     rp = _predict(store, progress, broker_version=broker_version)
     po = rp.process_offset
@@ -529,7 +530,8 @@ def plan_rebuild_queues(store: Store, stage: Stage, *, topic: str | None = None,
 
     stats = _dispatch_with_bar(store, store.commitlog.min_offset, po, progress, cq=writer,
                                cq_from=store.commitlog.min_offset, index=None, index_from=po,
-                               queues=_Selected(), bcq=batch_writer)
+                               queues=_Selected(), bcq=batch_writer,
+                               workers=default_workers() if workers is None else workers)
     produced = set()
     for w in (writer, batch_writer):
         w.close()
@@ -566,7 +568,7 @@ def plan_rebuild_queues(store: Store, stage: Stage, *, topic: str | None = None,
 
 def plan_rebuild_index(store: Store, stage: Stage, *, slots: int | None = None,
                        entries: int | None = None, broker_version: str = "auto",
-                       progress=None) -> RepairPlan:
+                       workers: int | None = None, progress=None) -> RepairPlan:
     """Every IndexFile regenerated from the CommitLog records up to the recovered end."""
     rp = _predict(store, progress, broker_version=broker_version)
     po = rp.process_offset
@@ -579,7 +581,8 @@ def plan_rebuild_index(store: Store, stage: Stage, *, slots: int | None = None,
                          index_msg_timestamp=0, slots=slots, entries=entries)
     stats = _dispatch_with_bar(store, store.commitlog.min_offset, po, progress, cq=None,
                                cq_from=po, index=setup.writer,
-                               index_from=store.commitlog.min_offset)
+                               index_from=store.commitlog.min_offset,
+                               workers=default_workers() if workers is None else workers)
     _finish_index(stage, store, setup.writer)
     _stage_checkpoint(stage, store, version=rp.broker_version,
                       index=setup.writer.index_msg_timestamp, create=False)

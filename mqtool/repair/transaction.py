@@ -36,40 +36,19 @@ class RepairError(MqtoolError):
 
 
 class DigestCache:
-    """sha256 of files the repair will delete, computed by a background thread while the plan is
-    being made (hashlib releases the GIL, so the hashing of a 1 GiB preallocated file overlaps
-    the dispatch instead of adding to it). A digest is used only if the file is unchanged."""
-
-    def __init__(self):
-        self._pool = None
-        self._futures: dict[str, tuple[int, int, object]] = {}
+    """Kept for the planners that still announce the files a repair will most likely delete.
+    Nothing is hashed ahead any more: the backup's digests (backup.DIGEST_FORMAT) read only a
+    file's data extents, so a 1 GiB preallocated file or a 420 MB IndexFile costs what it holds,
+    not a whole-file sha256 on a thread that competes with the scan for the cores."""
 
     def prefetch(self, paths) -> None:
-        import concurrent.futures
-        for path in paths:
-            path = Path(path)
-            if not path.is_file() or str(path) in self._futures:
-                continue
-            if self._pool is None:
-                self._pool = concurrent.futures.ThreadPoolExecutor(1, "mqtool-sha256")
-            st = path.stat()
-            self._futures[str(path)] = (st.st_size, st.st_mtime_ns,
-                                        self._pool.submit(bk.sha256_file, path))
+        pass
 
     def get(self, path: Path) -> str | None:
-        entry = self._futures.get(str(path))
-        if entry is None:
-            return None
-        size, mtime, future = entry
-        st = Path(path).stat()
-        if (st.st_size, st.st_mtime_ns) != (size, mtime):
-            return None
-        return future.result()
+        return None
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
+        pass
 
 
 # --- the plan --------------------------------------------------------------------------------------
@@ -240,20 +219,8 @@ def _kill_point(step: int) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
 
-def _zeros_sha256(length: int) -> str:
-    import hashlib
-    digest = hashlib.sha256()
-    block = bytes(min(_CHUNK, max(length, 0)))
-    remaining = length
-    while remaining > 0:
-        n = min(len(block), remaining)
-        digest.update(block[:n])
-        remaining -= n
-    return digest.hexdigest()
-
-
 def _op_record(op: FileOp, index: int, store_root: Path, backup_dir: Path | None,
-               blob, digests: DigestCache | None = None) -> dict:
+               blob) -> dict:
     """The manifest entry of one operation, with the original bytes saved first."""
     record = {"n": index, "op": op.op, "path": op.path, "kind": op.kind,
               "old_size": op.old_size, "new_size": op.new_size, "reason": op.reason,
@@ -264,28 +231,24 @@ def _op_record(op: FileOp, index: int, store_root: Path, backup_dir: Path | None
         record["mode"] = path.stat().st_mode & 0o7777
     if op.op == "write":
         record["stage_file"] = op.stage_file
-        known = digests.get(Path(op.stage_file)) if digests is not None else None
-        record["new_sha256"] = known or bk.sha256_file(Path(op.stage_file))
-        if op.old_size is not None:
-            # an IndexFile an abnormal load deletes and the dispatch rebuilds under the same
-            # name was hashed by the digest thread while the plan was made
-            known_old = digests.get(path) if digests is not None else None
-            if blob is not None:
-                record["saved"], record["old_sha256"] = bk.save_range(path, 0, op.old_size, blob,
-                                                                      blob_name, known_old)
-            else:
-                record["old_sha256"] = known_old or bk.sha256_file(path)
-    elif op.op == "delete":
-        known = digests.get(path) if digests is not None else None
-        if blob is not None:
-            record["saved"], record["old_sha256"] = bk.save_range(path, 0, op.old_size or 0,
-                                                                  blob, blob_name, known)
+        staged = Path(op.stage_file)
+        if op.old_size is not None and blob is not None:
+            # only the ranges that differ are saved and undone (an IndexFile rebuilt under its
+            # name differs from the old one in a few MB of its 420)
+            record.update(bk.save_changes(path, staged, blob, blob_name))
         else:
-            record["old_sha256"] = known or bk.sha256_file(path)
+            record["digest"] = bk.DIGEST_FORMAT
+            record["new_digest"] = bk.content_digest(staged)
+    elif op.op == "delete":
+        record["digest"] = bk.DIGEST_FORMAT
+        if blob is not None:
+            record["saved"], _ = bk.save_range(path, 0, op.old_size or 0, blob, blob_name,
+                                               hash_range=False)
+        record["old_digest"] = bk.content_digest(path)
     if op.op == "edit":
         # bytes [start, end) become zeros, then the file takes new_size
-        record.update(start=op.start, end=op.end)
-        record["old_file_sha256"], record["new_file_sha256"] = bk.in_place_digests(
+        record.update(start=op.start, end=op.end, digest=bk.DIGEST_FORMAT)
+        record["old_file_digest"], record["new_file_digest"] = bk.in_place_content_digests(
             path, op.start, op.end, op.new_size)
         if blob is not None:
             saved, _ = bk.save_range(path, op.start, min(op.end, op.old_size), blob, blob_name)
@@ -297,6 +260,13 @@ def _op_record(op: FileOp, index: int, store_root: Path, backup_dir: Path | None
     return record
 
 
+def _holds_new(path: Path, record: dict) -> bool:
+    """Whether a write's target already holds its new content (an interrupted apply)."""
+    if record.get("digest") == bk.DIGEST_FORMAT:
+        return bk.content_digest(path) == record["new_digest"]
+    return bk.sha256_file(path) == record["new_sha256"]
+
+
 def _apply_one(store_root: Path, record: dict) -> None:
     """One operation; running it again after it completed changes nothing."""
     path = store_root / record["path"]
@@ -304,7 +274,7 @@ def _apply_one(store_root: Path, record: dict) -> None:
     if op == "write":
         staged = Path(record["stage_file"])
         if not staged.exists():
-            if path.exists() and bk.sha256_file(path) == record["new_sha256"]:
+            if path.exists() and _holds_new(path, record):
                 return
             raise bk.BackupError(f"{staged}: the staged content of {record['path']} is gone and the "
                                  "file does not hold it; undo the backup instead")
@@ -373,7 +343,7 @@ def apply_plan(plan: RepairPlan, *, backup_dir: Path | None, argv: list[str] | N
                 "dirs_created": _dirs_created(store_root, ops), "ops": []}
     if backup_dir is None:
         for i, op in enumerate(ops, 1):
-            manifest["ops"].append(_op_record(op, i, store_root, None, None, plan.digests))
+            manifest["ops"].append(_op_record(op, i, store_root, None, None))
             if progress is not None:
                 progress.update(1)
         for record in manifest["ops"]:
@@ -412,7 +382,7 @@ def _back_up(plan: RepairPlan, ops: list, manifest: dict, store_root: Path, back
         (backup_dir / "data").mkdir(parents=True, exist_ok=True)
         for i, op in enumerate(ops, 1):
             with open(backup_dir / f"data/{i}.bin", "wb") as blob:
-                record = _op_record(op, i, store_root, backup_dir, blob, plan.digests)
+                record = _op_record(op, i, store_root, backup_dir, blob)
                 blob.flush()
                 os.fsync(blob.fileno())
             if not record["saved"]:
