@@ -2,11 +2,13 @@
 ``export`` (every message with its body).
 
 One scan pass: tasks (:func:`mqtool.spark.arrow.audit_arrow_partition`, run by ``mapInArrow``)
-turn their byte ranges into Arrow record batches of the scanner's columns, which are written as
-Parquet; everything else a task saw (where its records began
-and ended, blank records, corrupt regions, runs of zeros) comes back through an accumulator,
-which is small. The record-level findings, the queue-offset gaps and every figure of the
-summary are then Spark SQL over the written ``messages`` table, so they scale with the cluster.
+turn their byte ranges into Arrow record batches of the scanner's columns, which are cached in
+the session; everything else a task saw (where its records began and ended, blank records,
+corrupt regions, runs of zeros) comes back through an accumulator, which is small. The cached
+rows hold the stored records and, after an inner batch's record, its inner messages: the
+``messages`` table written is the message view (as ``spark.read.format("rocketmq")`` gives it),
+the record-level findings, the queue-offset gaps and every figure of the summary are Spark SQL
+over the record view (verify's unit), so they scale with the cluster.
 
 Finding codes, files, offsets and messages are ``verify``'s (:data:`mqtool.verify.CODES`); what a
 Spark audit checks is the CommitLog: record CRCs, lengths, self-recorded offsets, damaged
@@ -32,7 +34,7 @@ from ..verify import CODES, ERROR, INFO, WARNING
 from . import schema, session
 from .plan import (DEFAULT_SPLIT_SIZE, BrokerInput, Split, check_output, finding,
                    layout_findings, make_splits, resolve_inputs)
-from .arrow import LAST_MILLI, audit_arrow_partition
+from .arrow import LAST_MILLI, OPENED, audit_arrow_partition
 from .splits import check_remote_reader, export_partition
 
 #: findings returned to the caller (the tables hold all of them)
@@ -166,17 +168,30 @@ def _finish_scan(spark: SparkSession, frame: DataFrame, sink, out_path: str | No
     return result, sides, cutoffs, notes
 
 
-def _scan_arrow(spark: SparkSession, splits: list[Split], check_crc: bool, out_path: str | None,
-                mode: str):
+def _scan_audit(spark: SparkSession, splits: list[Split], check_crc: bool):
     """The audit's scan: one task per split (``spark.range`` numbers them), each handing Arrow
     record batches of the scanner's columns to Spark (``mapInArrow``): no Python object per
-    message between the scanner and the JVM."""
+    message between the scanner and the JVM. The rows are cached once and serve both views:
+
+    * ``records``, one row per stored record, what verify checks and counts (an inner batch is
+      one record);
+    * ``messages``, one row per message, an inner batch's inner messages in place of its record
+      (what ``spark.read.format("rocketmq")`` and ``spark export`` give): the table written.
+
+    Returns (cached rows, records, messages, side reports, rows cut as stale, notes)."""
     sc = spark.sparkContext
     sink = sc.accumulator([], _ListParam())
     fn = functools.partial(audit_arrow_partition, splits=splits, check_crc=check_crc, sink=sink)
-    frame = spark.range(0, len(splits), 1, max(1, len(splits))) \
-        .mapInArrow(fn, schema.struct_type(schema.MESSAGE_COLUMNS + (("store_date", "string"),)))
-    return _finish_scan(spark, frame, sink, out_path, "parquet", mode, ["broker", "store_date"])
+    columns = schema.MESSAGE_COLUMNS + (("store_date", "string"), (OPENED, "boolean"))
+    rows = spark.range(0, len(splits), 1, max(1, len(splits))) \
+        .mapInArrow(fn, schema.struct_type(columns)).persist(StorageLevel.MEMORY_AND_DISK)
+    rows.count()
+    sides = _dedupe_sides(sink.value)
+    cutoffs, notes = chain_check(sides)
+    kept = _cut(rows, cutoffs)
+    records = kept.filter(F.col("inner_position").isNull()).drop(OPENED)
+    messages = kept.filter(~F.col(OPENED)).drop(OPENED)
+    return rows, kept, records, messages, sides, cutoffs, notes
 
 
 def _scan(spark: SparkSession, splits: list[Split], partition_fn, columns, out_path: str | None,
@@ -356,24 +371,32 @@ def _count_if(condition):
     return F.sum(F.when(condition, 1).otherwise(0)).cast("long")
 
 
-def _queue_table(messages: DataFrame, gaps: DataFrame) -> list[dict]:
-    dispatched = F.col("transaction").isin(_DISPATCHED)
-    per_queue = messages.groupBy("broker", "topic", "queue_id").agg(
-        F.count(F.lit(1)).alias("records"),
+def _queue_table(rows: DataFrame, gaps: DataFrame) -> list[dict]:
+    """Per queue: ``rows`` holds the stored records and, after an opened inner batch, its inner
+    messages; the figures are the records' (verify's), plus the inner messages counted."""
+    record = F.col("inner_position").isNull()
+    dispatched = record & F.col("transaction").isin(_DISPATCHED)
+
+    def of_records(column):
+        return F.when(record, column)
+
+    per_queue = rows.groupBy("broker", "topic", "queue_id").agg(
+        _count_if(record).alias("records"),
         _count_if(dispatched).alias("messages"),
-        _count_if(F.col("transaction") == _PREPARED).alias("prepared"),
-        _count_if(F.col("transaction") == _ROLLBACK).alias("rollback"),
-        F.sum(F.col("total_size").cast("long")).alias("bytes"),
-        F.sum(F.col("body_length").cast("long")).alias("body_bytes"),
+        _count_if(record & (F.col("transaction") == _PREPARED)).alias("prepared"),
+        _count_if(record & (F.col("transaction") == _ROLLBACK)).alias("rollback"),
+        F.sum(of_records(F.col("total_size").cast("long"))).alias("bytes"),
+        F.sum(of_records(F.col("body_length").cast("long"))).alias("body_bytes"),
         F.min(F.when(dispatched, F.col("queue_offset"))).alias("min_queue_offset"),
         F.max(F.when(dispatched, F.col("queue_offset"))).alias("max_queue_offset"),
-        F.min("store_timestamp").alias("min_store_timestamp"),
-        F.max("store_timestamp").alias("max_store_timestamp"),
-        _count_if((F.col("body_crc_ok") == F.lit(False)) & (F.col("body_length") > 0))
+        F.min(of_records(F.col("store_timestamp"))).alias("min_store_timestamp"),
+        F.max(of_records(F.col("store_timestamp"))).alias("max_store_timestamp"),
+        _count_if(record & (F.col("body_crc_ok") == F.lit(False)) & (F.col("body_length") > 0))
         .alias("crc_failures"),
-        _count_if(F.col("prop_crc_ok") == F.lit(False)).alias("prop_crc_failures"),
-        _count_if(F.col("physical_offset") != F.col("commitlog_offset"))
-        .alias("offset_mismatches"))
+        _count_if(record & (F.col("prop_crc_ok") == F.lit(False))).alias("prop_crc_failures"),
+        _count_if(record & (F.col("physical_offset") != F.col("commitlog_offset")))
+        .alias("offset_mismatches"),
+        _count_if(~record).alias("inner_messages"))
     skips = F.col("queue_offset") > F.col("expected")
     per_gap = gaps.groupBy("broker", "topic", "queue_id").agg(
         _count_if(skips).alias("gaps"),
@@ -421,7 +444,8 @@ def _uniq_keys(messages: DataFrame, out_path: str | None, mode: str) -> dict:
 
 
 def _new_totals() -> dict:
-    return {"queues": 0, "records": 0, "messages": 0, "prepared": 0, "rollback": 0, "bytes": 0,
+    return {"queues": 0, "records": 0, "messages": 0, "inner_messages": 0, "prepared": 0,
+            "rollback": 0, "bytes": 0,
             "body_bytes": 0, "crc_failures": 0, "prop_crc_failures": 0, "offset_mismatches": 0,
             "gaps": 0, "missing_offsets": 0, "duplicates": 0, "min_store_timestamp": None,
             "max_store_timestamp": None}
@@ -435,7 +459,8 @@ def _totals_by(rows: list[dict], keys: tuple[str, ...]) -> dict:
         if t is None:
             t = out[k] = _new_totals()
         t["queues"] += 1
-        for name in ("records", "messages", "prepared", "rollback", "bytes", "body_bytes",
+        for name in ("records", "messages", "inner_messages", "prepared", "rollback", "bytes",
+                     "body_bytes",
                      "crc_failures", "prop_crc_failures", "offset_mismatches", "gaps",
                      "missing_offsets", "duplicates"):
             t[name] += int(q[name] or 0)
@@ -462,7 +487,8 @@ def _summary(brokers, splits, sides, queues, findings_by, uniq, file_rows, holes
         f["zero_hole_bytes"] += row[13]
     broker_rows = []
     totals = {"brokers": len(brokers), "files": 0, "commitlog_bytes": 0, "records": 0,
-              "messages": 0, "bytes": 0, "errors": 0, "warnings": 0, "infos": 0, "by_code": {}}
+              "messages": 0, "inner_messages": 0, "bytes": 0, "errors": 0, "warnings": 0,
+              "infos": 0, "by_code": {}}
     for b in brokers:
         t = by_broker.get((b.name,)) or _new_totals()
         fs = files_of.get(b.name, {"files": 0, "commitlog_bytes": 0, "corrupt_regions": 0,
@@ -488,7 +514,7 @@ def _summary(brokers, splits, sides, queues, findings_by, uniq, file_rows, holes
         broker_rows.append(entry)
         totals["files"] += fs["files"]
         totals["commitlog_bytes"] += fs["commitlog_bytes"]
-        for name in ("records", "messages", "bytes"):
+        for name in ("records", "messages", "inner_messages", "bytes"):
             totals[name] += entry[name]
         totals["errors"] += severities[ERROR]
         totals["warnings"] += severities[WARNING]
@@ -542,15 +568,18 @@ def audit(spark: SparkSession, sources: list[str], *, broker_names: list[str] | 
     _check_out(spark, out, overwrite)
     brokers, splits = _plan(spark, sources, broker_names, split_size)
     mode = _mode(overwrite)
-    messages_path = session.join(out, "messages") if out else None
-    messages, sides, cutoffs, notes = _scan_arrow(spark, splits, check_crc, messages_path, mode)
+    cached, rows, records, messages, sides, cutoffs, notes = _scan_audit(spark, splits,
+                                                                         check_crc)
+    if out is not None:
+        messages.write.mode(mode).partitionBy("broker", "store_date") \
+            .parquet(session.join(out, "messages"))
     phases = {"plan_and_scan": time.perf_counter() - started}
 
     # used twice (findings, per-queue figures): sort the queues once
-    gaps = queue_steps(messages).persist(StorageLevel.MEMORY_AND_DISK)
+    gaps = queue_steps(records).persist(StorageLevel.MEMORY_AND_DISK)
     driver_rows = [f for b in brokers for f in layout_findings(b)] + \
         _region_findings(sides, cutoffs)
-    findings = _record_findings(messages).unionByName(_gap_findings(spark, gaps)) \
+    findings = _record_findings(records).unionByName(_gap_findings(spark, gaps)) \
         .unionByName(_finding_frame(spark, driver_rows))
     if out is not None:
         findings_path = session.join(out, "findings")
@@ -572,7 +601,7 @@ def audit(spark: SparkSession, sources: list[str], *, broker_names: list[str] | 
             r["details"] = json.loads(r["details"])
     phases["findings"] = time.perf_counter() - started - sum(phases.values())
 
-    queues = _queue_table(messages, gaps)
+    queues = _queue_table(rows, gaps)
     phases["queues"] = time.perf_counter() - started - sum(phases.values())
     uniq = _uniq_keys(messages, session.join(out, "uniq_key_duplicates") if out else None, mode)
     phases["uniq_keys"] = time.perf_counter() - started - sum(phases.values())
@@ -590,8 +619,8 @@ def audit(spark: SparkSession, sources: list[str], *, broker_names: list[str] | 
         session.write_text(spark, session.join(out, "summary.json"),
                            json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
     else:
-        messages.unpersist()
         findings.unpersist()
+    cached.unpersist()
     gaps.unpersist()
     return AuditResult(summary, listed, out, len(splits), sides)
 
