@@ -37,6 +37,29 @@ from .plan import (DEFAULT_SPLIT_SIZE, BrokerInput, Split, check_output, finding
 from .arrow import LAST_MILLI, OPENED, audit_arrow_partition
 from .splits import check_remote_reader, export_partition
 
+#: verify's finding codes an audit computes, by verify's rules, from the CommitLog files alone
+CHECKED_CODES = ("CL_BAD_MAGIC", "CL_CRC_MISMATCH", "CL_PROP_CRC_MISMATCH", "CL_LENGTH_MISMATCH",
+                 "CL_TRUNCATED", "CL_OFFSET_MISMATCH", "CL_FILE_SIZE", "CL_GAP", "CL_STRAY_FILE",
+                 "CQ_QUEUE_GAP")
+#: where a checked code's count can differ from verify's on the same store
+CHECK_NOTES = {
+    "CL_STRAY_FILE": "names in the CommitLog directory only; verify also reports unknown files "
+                     "and folders of the store root",
+    "CQ_QUEUE_GAP": "over every record; verify leaves out records past the end its recovery "
+                    "prediction keeps",
+}
+
+
+def checks() -> dict:
+    """What an audit checks, for the summary: the codes it reports as verify does, and every
+    other code of verify's, which it does not check (ConsumeQueues, IndexFiles,
+    BatchConsumeQueues, the timer store, the DLedger index, checkpoint and recovery prediction:
+    run ``mqtool verify`` on the store for those). Severities are the codes' defaults."""
+    return {"checked": list(CHECKED_CODES),
+            "not_checked": sorted(set(CODES) - set(CHECKED_CODES)),
+            "notes": dict(CHECK_NOTES)}
+
+
 #: findings returned to the caller (the tables hold all of them)
 LISTED_FINDINGS = 1000
 #: holes listed in the summary (the files table counts all of them)
@@ -96,7 +119,7 @@ def _dedupe_sides(values: list[dict]) -> list[dict]:
     return [by_key[k] for k in sorted(by_key, key=lambda k: (k[0], int(k[1]), k[2]))]
 
 
-def chain_check(sides: list[dict]) -> tuple[dict, list[str]]:
+def chain_check(sides: list[dict], label=None) -> tuple[dict, list[str]]:
     """Join the splits of each file back into the sequential scan.
 
     The sequential scan ends a file at its blank record; a split after that one still
@@ -116,7 +139,8 @@ def chain_check(sides: list[dict]) -> tuple[dict, list[str]]:
             cutoffs[key] = state["blank"]
             continue
         if state["exit"] is not None and side["entry"] != state["exit"]:
-            notes.append(f"{key[0]}: commitlog/{key[1]}: the record at {side['entry']} "
+            where = label(*key) if label else f"commitlog/{key[1]}"
+            notes.append(f"{key[0]}: {where}: the record at {side['entry']} "
                          f"(split {side['index']}) does not start where the previous one ends "
                          f"({state['exit']}); records overlap there")
         if side["blank"] is not None:
@@ -168,7 +192,7 @@ def _finish_scan(spark: SparkSession, frame: DataFrame, sink, out_path: str | No
     return result, sides, cutoffs, notes
 
 
-def _scan_audit(spark: SparkSession, splits: list[Split], check_crc: bool):
+def _scan_audit(spark: SparkSession, splits: list[Split], check_crc: bool, label):
     """The audit's scan: one task per split (``spark.range`` numbers them), each handing Arrow
     record batches of the scanner's columns to Spark (``mapInArrow``): no Python object per
     message between the scanner and the JVM. The rows are cached once and serve both views:
@@ -187,7 +211,7 @@ def _scan_audit(spark: SparkSession, splits: list[Split], check_crc: bool):
         .mapInArrow(fn, schema.struct_type(columns)).persist(StorageLevel.MEMORY_AND_DISK)
     rows.count()
     sides = _dedupe_sides(sink.value)
-    cutoffs, notes = chain_check(sides)
+    cutoffs, notes = chain_check(sides, label)
     kept = _cut(rows, cutoffs)
     records = kept.filter(F.col("inner_position").isNull()).drop(OPENED)
     messages = kept.filter(~F.col(OPENED)).drop(OPENED)
@@ -219,9 +243,27 @@ def _finding_frame(spark: SparkSession, rows: list[dict]) -> DataFrame:
                                  verifySchema=False)
 
 
-def _record_findings(messages: DataFrame) -> DataFrame:
+def _labeller(brokers: list[BrokerInput]):
+    """(broker, file name) -> the file as verify names it."""
+    by_name = {b.name: b for b in brokers}
+    return lambda broker, name: by_name[broker].label(name)
+
+
+def _file_label(brokers: list[BrokerInput]):
+    """The ``file`` column as verify names the file (``commitlog/<name>`` in plain mode; a
+    DLedger-mode store's data files are under ``dledger-<id>/data/``)."""
+    plain = F.concat(F.lit("commitlog/"), F.col("file"))
+    odd = [(b.name, f.name, f.label()) for b in brokers for f in b.files
+           if f.label() != "commitlog/" + f.name]
+    if not odd:
+        return plain
+    labels = F.create_map(*[F.lit(x) for broker, name, label in odd
+                            for x in (broker + "/" + name, label)])
+    return F.coalesce(labels[F.concat(F.col("broker"), F.lit("/"), F.col("file"))], plain)
+
+
+def _record_findings(messages: DataFrame, rel) -> DataFrame:
     """CL_CRC_MISMATCH, CL_PROP_CRC_MISMATCH and CL_OFFSET_MISMATCH, worded as verify words them."""
-    rel = F.concat(F.lit("commitlog/"), F.col("file"))
     null_long = F.lit(None).cast("long")
     crc = messages.filter((F.col("body_crc_ok") == F.lit(False)) & (F.col("body_length") > 0)) \
         .select(F.lit("CL_CRC_MISMATCH").alias("code"), rel.alias("f"), "file_offset",
@@ -264,7 +306,7 @@ def queue_steps(messages: DataFrame) -> DataFrame:
         .filter(F.col("expected").isNotNull() & (F.col("queue_offset") != F.col("expected")))
 
 
-def _gap_findings(spark: SparkSession, gaps: DataFrame) -> DataFrame:
+def _gap_findings(spark: SparkSession, gaps: DataFrame, rel) -> DataFrame:
     """CQ_QUEUE_GAP findings worded as verify words them, in Spark SQL. verify writes the topic
     with Python's repr: the driver writes it for the few distinct topics that have gaps."""
     topics = [r["topic"] for r in gaps.select("topic").distinct().collect()]
@@ -280,20 +322,20 @@ def _gap_findings(spark: SparkSession, gaps: DataFrame) -> DataFrame:
     return gaps.select(
         "broker", F.lit("CQ_QUEUE_GAP").alias("code"),
         F.lit(CODES["CQ_QUEUE_GAP"][0]).alias("severity"),
-        F.concat(F.lit("commitlog/"), F.col("file")).alias("file"),
+        rel.alias("file"),
         F.col("file_offset").alias("offset"), message.alias("message"), "commitlog_offset",
         "topic", "queue_id", "queue_offset", F.lit(None).cast("long").alias("count"),
         F.to_json(F.struct(expected.alias("expected"))).alias("details"))
 
 
-def _region_findings(sides: list[dict], cutoffs: dict) -> list[dict]:
+def _region_findings(sides: list[dict], cutoffs: dict, label) -> list[dict]:
     out = []
     for side in sides:
         cut = cutoffs.get((side["broker"], side["file"]))
         for kind, offset, length, code, detail, declared in side["regions"]:
             if kind != "corrupt" or (cut is not None and offset > cut):
                 continue
-            out.append(finding(side["broker"], code, f"commitlog/{side['file']}",
+            out.append(finding(side["broker"], code, label(side["broker"], side["file"]),
                                offset - side["base_offset"],
                                f"{detail} ({length} bytes until the next plausible record)",
                                commitlog_offset=offset,
@@ -337,13 +379,13 @@ def _file_rows(brokers: list[BrokerInput], sides: list[dict], cutoffs: dict,
                 if kind == "corrupt":
                     corrupt += 1
                     corrupt_bytes += event[2]
-                    holes.append({"broker": broker.name, "file": f"commitlog/{f.name}",
+                    holes.append({"broker": broker.name, "file": f.label(),
                                   "offset": offset - f.base_offset, "commitlog_offset": offset,
                                   "length": event[2], "kind": "corrupt", "code": event[3]})
                 elif kind == "unwritten" and event is not last:
                     zero += 1
                     zero_bytes += event[2]
-                    holes.append({"broker": broker.name, "file": f"commitlog/{f.name}",
+                    holes.append({"broker": broker.name, "file": f.label(),
                                   "offset": offset - f.base_offset, "commitlog_offset": offset,
                                   "length": event[2], "kind": "zeros"})
             if last is not None:
@@ -354,7 +396,7 @@ def _file_rows(brokers: list[BrokerInput], sides: list[dict], cutoffs: dict,
                     end_kind = "corrupt"
             if previous is not None and f.base_offset != previous.base_offset + broker.file_size:
                 missing = f.base_offset - (previous.base_offset + broker.file_size)
-                holes.append({"broker": broker.name, "file": f"commitlog/{f.name}", "offset": 0,
+                holes.append({"broker": broker.name, "file": f.label(), "offset": 0,
                               "commitlog_offset": previous.base_offset + broker.file_size,
                               "length": missing, "kind": "file_gap"})
             previous = f
@@ -541,6 +583,7 @@ def _summary(brokers, splits, sides, queues, findings_by, uniq, file_rows, holes
         "holes_listed": min(len(holes), LISTED_HOLES),
         "holes_total": len(holes),
         "notes": notes,
+        "checks": checks(),
         "executor_code": origins,
         "executor_peak_rss": max(peaks) if peaks else None,
     }
@@ -568,8 +611,9 @@ def audit(spark: SparkSession, sources: list[str], *, broker_names: list[str] | 
     _check_out(spark, out, overwrite)
     brokers, splits = _plan(spark, sources, broker_names, split_size)
     mode = _mode(overwrite)
+    label = _labeller(brokers)
     cached, rows, records, messages, sides, cutoffs, notes = _scan_audit(spark, splits,
-                                                                         check_crc)
+                                                                         check_crc, label)
     if out is not None:
         messages.write.mode(mode).partitionBy("broker", "store_date") \
             .parquet(session.join(out, "messages"))
@@ -578,8 +622,9 @@ def audit(spark: SparkSession, sources: list[str], *, broker_names: list[str] | 
     # used twice (findings, per-queue figures): sort the queues once
     gaps = queue_steps(records).persist(StorageLevel.MEMORY_AND_DISK)
     driver_rows = [f for b in brokers for f in layout_findings(b)] + \
-        _region_findings(sides, cutoffs)
-    findings = _record_findings(records).unionByName(_gap_findings(spark, gaps)) \
+        _region_findings(sides, cutoffs, label)
+    rel = _file_label(brokers)
+    findings = _record_findings(records, rel).unionByName(_gap_findings(spark, gaps, rel)) \
         .unionByName(_finding_frame(spark, driver_rows))
     if out is not None:
         findings_path = session.join(out, "findings")
