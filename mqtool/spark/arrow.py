@@ -27,8 +27,9 @@ MISSING_PYARROW = "pyarrow is not installed; install 'mqtool[spark]'"
 _EMPTY_BODY_CRC = codecs.body_crc(b"")
 _VERSION_CODES = {cl_fmt.MESSAGE_MAGIC_CODE: 0, cl_fmt.MESSAGE_MAGIC_CODE_V2: 1}
 _VERSION_NAMES = ["V1", "V2", "UNKNOWN"]
-#: the audit's marker column: an inner-batch record whose inner messages follow it as rows
-OPENED = "opened_batch"
+#: the audit's mark, in ``inner_position``, of an inner-batch record whose inner messages follow
+#: it as rows (the audit checks records and publishes messages: its table drops these rows)
+OPENED_RECORD = -1
 #: property names the messages table has a column for
 PROPERTY_COLUMNS = (("tags", "TAGS"), ("keys", "KEYS"), ("uniq_key", "UNIQ_KEY"))
 
@@ -174,8 +175,8 @@ def message_batch(split: Split, batch: RecordBatch, *, bodies: bool = False, bod
     ``bodies``: the stored bytes, then ``store_date`` with ``store_date``) as one
     pyarrow.RecordBatch. With ``unwrap`` (and a ``body_reader``), an inner-batch record is one
     row per inner message instead (:func:`_unwrap_inner_batches`); with ``keep_records`` as
-    well, the record keeps its own row before its inner messages, and a last column
-    :data:`OPENED` marks it (the audit checks records and publishes messages)."""
+    well, the record keeps its own row before its inner messages, its ``inner_position`` set to
+    :data:`OPENED_RECORD` (the audit checks records and publishes messages)."""
     pa = require_pyarrow()
     import pyarrow.compute as pc
 
@@ -221,10 +222,6 @@ def message_batch(split: Split, batch: RecordBatch, *, bodies: bool = False, bod
         fields.append(("store_date", "string"))
     if unwrap:
         columns = _unwrap_inner_batches(pa, batch, columns, body_reader, keep_records)
-    if keep_records:
-        fields.append((OPENED, "boolean"))
-        if OPENED not in columns:
-            columns[OPENED] = pa.repeat(pa.scalar(False), n)
     return pa.RecordBatch.from_arrays([columns[name] for name, _ in fields],
                                       schema=arrow_schema(tuple(fields)))
 
@@ -246,7 +243,8 @@ def _unwrap_inner_batches(pa, batch: RecordBatch, columns: dict, body_reader,
     record's columns, with the message's own queue offset, TAGS, KEYS, UNIQ_KEY, body (CRC,
     length) and its place (``inner_position``, ``outer_commitlog_offset``). Such records are
     rare, so they are opened one by one; a batch that cannot be opened stays its stored row.
-    With ``keep_records`` the opened record stays too, first, marked in column :data:`OPENED`."""
+    With ``keep_records`` the opened record stays too, first, its ``inner_position``
+    :data:`OPENED_RECORD`."""
     import pyarrow.compute as pc
 
     from ..inspect import unwrap_message_dict
@@ -278,10 +276,6 @@ def _unwrap_inner_batches(pa, batch: RecordBatch, columns: dict, body_reader,
     mask = np.zeros(int(counts.sum()), dtype=bool)
     mask[rows] = True
     mask_array = pa.array(mask)
-    if keep_records:
-        opened_rows = np.zeros(len(mask), dtype=bool)
-        opened_rows[starts[opened_records]] = True
-        out[OPENED] = pa.array(opened_rows)
 
     def replace(name, values, kind):
         out[name] = pc.replace_with_mask(out[name], mask_array, pa.array(values, kind))
@@ -296,6 +290,12 @@ def _unwrap_inner_batches(pa, batch: RecordBatch, columns: dict, body_reader,
     # an inner message is not a batch record: no queue-offset step of its own
     replace("inner_num", [None] * len(messages), int32)
     replace("inner_position", [m["inner_batch"]["position"] for m in messages], int32)
+    if keep_records:
+        marked = np.zeros(len(mask), dtype=bool)
+        marked[starts[opened_records]] = True
+        out["inner_position"] = pc.replace_with_mask(
+            out["inner_position"], pa.array(marked),
+            pa.array(np.full(len(opened_records), OPENED_RECORD, dtype=np.int32), int32))
     replace("outer_commitlog_offset", [m["inner_batch"]["commitlog_offset"] for m in messages],
             pa.int64())
     if bodies:
@@ -336,6 +336,13 @@ def split_batches(split: Split, *, check_crc: bool = True, bodies: bool = False,
             reader.close()
 
 
+def _count_opened(batch) -> int:
+    import pyarrow.compute as pc
+
+    marked = pc.equal(batch.column("inner_position"), OPENED_RECORD)
+    return int(pc.sum(pc.cast(marked, "int64")).as_py() or 0)
+
+
 def audit_arrow_partition(batches, splits: list[Split], check_crc: bool, sink) -> Iterator:
     """``mapInArrow`` body of the audit: the input rows are split numbers; message batches out
     (every stored record, and after an inner batch's record its inner messages: see
@@ -347,7 +354,11 @@ def audit_arrow_partition(batches, splits: list[Split], check_crc: bool, sink) -
         for index in ids.column(0).to_pylist():
             split = splits[index]
             side = new_side(split)
-            yield from split_batches(split, check_crc=check_crc, side=side, store_date=True,
-                                     unwrap=True, keep_records=True)
+            side["opened"] = 0
+            for batch in split_batches(split, check_crc=check_crc, side=side, store_date=True,
+                                       unwrap=True, keep_records=True):
+                if batch.column("inner_num").null_count < batch.num_rows:
+                    side["opened"] += _count_opened(batch)
+                yield batch
             note_done(side)
             sink.add([side])
