@@ -980,7 +980,7 @@ def test_a_split_that_cannot_be_read_fails_in_one_line(spark, stores, tmp_path):
     victim = root / "commitlog" / brokers[0].files[0].name
     os.truncate(victim, 1000)
     with pytest.raises(MqtoolError) as caught, session.spark_failures():
-        job._scan_arrow(spark, splits, True, None, "errorifexists")
+        job._scan_audit(spark, splits, True, job._labeller(brokers), None, "errorifexists")
     text = str(caught.value)
     assert "\n" not in text and text.startswith("a Spark task failed: ")
     assert f"{victim}: 1000 bytes now, {1 << 20} when the audit was planned" in text
