@@ -844,6 +844,96 @@ def test_spark_outputs_unwrap_inner_batches_as_dump_does(spark, tmp_path):
         assert r["body"] == base64.b64decode(d["body"])
 
 
+@pytest.mark.parametrize("name", ["v5-batchcq-clean", "v5-batchcq-crash"])
+def test_audit_messages_are_the_inner_messages_the_clients_sent(spark, name, tmp_path):
+    """The audit's ``messages`` table gives one row per inner message (as the data source and
+    ``spark export``), each equal to what the client sent (write.json's ``inner`` lists, not
+    mqtool's reading); its findings and record counts stay verify's, an inner batch one record."""
+    from conftest import write_log
+    from mqtool.spark import job
+    from test_inner_messages import ref_of, sent_batches
+
+    ref = ref_of(name)
+    root = ref / "store"
+    out = tmp_path / "out"
+    result = job.audit(spark, [str(root)], out=str(out), split_size=4 * SMALL_SPLIT)
+    rows = _table(spark, out, "messages")
+    sent = sent_batches(ref)
+    assert len(rows) == write_log(ref)["logicalMessages"]
+    by_batch = collections.defaultdict(list)
+    for r in rows:
+        if r["inner_position"] is not None:
+            by_batch[r["outer_commitlog_offset"]].append(r)
+        else:
+            assert r["outer_commitlog_offset"] is None and r["commitlog_offset"] not in sent
+    assert set(by_batch) == set(sent)
+    for offset, send in sent.items():
+        got = sorted(by_batch[offset], key=lambda r: r["inner_position"])
+        assert [r["inner_position"] for r in got] == list(range(send["innerNum"]))
+        for r, inner in zip(got, send["inner"]):
+            assert r["commitlog_offset"] == offset
+            assert (r["topic"], r["queue_id"]) == (send["topic"], send["queueId"])
+            assert r["queue_offset"] == send["queueOffset"] + inner["j"]
+            assert (r["tags"], r["keys"], r["uniq_key"]) == \
+                (inner["tags"], inner["keys"], inner["uniqKey"])
+            assert (r["body_length"], r["body_crc"]) == (inner["bodyLen"], inner["bodyCRC"])
+            assert r["inner_num"] is None
+    report = verify_store(Store(root))
+    broker = result.summary["brokers"][0]
+    assert broker["records"] == report.summary["messages_scanned"] \
+        == len(rows) - sum(s["innerNum"] - 1 for s in sent.values())
+    assert broker["inner_messages"] == sum(s["innerNum"] for s in sent.values())
+    assert {c: n for c, n in broker["by_code"].items() if c in RECORD_CODES} == \
+        dict(collections.Counter(f.code for f in report.findings if f.code in RECORD_CODES))
+
+
+def test_audit_says_which_of_verifys_codes_it_does_not_check(audited, reference):
+    """The codes a Spark audit does not compute (ConsumeQueue and IndexFile cross-checks, the
+    recovery prediction, ...) are listed as not checked, never reported with a wrong count; on
+    the forged stores with ConsumeQueue damage verify does report some of them."""
+    from mqtool.vocabulary import CODES
+
+    result, _ = audited["whole"]
+    checks = result.summary["checks"]
+    checked, not_checked = set(checks["checked"]), set(checks["not_checked"])
+    assert checked | not_checked == set(CODES) and not checked & not_checked
+    assert set(checks["notes"]) <= checked
+    unchecked_seen = set()
+    for b in result.summary["brokers"]:
+        verify_codes = {f.code for f in reference[b["broker"]]["verify"].findings}
+        assert set(b["by_code"]) <= checked
+        assert verify_codes - checked <= not_checked
+        unchecked_seen |= verify_codes - checked
+    assert {"CQ_DANGLING", "CQ_MISSING"} & unchecked_seen, unchecked_seen
+
+
+def test_audit_counts_equal_verify_on_every_reference_store(spark, dledger_stores):
+    """One audit over every broker-written store (plain 4.9.8 and 5.3.3, and the DLedger-mode
+    ones read through their entries): per broker, the records and every checked code's count
+    are verify's; what verify reports beyond them is in the audit's not-checked list."""
+    from conftest import SHARED_STORES, shared_store_names
+    from mqtool.spark import job
+
+    roots = {name: SHARED_STORES / name / "store" for name in shared_store_names()}
+    roots.update(dledger_stores)
+    result = job.audit(spark, [str(r) for r in roots.values()], broker_names=list(roots),
+                       split_size=1 << 18)
+    checks = result.summary["checks"]
+    seen = set()
+    for b in result.summary["brokers"]:
+        report = verify_store(Store(roots[b["broker"]]))
+        by_code = report.summary["by_code"]
+        assert b["records"] == report.summary["messages_scanned"], b["broker"]
+        assert b["by_code"] == {c: n for c, n in by_code.items() if c in checks["checked"]}, \
+            b["broker"]
+        assert set(by_code) - set(checks["checked"]) <= set(checks["not_checked"])
+        seen |= set(by_code)
+    assert len(result.summary["brokers"]) == len(roots) >= 3
+    if len(roots) > 3:   # the plain stores are here: damaged ones exercise both kinds of code
+        assert {"CL_CRC_MISMATCH", "CQ_MISSING", "IDX_DANGLING"} <= seen
+    assert not result.summary["notes"]    # DLedger entries chain across splits, headers between
+
+
 def schema_names():
     from mqtool.spark.schema import MESSAGE_COLUMNS, names
 
@@ -890,7 +980,7 @@ def test_a_split_that_cannot_be_read_fails_in_one_line(spark, stores, tmp_path):
     victim = root / "commitlog" / brokers[0].files[0].name
     os.truncate(victim, 1000)
     with pytest.raises(MqtoolError) as caught, session.spark_failures():
-        job._scan_arrow(spark, splits, True, None, "errorifexists")
+        job._scan_audit(spark, splits, True, job._labeller(brokers), None, "errorifexists")
     text = str(caught.value)
     assert "\n" not in text and text.startswith("a Spark task failed: ")
     assert f"{victim}: 1000 bytes now, {1 << 20} when the audit was planned" in text

@@ -170,6 +170,12 @@ def _render_audit(summary: dict, findings: list[dict], show_queues: bool) -> Non
             out.print(Text(f"  ... {shown - 20} more (the findings table has them all)"))
     for note in summary["notes"]:
         out.print(Text(f"note: {note}"))
+    checks = summary.get("checks")
+    if checks:
+        out.print(Text(f"checked: {', '.join(checks['checked'])}; not checked: "
+                       f"{len(checks['not_checked'])} other codes of mqtool verify (ConsumeQueues, "
+                       f"IndexFiles, checkpoint, recovery, 5.x and DLedger side files; listed in "
+                       f"the summary's 'checks'): run mqtool verify on a store for those"))
 
 
 @spark_app.command("audit", help=(

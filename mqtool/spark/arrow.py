@@ -27,6 +27,9 @@ MISSING_PYARROW = "pyarrow is not installed; install 'mqtool[spark]'"
 _EMPTY_BODY_CRC = codecs.body_crc(b"")
 _VERSION_CODES = {cl_fmt.MESSAGE_MAGIC_CODE: 0, cl_fmt.MESSAGE_MAGIC_CODE_V2: 1}
 _VERSION_NAMES = ["V1", "V2", "UNKNOWN"]
+#: the audit's mark, in ``inner_position``, of an inner-batch record whose inner messages follow
+#: it as rows (the audit checks records and publishes messages: its table drops these rows)
+OPENED_RECORD = -1
 #: property names the messages table has a column for
 PROPERTY_COLUMNS = (("tags", "TAGS"), ("keys", "KEYS"), ("uniq_key", "UNIQ_KEY"))
 
@@ -167,11 +170,13 @@ def _store_dates(pa, stored: np.ndarray):
 
 
 def message_batch(split: Split, batch: RecordBatch, *, bodies: bool = False, body_reader=None,
-                  store_date: bool = False, unwrap: bool = False):
+                  store_date: bool = False, unwrap: bool = False, keep_records: bool = False):
     """The ``messages`` rows of a scanner batch (columns: MESSAGE_COLUMNS, then ``body`` with
     ``bodies``: the stored bytes, then ``store_date`` with ``store_date``) as one
     pyarrow.RecordBatch. With ``unwrap`` (and a ``body_reader``), an inner-batch record is one
-    row per inner message instead (:func:`_unwrap_inner_batches`)."""
+    row per inner message instead (:func:`_unwrap_inner_batches`); with ``keep_records`` as
+    well, the record keeps its own row before its inner messages, its ``inner_position`` set to
+    :data:`OPENED_RECORD` (the audit checks records and publishes messages)."""
     pa = require_pyarrow()
     import pyarrow.compute as pc
 
@@ -216,7 +221,7 @@ def message_batch(split: Split, batch: RecordBatch, *, bodies: bool = False, bod
         columns["store_date"] = _store_dates(pa, batch.store_timestamp)
         fields.append(("store_date", "string"))
     if unwrap:
-        columns = _unwrap_inner_batches(pa, batch, columns, body_reader)
+        columns = _unwrap_inner_batches(pa, batch, columns, body_reader, keep_records)
     return pa.RecordBatch.from_arrays([columns[name] for name, _ in fields],
                                       schema=arrow_schema(tuple(fields)))
 
@@ -231,12 +236,15 @@ def _stored_body(batch: RecordBatch, i: int, body_reader) -> bytes:
     return body_reader.body(batch.record(i))
 
 
-def _unwrap_inner_batches(pa, batch: RecordBatch, columns: dict, body_reader) -> dict:
+def _unwrap_inner_batches(pa, batch: RecordBatch, columns: dict, body_reader,
+                          keep_records: bool = False) -> dict:
     """``columns`` with every inner-batch record that opens replaced by its inner messages, as
     ``dump`` shows them (:func:`mqtool.inspect.unwrap_message_dict`, the one opener): the
     record's columns, with the message's own queue offset, TAGS, KEYS, UNIQ_KEY, body (CRC,
     length) and its place (``inner_position``, ``outer_commitlog_offset``). Such records are
-    rare, so they are opened one by one; a batch that cannot be opened stays its stored row."""
+    rare, so they are opened one by one; a batch that cannot be opened stays its stored row.
+    With ``keep_records`` the opened record stays too, first, its ``inner_position``
+    :data:`OPENED_RECORD`."""
     import pyarrow.compute as pc
 
     from ..inspect import unwrap_message_dict
@@ -256,11 +264,15 @@ def _unwrap_inner_batches(pa, batch: RecordBatch, columns: dict, body_reader) ->
             messages += opened
     if not messages:
         return columns
+    kept = 1 if keep_records else 0
+    counts[opened_records] += kept
     out = {name: column.take(pa.array(np.repeat(np.arange(len(batch)), counts)))
            for name, column in columns.items()}
-    # the rows of record i start at the sum of the counts before it
+    # the rows of record i start at the sum of the counts before it (its own row first when
+    # kept)
     starts = np.cumsum(counts) - counts
-    rows = np.concatenate([np.arange(starts[i], starts[i] + counts[i]) for i in opened_records])
+    rows = np.concatenate([np.arange(starts[i] + kept, starts[i] + counts[i])
+                           for i in opened_records])
     mask = np.zeros(int(counts.sum()), dtype=bool)
     mask[rows] = True
     mask_array = pa.array(mask)
@@ -278,6 +290,12 @@ def _unwrap_inner_batches(pa, batch: RecordBatch, columns: dict, body_reader) ->
     # an inner message is not a batch record: no queue-offset step of its own
     replace("inner_num", [None] * len(messages), int32)
     replace("inner_position", [m["inner_batch"]["position"] for m in messages], int32)
+    if keep_records:
+        marked = np.zeros(len(mask), dtype=bool)
+        marked[starts[opened_records]] = True
+        out["inner_position"] = pc.replace_with_mask(
+            out["inner_position"], pa.array(marked),
+            pa.array(np.full(len(opened_records), OPENED_RECORD, dtype=np.int32), int32))
     replace("outer_commitlog_offset", [m["inner_batch"]["commitlog_offset"] for m in messages],
             pa.int64())
     if bodies:
@@ -296,7 +314,7 @@ def _bodies(pa, batch: RecordBatch, body_reader):
 
 def split_batches(split: Split, *, check_crc: bool = True, bodies: bool = False,
                   side: dict | None = None, opener=None, store_date: bool = False,
-                  unwrap: bool = False) -> Iterator:
+                  unwrap: bool = False, keep_records: bool = False) -> Iterator:
     """Arrow record batches of the messages one split owns (with ``unwrap``, the inner messages
     of inner-batch records instead of the records); with ``side``, what the driver needs
     besides the rows is noted there (:func:`mqtool.spark.splits.new_side`)."""
@@ -309,7 +327,8 @@ def split_batches(split: Split, *, check_crc: bool = True, bodies: bool = False,
                 if side is not None:
                     note_batch(side, event)
                 yield message_batch(split, event, bodies=bodies, body_reader=reader,
-                                    store_date=store_date, unwrap=unwrap)
+                                    store_date=store_date, unwrap=unwrap,
+                                    keep_records=keep_records)
             elif side is not None:
                 note_event(side, event)
     finally:
@@ -317,15 +336,29 @@ def split_batches(split: Split, *, check_crc: bool = True, bodies: bool = False,
             reader.close()
 
 
+def _count_opened(batch) -> int:
+    import pyarrow.compute as pc
+
+    marked = pc.equal(batch.column("inner_position"), OPENED_RECORD)
+    return int(pc.sum(pc.cast(marked, "int64")).as_py() or 0)
+
+
 def audit_arrow_partition(batches, splits: list[Split], check_crc: bool, sink) -> Iterator:
-    """``mapInArrow`` body of the audit: the input rows are split numbers; message batches out,
-    one side report per split to ``sink`` (an accumulator)."""
+    """``mapInArrow`` body of the audit: the input rows are split numbers; message batches out
+    (every stored record, and after an inner batch's record its inner messages: see
+    :func:`message_batch`'s ``keep_records``), one side report per split to ``sink`` (an
+    accumulator)."""
     from .splits import new_side, note_done
 
     for ids in batches:
         for index in ids.column(0).to_pylist():
             split = splits[index]
             side = new_side(split)
-            yield from split_batches(split, check_crc=check_crc, side=side, store_date=True)
+            side["opened"] = 0
+            for batch in split_batches(split, check_crc=check_crc, side=side, store_date=True,
+                                       unwrap=True, keep_records=True):
+                if batch.column("inner_num").null_count < batch.num_rows:
+                    side["opened"] += _count_opened(batch)
+                yield batch
             note_done(side)
             sink.add([side])

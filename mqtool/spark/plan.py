@@ -65,6 +65,12 @@ class CommitLogFile:
     url: str
     base_offset: int
     length: int
+    #: the file as verify names it, relative to the store root (a DLedger-mode store keeps its
+    #: data files in dledger-<id>/data/)
+    rel: str = ""
+
+    def label(self) -> str:
+        return self.rel or "commitlog/" + self.name
 
 
 @dataclass
@@ -87,6 +93,13 @@ class BrokerInput:
     @property
     def commitlog_bytes(self) -> int:
         return sum(f.length for f in self.files)
+
+    def label(self, name: str) -> str:
+        """File ``name`` as verify names it in findings (``commitlog/<name>`` in plain mode)."""
+        for f in self.files:
+            if f.name == name:
+                return f.label()
+        return "commitlog/" + name
 
 
 def parse_split_size(text: str | int) -> int:
@@ -176,6 +189,13 @@ def _resolve_remote(source: str, lister: Lister) -> tuple[str, str, list[ListedE
                            f"directory")
 
 
+def _relative(path, root: str) -> str:
+    try:
+        return Path(path).relative_to(root).as_posix()
+    except ValueError:
+        return ""
+
+
 def _most_common_size(lengths: list[int]) -> int:
     # CommitLog's own inference (the most common non-empty size), so geometry findings agree
     sizes = [n for n in lengths if n > 0]
@@ -190,11 +210,12 @@ def resolve_input(source: str, *, name: str | None = None,
     if is_local(source):
         root, directory = _resolve_local(source)
         commitlog = CommitLog(Path(directory))
-        files = [CommitLogFile(s.name, str(s.path), s.base_offset, s.length)
-                 for s in commitlog.segments]
+        files = [CommitLogFile(s.name, str(s.path), s.base_offset, s.length,
+                               _relative(s.path, root)) for s in commitlog.segments]
         stray = [p.name for p in commitlog.stray_files]
-        broker = BrokerInput(name or broker_name_for(root), source, root, directory, True, files,
-                             stray, commitlog.file_size)
+        # a DLedger-mode store's CommitLog directory is its DLedger data directory
+        broker = BrokerInput(name or broker_name_for(root), source, root,
+                             str(commitlog.directory), True, files, stray, commitlog.file_size)
     else:
         if lister is None:
             raise MqtoolError(f"{source}: listing this scheme needs a Spark session")
@@ -274,7 +295,7 @@ def layout_findings(broker: BrokerInput) -> list[dict]:
     size = broker.file_size
     prefix = "commitlog/"
     for i, f in enumerate(broker.files):
-        rel = prefix + f.name
+        rel = f.label()
         if f.length != size:
             last_empty = i == len(broker.files) - 1 and f.length == 0
             text = (f"{f.length} bytes, but the store's files are {size} bytes"

@@ -29,10 +29,11 @@ from urllib.parse import urlparse
 from ..errors import MqtoolError, OptionalDependencyError
 from ..mapping import map_readonly
 from ..formats import commitlog as cl_fmt
+from ..formats import dledger as dl_fmt
 from ..scan import (BlankRecord, CorruptRegion, MessageRecord, RecordBatch, UnwrittenTail,
                     find_sync_point, scan_buffer, scan_buffer_batches, scan_segment,
                     scan_segment_batches)
-from ..store import Segment, layout_of, written_extent
+from ..store import DLEDGER_LAYOUT, Segment, layout_of, written_extent
 from .plan import Split, is_local, local_path
 
 #: how far past its end a remote task reads at first: the next split's first record must fit
@@ -288,6 +289,9 @@ def new_side(split: Split) -> dict:
     return {"broker": split.broker, "file": split.name, "base_offset": split.base_offset,
             "length": split.length, "index": split.index, "start": split.start,
             "end": split.end, "entry": None, "exit": None, "blank": None, "messages": 0,
+            # a DLedger entry's header lies before its record: where the chain of entries
+            # continues is the record's offset less this (chain_check compares those)
+            "header": dl_fmt.ENTRY_HEADER_SIZE if layout_of(split.url) == DLEDGER_LAYOUT else 0,
             "message_bytes": 0, "regions": [], "regions_dropped": 0,
             "origin": getattr(mqtool, "__file__", None)}
 
@@ -305,7 +309,7 @@ def note_done(side: dict) -> None:
 
 def note_batch(side: dict, batch: RecordBatch) -> None:
     if side["entry"] is None:
-        side["entry"] = batch.base + int(batch.position[0])
+        side["entry"] = batch.base + int(batch.position[0]) - side.get("header", 0)
     side["messages"] += len(batch)
     side["message_bytes"] += int(batch.total_size.sum())
     side["exit"] = batch.base + int(batch.position[-1] + batch.total_size[-1])
@@ -314,7 +318,7 @@ def note_batch(side: dict, batch: RecordBatch) -> None:
 def note_event(side: dict, event) -> None:
     kind = type(event)
     if side["entry"] is None:
-        side["entry"] = event.offset
+        side["entry"] = event.offset - (side.get("header", 0) if kind is MessageRecord else 0)
     if kind is MessageRecord:
         side["messages"] += 1
         side["message_bytes"] += event.total_size
