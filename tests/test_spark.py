@@ -934,6 +934,52 @@ def test_audit_counts_equal_verify_on_every_reference_store(spark, dledger_store
     assert not result.summary["notes"]    # DLedger entries chain across splits, headers between
 
 
+#: the DLedger entry-header fields `fixture damage --target entry-header` breaks whose code the
+#: scanner gives (index and term break the sequence of the DLedger walk: DL_INDEX_*, DL_TERM_*)
+ENTRY_HEADER_CODES = {"magic": "DL_ENTRY_MAGIC", "pos": "DL_ENTRY_POS", "size": "DL_ENTRY_SIZE",
+                      "body_size": "DL_ENTRY_SIZE"}
+
+
+def test_audit_reports_dledger_entry_header_damage_as_verify_does(spark, tmp_path):
+    """Forged DLedger stores, one entry header broken per store by `fixture damage` (entries of
+    the last three data files, where the broker's recovery walk looks, and one before): the
+    audit's DL_ENTRY_* findings are verify's, at the same files and offsets, and every checked
+    code counts as verify counts it (CQ_QUEUE_GAP at least: see the summary's notes)."""
+    from test_dledger_forge import options, walk_entries
+    from mqtool.spark import job
+
+    template = tmp_path / "template"
+    forge.make_store(template, options(messages=300, commitlog_file_size=64 * 1024,
+                                       body_mean=512, body_max=2048))
+    entries, _ = walk_entries(template / "dledger-n0" / "data")
+    files = sorted({e["file"] for e in entries})
+    roots = {}
+    for i, field in enumerate(sorted(ENTRY_HEADER_CODES)):
+        root = tmp_path / field
+        shutil.copytree(template, root)
+        victim = [e for e in entries if e["file"] == files[-2 - i % 3]][7]
+        proc = run_mqtool("fixture", "damage", root, "--kind", "bit-flip", "--target",
+                          "entry-header", "--field", field, "--offset", victim["pos"] + 5,
+                          "--seed", "1")
+        assert proc.returncode == 0, proc.stderr
+        roots[field] = root
+    result = job.audit(spark, [str(r) for r in roots.values()], broker_names=list(roots),
+                       split_size=16 * 1024)
+    checked = set(result.summary["checks"]["checked"])
+    assert set(ENTRY_HEADER_CODES.values()) <= checked
+    for b in result.summary["brokers"]:
+        report = verify_store(Store(roots[b["broker"]]))
+        expected = {c: n for c, n in report.summary["by_code"].items() if c in checked}
+        assert ENTRY_HEADER_CODES[b["broker"]] in expected
+        gaps = b["by_code"].pop("CQ_QUEUE_GAP", 0)
+        assert gaps >= expected.pop("CQ_QUEUE_GAP", 0)
+        assert b["by_code"] == expected, b["broker"]
+        assert sorted((f["code"], f["file"], f["offset"]) for f in result.findings
+                      if f["broker"] == b["broker"] and f["code"].startswith("DL_ENTRY_")) == \
+            sorted((f.code, f.file, f.offset) for f in report.findings
+                   if f.code.startswith("DL_ENTRY_"))
+
+
 def schema_names():
     from mqtool.spark.schema import MESSAGE_COLUMNS, names
 

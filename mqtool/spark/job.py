@@ -12,7 +12,8 @@ over the record view (verify's unit), so they scale with the cluster.
 
 Finding codes, files, offsets and messages are ``verify``'s (:data:`mqtool.verify.CODES`); what a
 Spark audit checks is the CommitLog: record CRCs, lengths, self-recorded offsets, damaged
-regions, file sizes, gaps and stray files, and queue offsets that skip or repeat. Severities are
+regions, file sizes, gaps and stray files, DLedger entry headers, and queue offsets that skip or
+repeat. Severities are
 the codes' defaults (``verify`` also predicts the broker's recovery and tones down what lies past
 the recovered end; that needs the store's ConsumeQueues and checkpoint, which an audit of
 archived CommitLogs does not read).
@@ -40,6 +41,7 @@ from .splits import check_remote_reader, export_partition
 #: verify's finding codes an audit computes, by verify's rules, from the CommitLog files alone
 CHECKED_CODES = ("CL_BAD_MAGIC", "CL_CRC_MISMATCH", "CL_PROP_CRC_MISMATCH", "CL_LENGTH_MISMATCH",
                  "CL_TRUNCATED", "CL_OFFSET_MISMATCH", "CL_FILE_SIZE", "CL_GAP", "CL_STRAY_FILE",
+                 "DL_ENTRY_MAGIC", "DL_ENTRY_POS", "DL_ENTRY_SIZE", "DL_ENTRY_TRUNCATED",
                  "CQ_QUEUE_GAP")
 #: where a checked code's count can differ from verify's on the same store
 CHECK_NOTES = {
