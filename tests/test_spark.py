@@ -980,6 +980,40 @@ def test_audit_reports_dledger_entry_header_damage_as_verify_does(spark, tmp_pat
                    if f.code.startswith("DL_ENTRY_"))
 
 
+def test_audit_checks_consume_queue_files_as_verify_does(spark, tmp_path):
+    """A forged store with three broken ConsumeQueue files (one cut short before the next file,
+    one with 7 bytes appended, an empty file after the last one): the audit's executors run
+    verify's structure check on the queues and report its CQ_FILE_SIZE findings, the same files,
+    offsets and messages; every checked code counts as verify counts it."""
+    from mqtool.formats import consumequeue as cq_fmt
+    from mqtool.spark import job
+
+    root = tmp_path / "store"
+    forge.make_store(root, forge.ForgeOptions(messages=600, seed=3, commitlog_file_size=256 * 1024,
+                                              cq_units=50))
+    queues = sorted(q for q in (root / "consumequeue").glob("*/*") if len(list(q.iterdir())) >= 2)
+    assert len(queues) >= 3
+    first = sorted(queues[0].iterdir())[0]
+    os.truncate(first, first.stat().st_size // 2)
+    with open(sorted(queues[1].iterdir())[0], "ab") as f:
+        f.write(b"x" * 7)
+    last = sorted(queues[2].iterdir())[-1]
+    (queues[2] / f"{int(last.name) + 50 * cq_fmt.CQ_STORE_UNIT_SIZE:020d}").write_bytes(b"")
+    result = job.audit(spark, [str(root)], broker_names=["cq"], split_size=SMALL_SPLIT)
+    report = verify_store(Store(root))
+    checked = set(result.summary["checks"]["checked"])
+    assert "CQ_FILE_SIZE" in checked
+    (broker,) = result.summary["brokers"]
+    assert broker["by_code"] == {c: n for c, n in report.summary["by_code"].items()
+                                 if c in checked}
+    audited_files = sorted((f["file"], f["offset"], f["severity"], f["message"])
+                           for f in result.findings if f["code"] == "CQ_FILE_SIZE")
+    assert audited_files == sorted((f.file, f.offset, f.severity, f.message)
+                                   for f in report.findings if f.code == "CQ_FILE_SIZE")
+    assert {f[0].rsplit("/", 1)[0] for f in audited_files} == \
+        {q.relative_to(root).as_posix() for q in queues[:3]}
+
+
 def schema_names():
     from mqtool.spark.schema import MESSAGE_COLUMNS, names
 

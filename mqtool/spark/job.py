@@ -13,10 +13,10 @@ over the record view (verify's unit), so they scale with the cluster.
 Finding codes, files, offsets and messages are ``verify``'s (:data:`mqtool.verify.CODES`); what a
 Spark audit checks is the CommitLog: record CRCs, lengths, self-recorded offsets, damaged
 regions, file sizes, gaps and stray files, DLedger entry headers, and queue offsets that skip or
-repeat. Severities are
-the codes' defaults (``verify`` also predicts the broker's recovery and tones down what lies past
-the recovered end; that needs the store's ConsumeQueues and checkpoint, which an audit of
-archived CommitLogs does not read).
+repeat; and of a store root, the ConsumeQueue files' sizes (:mod:`mqtool.spark.queues`, verify's
+own check run by the executors). Severities are the codes' defaults (``verify`` also predicts the
+broker's recovery and tones down what lies past the recovered end, and cross-checks queue units
+and index entries against the records: an audit does neither).
 """
 from __future__ import annotations
 
@@ -36,19 +36,23 @@ from . import schema, session
 from .plan import (DEFAULT_SPLIT_SIZE, BrokerInput, Split, check_output, finding,
                    layout_findings, make_splits, resolve_inputs)
 from .arrow import LAST_MILLI, OPENED_RECORD, audit_arrow_partition
+from .queues import QUEUE_FILE_CODES, queue_file_findings
 from .splits import check_remote_reader, export_partition
 
 #: verify's finding codes an audit computes, by verify's rules, from the CommitLog files alone
 CHECKED_CODES = ("CL_BAD_MAGIC", "CL_CRC_MISMATCH", "CL_PROP_CRC_MISMATCH", "CL_LENGTH_MISMATCH",
                  "CL_TRUNCATED", "CL_OFFSET_MISMATCH", "CL_FILE_SIZE", "CL_GAP", "CL_STRAY_FILE",
                  "DL_ENTRY_MAGIC", "DL_ENTRY_POS", "DL_ENTRY_SIZE", "DL_ENTRY_TRUNCATED",
-                 "CQ_QUEUE_GAP")
+                 "CQ_QUEUE_GAP") + QUEUE_FILE_CODES
 #: where a checked code's count can differ from verify's on the same store
 CHECK_NOTES = {
     "CL_STRAY_FILE": "names in the CommitLog directory only; verify also reports unknown files "
                      "and folders of the store root",
     "CQ_QUEUE_GAP": "over every record; verify leaves out records past the end its recovery "
                     "prediction keeps",
+    "CQ_FILE_SIZE": "ConsumeQueue files of store roots on a file system every executor reads "
+                    "(local, file://, a shared mount), by verify's own structure check; none for "
+                    "remote stores and bare CommitLog directories",
 }
 
 
@@ -651,7 +655,7 @@ def audit(spark: SparkSession, sources: list[str], *, broker_names: list[str] | 
     # used twice (findings, per-queue figures): sort the queues once
     gaps = queue_steps(records).persist(StorageLevel.MEMORY_AND_DISK)
     driver_rows = [f for b in brokers for f in layout_findings(b)] + \
-        _region_findings(sides, cutoffs, label)
+        _region_findings(sides, cutoffs, label) + queue_file_findings(spark, brokers)
     rel = _file_label(brokers)
     findings = _record_findings(records, rel).unionByName(_gap_findings(spark, gaps, rel)) \
         .unionByName(_finding_frame(spark, driver_rows))
