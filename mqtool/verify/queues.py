@@ -132,6 +132,7 @@ def queue_structure_findings(store: Store, queues, version: str) -> _Sink:
         sink.add(found)
     return sink
 
+
 _SHOWN_DANGLING = 20     # holes (and stray pre-blank units) shown per file
 _SHOWN_OUTSIDE = 50      # units pointing outside the CommitLog shown per file
 
