@@ -942,7 +942,8 @@ ENTRY_HEADER_CODES = {"magic": "DL_ENTRY_MAGIC", "pos": "DL_ENTRY_POS", "size": 
 
 def test_audit_reports_dledger_entry_header_damage_as_verify_does(spark, tmp_path):
     """Forged DLedger stores, one entry header broken per store by `fixture damage` (entries of
-    the last three data files, where the broker's recovery walk looks, and one before): the
+    the last three data files, where the broker's recovery walk looks, and one before), and one
+    whose last data file ends inside an entry (DL_ENTRY_TRUNCATED): the
     audit's DL_ENTRY_* findings are verify's, at the same files and offsets, and every checked
     code counts as verify counts it (CQ_QUEUE_GAP at least: see the summary's notes)."""
     from test_dledger_forge import options, walk_entries
@@ -963,6 +964,12 @@ def test_audit_reports_dledger_entry_header_damage_as_verify_does(spark, tmp_pat
                           "--seed", "1")
         assert proc.returncode == 0, proc.stderr
         roots[field] = root
+    # and a last data file cut in the middle of an entry
+    root = tmp_path / "truncated"
+    shutil.copytree(template, root)
+    victim = [e for e in entries if e["file"] == files[-1]][5]
+    os.truncate(root / "dledger-n0" / "data" / files[-1], victim["pos"] - int(files[-1]) + 100)
+    roots["truncated"] = root
     result = job.audit(spark, [str(r) for r in roots.values()], broker_names=list(roots),
                        split_size=16 * 1024)
     checked = set(result.summary["checks"]["checked"])
@@ -970,7 +977,7 @@ def test_audit_reports_dledger_entry_header_damage_as_verify_does(spark, tmp_pat
     for b in result.summary["brokers"]:
         report = verify_store(Store(roots[b["broker"]]))
         expected = {c: n for c, n in report.summary["by_code"].items() if c in checked}
-        assert ENTRY_HEADER_CODES[b["broker"]] in expected
+        assert ENTRY_HEADER_CODES.get(b["broker"], "DL_ENTRY_TRUNCATED") in expected
         gaps = b["by_code"].pop("CQ_QUEUE_GAP", 0)
         assert gaps >= expected.pop("CQ_QUEUE_GAP", 0)
         assert b["by_code"] == expected, b["broker"]
