@@ -251,7 +251,7 @@ from mqtool.inspect.info import _config_summary  # noqa: E402
 from mqtool.inspect.queues import iter_consume_queue_file, queue_summary  # noqa: E402
 from mqtool.inspect.small_files import config_dict, small_file_dict  # noqa: E402
 from mqtool.query.ids import describe_uniq_key, uniq_key_windows  # noqa: E402
-from mqtool.recovery import read_cq_units  # noqa: E402
+from mqtool.queue_recovery import read_cq_units  # noqa: E402
 from mqtool.store import read_fastjson  # noqa: E402
 
 CONFIG_NAMES = ["topics.json", "consumerOffset.json", "lmqConsumerOffset.json",
