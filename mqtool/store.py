@@ -27,7 +27,7 @@ from pathlib import Path
 
 import construct
 
-from .config import JAVA_INT_MAX, parse_fastjson, read_config_bytes
+from .config import JAVA_INT_MAX, parse_fastjson, read_config_bytes, text_keys
 from .errors import ParseError, StoreLayoutError, StoreNotFoundError
 from .lock import held_here
 from .mapping import map_readonly
@@ -39,9 +39,6 @@ from .formats import indexfile as idx_fmt
 
 OFFSET_NAME = re.compile(r"^\d{20}$")
 INDEX_NAME = re.compile(r"^\d{17}$")
-CONFIG_NAMES = ("topics.json", "consumerOffset.json", "subscriptionGroup.json", "delayOffset.json",
-                "consumerFilter.json", "topicQueueMapping.json", "consumerOrderInfo.json",
-                "lmqConsumerOffset.json", "messageRequestMode.json", "timermetrics")
 
 
 def parse_at(decl: construct.Construct, data, offset: int = 0, *, file: str = "", **context):
@@ -454,27 +451,7 @@ def read_fastjson(path: Path):
     data = read_config_bytes(Path(path))
     if not data.strip():
         raise ValueError("empty file")
-    return _text_keys(parse_fastjson(data.decode("utf-8", errors="replace")))
-
-
-def _text_keys(value):
-    # parse_fastjson gives Integer-keyed maps int keys; info and dump show the JSON view
-    if isinstance(value, dict):
-        return {str(k): _text_keys(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_text_keys(v) for v in value]
-    return value
-
-
-def load_config(path: Path) -> tuple[object | None, str | None]:
-    """(data, source) for a config file, falling back to ``.bak`` as ConfigManager does."""
-    for candidate in (path, path.with_name(path.name + ".bak")):
-        if candidate.is_file():
-            try:
-                return read_fastjson(candidate), candidate.name
-            except (ValueError, OSError, RecursionError):
-                continue
-    return None, None
+    return text_keys(parse_fastjson(data.decode("utf-8", errors="replace")))
 
 
 def lock_holder(path: Path) -> bool:
@@ -628,16 +605,6 @@ class Store:
     def lock_held(self) -> bool:
         path = self.root / "lock"
         return path.is_file() and lock_holder(path)
-
-    def configs(self) -> dict[str, tuple[object | None, str | None]]:
-        config_dir = self.root / "config"
-        result = {}
-        if not config_dir.is_dir():
-            return result
-        for name in CONFIG_NAMES:
-            if (config_dir / name).exists() or (config_dir / (name + ".bak")).exists():
-                result[name] = load_config(config_dir / name)
-        return result
 
     def queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         for q in self.consume_queues:

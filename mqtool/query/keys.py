@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..codec import BATCH_CQ_DTYPE
+from ..config import TOPICS, read_config
 from ..mapping import iter_units
 from ..formats import codecs
 from ..formats import commitlog as cl_fmt
@@ -35,7 +36,7 @@ def store_topics(store: Store) -> list[str]:
     """Topics this store knows of: queue directories, config/topics.json, the system topics."""
     topics = {q.topic for q in store.consume_queues} | {q.topic for q in
                                                         store.batch_consume_queues}
-    topics_json = store.configs().get("topics.json", (None, None))[0]
+    topics_json = read_config(store.root / "config" / TOPICS).document
     if isinstance(topics_json, dict) and isinstance(topics_json.get("topicConfigTable"), dict):
         topics |= set(topics_json["topicConfigTable"])
     topics |= set(SYSTEM_TOPICS)
