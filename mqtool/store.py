@@ -30,7 +30,7 @@ import construct
 from .config import JAVA_INT_MAX, parse_fastjson, read_config_bytes, text_keys
 from .errors import ParseError, StoreLayoutError, StoreNotFoundError
 from .lock import held_here
-from .mapping import map_readonly
+from .mapping import data_runs, map_readonly
 from .formats import checkpoint as ckpt_fmt
 from .formats import commitlog as cl_fmt
 from .formats import consumequeue as cq_fmt
@@ -102,22 +102,15 @@ def data_extents(fh, size: int, start: int = 0, end: int | None = None) -> list[
         return []
     fd = fh.fileno()
     extents: list[tuple[int, int]] = []
-    pos = start
     # lseek moves the descriptor's position under a buffered reader: put it back afterwards
     where = os.lseek(fd, 0, os.SEEK_CUR)
     try:
-        while pos < end:
-            try:
-                lo = os.lseek(fd, pos, os.SEEK_DATA)
-            except OSError as err:
-                if err.errno == errno.ENXIO:   # only a hole is left
-                    break
-                raise
+        for lo, hi in data_runs(fd, start):
             if lo >= end:
                 break
-            hi = min(end, os.lseek(fd, lo, os.SEEK_HOLE))
-            extents.append((lo, hi))
-            pos = hi
+            extents.append((lo, min(end, hi)))
+            if hi >= end:
+                break
     except (OSError, AttributeError):
         return [(start, end)]
     finally:
@@ -196,17 +189,11 @@ def _queue_geometry(sizes: list[int], unit_size: int) -> int:
 def written_extent(fd: int, size: int) -> int:
     """End of the last extent holding data (SEEK_DATA/SEEK_HOLE); ``size`` when the file
     system cannot tell."""
-    end, pos = 0, 0
+    end = 0
     try:
-        while pos < size:
-            try:
-                start = os.lseek(fd, pos, os.SEEK_DATA)
-            except OSError as err:
-                if err.errno == errno.ENXIO:
-                    break
-                raise
-            pos = os.lseek(fd, start, os.SEEK_HOLE)
-            end = pos
+        for _, end in data_runs(fd):
+            if end >= size:
+                break
     except (OSError, AttributeError):
         return size
     return min(size, end)
