@@ -27,8 +27,9 @@ from .formats import timer as timer_fmt
 from .recovery import RecoveryPlan, predict_recovery
 from .scan import MessageRecord, Scanner
 from .store import Store
-from .timer import (RecordReader, TimerStore, has_timer_store, load_timer_store, revised_slots,
-                    timerlog_recovery, used_slots, walk_slot)
+from .query.reader import RecordReader
+from .timer import (TimerStore, has_timer_store, load_timer_store, revised_slots, timerlog_recovery,
+                    used_slots, walk_slot)
 
 PRECISION = timer_fmt.DEFAULT_PRECISION_MS
 _DEQUEUE_MARK = timer_fmt.PROP_TIMER_DEQUEUE_MS.encode()
@@ -62,8 +63,10 @@ def _int(text: str | None) -> int | None:
 
 
 def _message(reader: RecordReader, unit: dict) -> _Message | None:
-    record = reader.at(unit["commitlog_offset"], unit["commitlog_size"])
-    return None if record is None else _Message(record, record.properties)
+    record, _ = reader.at(unit["commitlog_offset"])
+    if record is None or record.total_size != unit["commitlog_size"]:
+        return None
+    return _Message(record, record.properties)
 
 
 def _timer_entry(unit: dict, message: _Message | None) -> dict:
@@ -200,7 +203,7 @@ def timer_report(store: Store, *, start_ms: int | None = None, broker_version: s
     timer_queue_end = plan.queue_end_after_recovery(timer_fmt.TIMER_TOPIC, 0)
     ckpt = timers.checkpoint
     read_ms = ckpt["last_read_time_ms"] if ckpt else 0
-    with RecordReader(store.commitlog) as reader:
+    with RecordReader(store.commitlog, random_access=False) as reader:
         nxt = _predict_next_start(reader, timers, plan, start_ms, timer_queue_end)
         walked = _walk_wheel(timers, reader, nxt, read_ms)
         relinked = _relinked_by_load(timers, reader, nxt, walked.reached, read_ms)
