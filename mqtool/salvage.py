@@ -29,6 +29,7 @@ from typing import Callable, Iterator
 from .errors import MqtoolError
 from .formats import codecs
 from .formats import commitlog as cl_fmt
+from .formats import timer as timer_fmt
 from .consumers import is_unconsumed
 from .inspect import message_to_dict, unwrap_message_dict
 from .recovery import (BrokerRules, FileJudge, FileVerdict, RecoveryPlan, predict_recovery,
@@ -37,9 +38,9 @@ from .scan import BlankRecord, CorruptRegion, MessageRecord, Scanner, UnwrittenT
 from .store import MappedFile, Store, written_extent
 
 SCHEDULE_TOPIC = codecs.SCHEDULE_TOPIC
-TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
-TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
-TIMER_TOPIC = "rmq_sys_wheel_timer"
+TRANS_HALF_TOPIC = codecs.TRANS_HALF_TOPIC
+TRANS_OP_HALF_TOPIC = codecs.TRANS_OP_HALF_TOPIC
+TIMER_TOPIC = timer_fmt.TIMER_TOPIC
 _TX_MASK = cl_fmt.TRANSACTION_TYPE_MASK
 _DISPATCHED = (cl_fmt.TRANSACTION_NOT_TYPE, cl_fmt.TRANSACTION_COMMIT_TYPE)
 _RELEASE_EVERY = 64 * 1024 * 1024
