@@ -214,6 +214,15 @@ def message_keys(properties: dict[str, str]) -> list[str]:
     return [k for k in keys.split(" ") if k]
 
 
+def property_int(text: str | None) -> int | None:
+    """A numeric property's value (REAL_QID, DELAY, TIMER_OUT_MS, ...) as an int; None when the
+    property is absent or its text is not a number."""
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
+
+
 # --- property CRC (5.2+, enabledAppendPropCRC) --------------------------------------------------
 
 def prop_crc_digits(crc: int) -> str:

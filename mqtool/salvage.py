@@ -451,13 +451,6 @@ EXPORT_KINDS = ("normal", "delayed", "timer", "retry", "dlq", "transaction-half"
                 "transaction-rollback")
 
 
-def _int_or_none(text: str | None) -> int | None:
-    try:
-        return int(text) if text is not None else None
-    except ValueError:
-        return None
-
-
 def replay_fields(record: MessageRecord, properties: dict[str, str]) -> dict:
     """What a replay needs beyond the record: the kind, the real topic and queue a delayed,
     timer or transaction-half message belongs to, and when a delayed one is due."""
@@ -470,8 +463,8 @@ def replay_fields(record: MessageRecord, properties: dict[str, str]) -> dict:
         deliver = codecs.tags_code(topic, properties, record.store_timestamp)
     elif topic == TIMER_TOPIC:
         kind = "timer"
-        deliver = _int_or_none(properties.get("TIMER_OUT_MS")
-                               or properties.get("TIMER_DELIVER_MS"))
+        deliver = codecs.property_int(properties.get("TIMER_OUT_MS")
+                                      or properties.get("TIMER_DELIVER_MS"))
     elif topic == TRANS_HALF_TOPIC:
         kind = "transaction-half"
     elif topic == TRANS_OP_HALF_TOPIC:
@@ -490,9 +483,9 @@ def replay_fields(record: MessageRecord, properties: dict[str, str]) -> dict:
         kind = "normal"
     if kind in ("delayed", "timer", "transaction-half") and properties.get("REAL_TOPIC"):
         real_topic = properties["REAL_TOPIC"]
-        real_queue = _int_or_none(properties.get("REAL_QID"))
+        real_queue = codecs.property_int(properties.get("REAL_QID"))
     return {"kind": kind, "real_topic": real_topic, "real_queue_id": real_queue,
-            "delay_level": _int_or_none(properties.get("DELAY")),
+            "delay_level": codecs.property_int(properties.get("DELAY")),
             "deliver_timestamp": deliver,
             "transaction_id": properties.get("__transactionId__")}
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from .errors import MqtoolError
 from .formats import timer as timer_fmt
+from .formats.codecs import property_int
 from .recovery import RecoveryPlan, predict_recovery
 from .scan import MessageRecord, Scanner
 from .store import Store
@@ -55,13 +56,6 @@ class _Message:
     properties: dict
 
 
-def _int(text: str | None) -> int | None:
-    try:
-        return int(text) if text is not None else None
-    except ValueError:
-        return None
-
-
 def _message(reader: RecordReader, unit: dict) -> _Message | None:
     record, _ = reader.at(unit["commitlog_offset"])
     if record is None or record.total_size != unit["commitlog_size"]:
@@ -87,12 +81,12 @@ def _timer_entry(unit: dict, message: _Message | None) -> dict:
             "topic": record.topic, "queue_id": record.queue_id,
             "queue_offset": record.queue_offset,
             "real_topic": props.get(timer_fmt.PROP_REAL_TOPIC),
-            "real_queue_id": _int(props.get(timer_fmt.PROP_REAL_QID)),
+            "real_queue_id": property_int(props.get(timer_fmt.PROP_REAL_QID)),
             "uniq_key": props.get("UNIQ_KEY"), "keys": props.get("KEYS"),
             "tags": props.get("TAGS"),
-            "timer_out_ms": _int(props.get(timer_fmt.PROP_TIMER_OUT_MS)),
-            "timer_deliver_ms": _int(props.get(timer_fmt.PROP_TIMER_DELIVER_MS)),
-            "timer_delay_sec": _int(props.get(timer_fmt.PROP_TIMER_DELAY_SEC)),
+            "timer_out_ms": property_int(props.get(timer_fmt.PROP_TIMER_OUT_MS)),
+            "timer_deliver_ms": property_int(props.get(timer_fmt.PROP_TIMER_DELIVER_MS)),
+            "timer_delay_sec": property_int(props.get(timer_fmt.PROP_TIMER_DELAY_SEC)),
             "cancels_uniq_key": props.get(timer_fmt.PROP_TIMER_DEL_UNIQKEY),
         })
     return entry
@@ -337,9 +331,9 @@ def _look_up_copies(store: Store, timers: TimerStore, delivered: list[dict], pla
         enqueued = live and nxt.requeue_from is not None \
             and record.queue_offset >= nxt.requeue_from
         awaiting.append({**record.brief(), "real_topic": props.get(timer_fmt.PROP_REAL_TOPIC),
-                         "real_queue_id": _int(props.get(timer_fmt.PROP_REAL_QID)),
+                         "real_queue_id": property_int(props.get(timer_fmt.PROP_REAL_QID)),
                          "uniq_key": props.get("UNIQ_KEY"), "keys": props.get("KEYS"),
-                         "timer_out_ms": _int(props.get(timer_fmt.PROP_TIMER_OUT_MS)),
+                         "timer_out_ms": property_int(props.get(timer_fmt.PROP_TIMER_OUT_MS)),
                          "next_start": "enqueued-at-start" if enqueued else
                          FATE_LOST_TRUNCATED if not live else "never-enqueued"})
     return found, awaiting
