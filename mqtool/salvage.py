@@ -126,6 +126,14 @@ class _FileMapper:
         self.hole.end = max(self.hole.end, end)
         return self.hole
 
+    def _zeros_into_hole(self) -> None:
+        # zeros with more data after them are not the unwritten tail: a zeroed range of a hole
+        if self.zeros is not None:
+            hole = self._open_hole(*self.zeros)
+            if "zeroed" not in hole.kinds:
+                hole.kinds.append("zeroed")
+            self.zeros = None
+
     def _close_hole(self, after: dict | None) -> None:
         if self.hole is not None:
             self.hole.after = after
@@ -134,11 +142,7 @@ class _FileMapper:
 
     def message(self, record: MessageRecord) -> None:
         brief = record.brief()
-        if self.zeros is not None:
-            hole = self._open_hole(*self.zeros)
-            if "zeroed" not in hole.kinds:
-                hole.kinds.append("zeroed")
-            self.zeros = None
+        self._zeros_into_hole()
         self._close_hole(brief)
         island = self.island
         if island is None:
@@ -156,11 +160,7 @@ class _FileMapper:
         self.island = None
         if end <= start:
             return
-        if self.zeros is not None:
-            hole = self._open_hole(*self.zeros)
-            if "zeroed" not in hole.kinds:
-                hole.kinds.append("zeroed")
-            self.zeros = None
+        self._zeros_into_hole()
         hole = self._open_hole(start, end)
         if kind not in hole.kinds:
             hole.kinds.append(kind)
