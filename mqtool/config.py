@@ -169,9 +169,15 @@ class _Parser:
             char = self.text[self.pos]
             shown = repr(char) if char.isprintable() else f"U+{ord(char):04X}"
             raise self.fail(f"expected a key, found {shown}")
-        self.pos = match.end()
         word = match.group(0)
-        return int(word) if word.lstrip("-").isdigit() else word
+        if word.lstrip("-").isdigit():
+            if len(word) > MAX_NUMBER_CHARS:
+                # as for a value: no map key is that long, and Python refuses to convert it
+                raise self.fail(f"a numeric key of {len(word):,} characters")
+            self.pos = match.end()
+            return int(word)
+        self.pos = match.end()
+        return word
 
     def expect(self, char: str, what: str) -> None:
         self.skip()
