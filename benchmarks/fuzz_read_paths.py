@@ -38,8 +38,8 @@ from mqtool.inspect.info import _config_summary  # noqa: E402
 from mqtool.inspect.queues import iter_batch_consume_queue_file, iter_consume_queue_file  # noqa: E402
 from mqtool.inspect.small_files import checkpoint_dict, config_dict, small_file_dict  # noqa: E402
 from mqtool.query.ids import describe_uniq_key, uniq_key_windows  # noqa: E402
-from mqtool.recovery import (BATCH_CONSUME_QUEUE, CONSUME_QUEUE, read_cq_units,  # noqa: E402
-                             recover_consume_queue, truncate_dirty_logic)
+from mqtool.queue_recovery import (BATCH_CONSUME_QUEUE, CONSUME_QUEUE, read_cq_units,  # noqa: E402
+                                   recover_consume_queue, truncate_dirty_logic)
 from mqtool.store import ConsumeQueue, Segment, parse_at, read_fastjson  # noqa: E402
 
 STORE = HERE.parent / "fixtures" / "rocketmq-4.9.8" / "clean-small" / "store"

@@ -17,6 +17,9 @@ PROP_CRC_KEY = "__CRC32#"
 CRC32_RESERVED_LEN = 20
 
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+# where a transaction's prepared (half) messages and their commit/rollback op records are stored
+TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 # MessageStoreConfig.messageDelayLevel default: levels 1..18
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 _DELAY_UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -209,6 +212,15 @@ def message_keys(properties: dict[str, str]) -> list[str]:
     if not keys:
         return []
     return [k for k in keys.split(" ") if k]
+
+
+def property_int(text: str | None) -> int | None:
+    """A numeric property's value (REAL_QID, DELAY, TIMER_OUT_MS, ...) as an int; None when the
+    property is absent or its text is not a number."""
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
 
 
 # --- property CRC (5.2+, enabledAppendPropCRC) --------------------------------------------------

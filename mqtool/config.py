@@ -49,6 +49,10 @@ CONSUMER_CONFIGS = (TOPICS, CONSUMER_OFFSET, SUBSCRIPTION_GROUP, DELAY_OFFSET)
 #: exist only in 5.x stores)
 STARTUP_CONFIGS = (TOPICS, "topicQueueMapping.json", CONSUMER_OFFSET, SUBSCRIPTION_GROUP,
                    "consumerFilter.json", "consumerOrderInfo.json", DELAY_OFFSET)
+#: every JSON table a 4.x/5.x broker persists under config/ (what ``info`` summarises)
+STORE_CONFIGS = (TOPICS, CONSUMER_OFFSET, SUBSCRIPTION_GROUP, DELAY_OFFSET, "consumerFilter.json",
+                 "topicQueueMapping.json", "consumerOrderInfo.json", "lmqConsumerOffset.json",
+                 "messageRequestMode.json", "timermetrics")
 #: RocksDB metadata folders of 5.x under config/, and what each holds
 ROCKSDB_DIRS = {
     "rdb": "all metadata (5.x ConfigStorage, v2)",
@@ -165,9 +169,15 @@ class _Parser:
             char = self.text[self.pos]
             shown = repr(char) if char.isprintable() else f"U+{ord(char):04X}"
             raise self.fail(f"expected a key, found {shown}")
-        self.pos = match.end()
         word = match.group(0)
-        return int(word) if word.lstrip("-").isdigit() else word
+        if word.lstrip("-").isdigit():
+            if len(word) > MAX_NUMBER_CHARS:
+                # as for a value: no map key is that long, and Python refuses to convert it
+                raise self.fail(f"a numeric key of {len(word):,} characters")
+            self.pos = match.end()
+            return int(word)
+        self.pos = match.end()
+        return word
 
     def expect(self, char: str, what: str) -> None:
         self.skip()
@@ -256,6 +266,16 @@ def read_fastjson_file(path: Path):
     if not data:
         raise FastjsonError("empty file")
     return parse_fastjson(data.decode("utf-8", errors="replace"))
+
+
+def text_keys(value):
+    """A decoded document with every object key as text (``0`` -> ``"0"``), as JSON writes it:
+    :func:`parse_fastjson` gives Integer-keyed maps int keys; info and dump show the JSON view."""
+    if isinstance(value, dict):
+        return {str(k): text_keys(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [text_keys(v) for v in value]
+    return value
 
 
 def read_config_bytes(path: Path) -> bytes:

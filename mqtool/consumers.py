@@ -34,8 +34,9 @@ from .errors import MqtoolError, ParseError
 from .formats import codecs
 from .formats import commitlog as cl_fmt
 from .formats import consumequeue as cq_fmt
-from .recovery import (BATCH_CONSUME_QUEUE, CONSUME_QUEUE, RecoveryPlan, iter_cq_units,
-                       queue_kinds, recover_consume_queue)
+from .queue_recovery import (BATCH_CONSUME_QUEUE, CONSUME_QUEUE, iter_cq_units, queue_kinds,
+                             recover_consume_queue)
+from .recovery import RecoveryPlan
 from .scan import MessageRecord, RecordBatch, Scanner, TopicTable, message_at
 from .store import ConsumeQueue, Store
 from .vocabulary import CONSUMER_CODES, ERROR, VERSION_49, WARNING

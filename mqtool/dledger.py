@@ -198,7 +198,7 @@ def predict_dledger_recovery(store: Store, plan, loaded_kinds, progress=None):
     """Fill ``plan`` (a :class:`mqtool.recovery.RecoveryPlan` with the parts both layouts share:
     ConsumeQueue recovery, IndexFiles an abnormal start deletes, file-size refusals) with what
     DLedger's recovery does. Returns the plan."""
-    from .recovery import truncate_dirty_logic
+    from .queue_recovery import truncate_dirty_logic
 
     dledger = store.dledger
     files = dledger.data_segments

@@ -34,38 +34,47 @@ def _mmap_call():
     return _libc.mmap
 
 
+def data_runs(fd: int, start: int = 0):
+    """The file system's data extents of ``fd`` from ``start`` on, as (lo, hi) byte ranges in
+    order (SEEK_DATA / SEEK_HOLE), asked for one at a time so a caller stops where it likes;
+    everything between them is a hole and reads as zeros. Raises OSError (or AttributeError
+    without SEEK_DATA) where the file system cannot tell: each caller has its own fallback.
+    Moves the descriptor's position."""
+    pos = start
+    while True:
+        try:
+            lo = os.lseek(fd, pos, os.SEEK_DATA)
+        except OSError as err:
+            if err.errno == errno.ENXIO:   # only a hole is left
+                return
+            raise
+        pos = os.lseek(fd, lo, os.SEEK_HOLE)
+        yield lo, pos
+
+
 def holes(fd: int, length: int) -> list[tuple[int, int]]:
     """Page-aligned (start, end) ranges within the first ``length`` bytes of ``fd`` that are
     holes; [] when the file system cannot tell."""
-    found: list[tuple[int, int]] = []
-    pos = 0
+    gaps: list[tuple[int, int]] = []
+    data_end = 0
     try:
-        while pos < length:
-            try:
-                hole = os.lseek(fd, pos, os.SEEK_HOLE)
-            except OSError as err:
-                if err.errno == errno.ENXIO:
-                    break
-                raise
-            if hole >= length:
+        for lo, hi in data_runs(fd):
+            if lo >= length:
                 break
-            try:
-                data = os.lseek(fd, hole, os.SEEK_DATA)
-            except OSError as err:
-                if err.errno != errno.ENXIO:
-                    raise
-                data = length
-            start = hole + (-hole % _PAGE)
-            if data >= length:
-                # to the end of the map, whose last page runs past the data (zeros too)
-                end = length + (-length % _PAGE)
-            else:
-                end = data - data % _PAGE
-            if end > start:
-                found.append((start, end))
-            pos = max(data, hole + 1)
+            gaps.append((data_end, lo - lo % _PAGE))
+            data_end = hi
+            if hi >= length:
+                break
     except (OSError, AttributeError):
         return []
+    if data_end < length:
+        # to the end of the map, whose last page runs past the data (zeros too)
+        gaps.append((data_end, length + (-length % _PAGE)))
+    found = []
+    for lo, hi in gaps:
+        lo += -lo % _PAGE
+        if hi > lo:
+            found.append((lo, hi))
     return found
 
 

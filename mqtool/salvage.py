@@ -29,6 +29,7 @@ from typing import Callable, Iterator
 from .errors import MqtoolError
 from .formats import codecs
 from .formats import commitlog as cl_fmt
+from .formats import timer as timer_fmt
 from .consumers import is_unconsumed
 from .inspect import message_to_dict, unwrap_message_dict
 from .recovery import (BrokerRules, FileJudge, FileVerdict, RecoveryPlan, predict_recovery,
@@ -37,9 +38,9 @@ from .scan import BlankRecord, CorruptRegion, MessageRecord, Scanner, UnwrittenT
 from .store import MappedFile, Store, written_extent
 
 SCHEDULE_TOPIC = codecs.SCHEDULE_TOPIC
-TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
-TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
-TIMER_TOPIC = "rmq_sys_wheel_timer"
+TRANS_HALF_TOPIC = codecs.TRANS_HALF_TOPIC
+TRANS_OP_HALF_TOPIC = codecs.TRANS_OP_HALF_TOPIC
+TIMER_TOPIC = timer_fmt.TIMER_TOPIC
 _TX_MASK = cl_fmt.TRANSACTION_TYPE_MASK
 _DISPATCHED = (cl_fmt.TRANSACTION_NOT_TYPE, cl_fmt.TRANSACTION_COMMIT_TYPE)
 _RELEASE_EVERY = 64 * 1024 * 1024
@@ -125,6 +126,14 @@ class _FileMapper:
         self.hole.end = max(self.hole.end, end)
         return self.hole
 
+    def _zeros_into_hole(self) -> None:
+        # zeros with more data after them are not the unwritten tail: a zeroed range of a hole
+        if self.zeros is not None:
+            hole = self._open_hole(*self.zeros)
+            if "zeroed" not in hole.kinds:
+                hole.kinds.append("zeroed")
+            self.zeros = None
+
     def _close_hole(self, after: dict | None) -> None:
         if self.hole is not None:
             self.hole.after = after
@@ -133,11 +142,7 @@ class _FileMapper:
 
     def message(self, record: MessageRecord) -> None:
         brief = record.brief()
-        if self.zeros is not None:
-            hole = self._open_hole(*self.zeros)
-            if "zeroed" not in hole.kinds:
-                hole.kinds.append("zeroed")
-            self.zeros = None
+        self._zeros_into_hole()
         self._close_hole(brief)
         island = self.island
         if island is None:
@@ -155,11 +160,7 @@ class _FileMapper:
         self.island = None
         if end <= start:
             return
-        if self.zeros is not None:
-            hole = self._open_hole(*self.zeros)
-            if "zeroed" not in hole.kinds:
-                hole.kinds.append("zeroed")
-            self.zeros = None
+        self._zeros_into_hole()
         hole = self._open_hole(start, end)
         if kind not in hole.kinds:
             hole.kinds.append(kind)
@@ -450,13 +451,6 @@ EXPORT_KINDS = ("normal", "delayed", "timer", "retry", "dlq", "transaction-half"
                 "transaction-rollback")
 
 
-def _int_or_none(text: str | None) -> int | None:
-    try:
-        return int(text) if text is not None else None
-    except ValueError:
-        return None
-
-
 def replay_fields(record: MessageRecord, properties: dict[str, str]) -> dict:
     """What a replay needs beyond the record: the kind, the real topic and queue a delayed,
     timer or transaction-half message belongs to, and when a delayed one is due."""
@@ -469,8 +463,8 @@ def replay_fields(record: MessageRecord, properties: dict[str, str]) -> dict:
         deliver = codecs.tags_code(topic, properties, record.store_timestamp)
     elif topic == TIMER_TOPIC:
         kind = "timer"
-        deliver = _int_or_none(properties.get("TIMER_OUT_MS")
-                               or properties.get("TIMER_DELIVER_MS"))
+        deliver = codecs.property_int(properties.get("TIMER_OUT_MS")
+                                      or properties.get("TIMER_DELIVER_MS"))
     elif topic == TRANS_HALF_TOPIC:
         kind = "transaction-half"
     elif topic == TRANS_OP_HALF_TOPIC:
@@ -489,9 +483,9 @@ def replay_fields(record: MessageRecord, properties: dict[str, str]) -> dict:
         kind = "normal"
     if kind in ("delayed", "timer", "transaction-half") and properties.get("REAL_TOPIC"):
         real_topic = properties["REAL_TOPIC"]
-        real_queue = _int_or_none(properties.get("REAL_QID"))
+        real_queue = codecs.property_int(properties.get("REAL_QID"))
     return {"kind": kind, "real_topic": real_topic, "real_queue_id": real_queue,
-            "delay_level": _int_or_none(properties.get("DELAY")),
+            "delay_level": codecs.property_int(properties.get("DELAY")),
             "deliver_timestamp": deliver,
             "transaction_id": properties.get("__transactionId__")}
 

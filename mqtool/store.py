@@ -27,10 +27,10 @@ from pathlib import Path
 
 import construct
 
-from .config import JAVA_INT_MAX, parse_fastjson, read_config_bytes
+from .config import JAVA_INT_MAX, parse_fastjson, read_config_bytes, text_keys
 from .errors import ParseError, StoreLayoutError, StoreNotFoundError
 from .lock import held_here
-from .mapping import map_readonly
+from .mapping import data_runs, map_readonly
 from .formats import checkpoint as ckpt_fmt
 from .formats import commitlog as cl_fmt
 from .formats import consumequeue as cq_fmt
@@ -39,9 +39,6 @@ from .formats import indexfile as idx_fmt
 
 OFFSET_NAME = re.compile(r"^\d{20}$")
 INDEX_NAME = re.compile(r"^\d{17}$")
-CONFIG_NAMES = ("topics.json", "consumerOffset.json", "subscriptionGroup.json", "delayOffset.json",
-                "consumerFilter.json", "topicQueueMapping.json", "consumerOrderInfo.json",
-                "lmqConsumerOffset.json", "messageRequestMode.json", "timermetrics")
 
 
 def parse_at(decl: construct.Construct, data, offset: int = 0, *, file: str = "", **context):
@@ -105,22 +102,15 @@ def data_extents(fh, size: int, start: int = 0, end: int | None = None) -> list[
         return []
     fd = fh.fileno()
     extents: list[tuple[int, int]] = []
-    pos = start
     # lseek moves the descriptor's position under a buffered reader: put it back afterwards
     where = os.lseek(fd, 0, os.SEEK_CUR)
     try:
-        while pos < end:
-            try:
-                lo = os.lseek(fd, pos, os.SEEK_DATA)
-            except OSError as err:
-                if err.errno == errno.ENXIO:   # only a hole is left
-                    break
-                raise
+        for lo, hi in data_runs(fd, start):
             if lo >= end:
                 break
-            hi = min(end, os.lseek(fd, lo, os.SEEK_HOLE))
-            extents.append((lo, hi))
-            pos = hi
+            extents.append((lo, min(end, hi)))
+            if hi >= end:
+                break
     except (OSError, AttributeError):
         return [(start, end)]
     finally:
@@ -199,17 +189,11 @@ def _queue_geometry(sizes: list[int], unit_size: int) -> int:
 def written_extent(fd: int, size: int) -> int:
     """End of the last extent holding data (SEEK_DATA/SEEK_HOLE); ``size`` when the file
     system cannot tell."""
-    end, pos = 0, 0
+    end = 0
     try:
-        while pos < size:
-            try:
-                start = os.lseek(fd, pos, os.SEEK_DATA)
-            except OSError as err:
-                if err.errno == errno.ENXIO:
-                    break
-                raise
-            pos = os.lseek(fd, start, os.SEEK_HOLE)
-            end = pos
+        for _, end in data_runs(fd):
+            if end >= size:
+                break
     except (OSError, AttributeError):
         return size
     return min(size, end)
@@ -454,27 +438,7 @@ def read_fastjson(path: Path):
     data = read_config_bytes(Path(path))
     if not data.strip():
         raise ValueError("empty file")
-    return _text_keys(parse_fastjson(data.decode("utf-8", errors="replace")))
-
-
-def _text_keys(value):
-    # parse_fastjson gives Integer-keyed maps int keys; info and dump show the JSON view
-    if isinstance(value, dict):
-        return {str(k): _text_keys(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_text_keys(v) for v in value]
-    return value
-
-
-def load_config(path: Path) -> tuple[object | None, str | None]:
-    """(data, source) for a config file, falling back to ``.bak`` as ConfigManager does."""
-    for candidate in (path, path.with_name(path.name + ".bak")):
-        if candidate.is_file():
-            try:
-                return read_fastjson(candidate), candidate.name
-            except (ValueError, OSError, RecursionError):
-                continue
-    return None, None
+    return text_keys(parse_fastjson(data.decode("utf-8", errors="replace")))
 
 
 def lock_holder(path: Path) -> bool:
@@ -628,16 +592,6 @@ class Store:
     def lock_held(self) -> bool:
         path = self.root / "lock"
         return path.is_file() and lock_holder(path)
-
-    def configs(self) -> dict[str, tuple[object | None, str | None]]:
-        config_dir = self.root / "config"
-        result = {}
-        if not config_dir.is_dir():
-            return result
-        for name in CONFIG_NAMES:
-            if (config_dir / name).exists() or (config_dir / (name + ".bak")).exists():
-                result[name] = load_config(config_dir / name)
-        return result
 
     def queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         for q in self.consume_queues:

@@ -7,7 +7,6 @@ the CommitLog. What the timers mean (pending, delivered, their fate at the next 
 :mod:`mqtool.timers`."""
 from __future__ import annotations
 
-import struct
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,11 +15,11 @@ from typing import TYPE_CHECKING, Iterator
 import numpy as np
 
 from .codec import TIMERLOG_BLANK, TIMERLOG_UNIT, numpy_dtype
-from .errors import MqtoolError, ParseError
+from .errors import ParseError
 from .formats import commitlog as cl_fmt
 from .formats import timer as timer_fmt
-from .scan import MessageRecord, decode_message
-from .store import CommitLog, MappedFile, Store, _offset_files, parse_at
+from .query.reader import RecordReader
+from .store import MappedFile, Store, _offset_files, parse_at
 
 if TYPE_CHECKING:
     from .recovery import RecoveryPlan
@@ -202,41 +201,6 @@ def walk_slot(units: dict[int, dict], slot: dict) -> tuple[list[dict], str | Non
     return chain, None
 
 
-class RecordReader:
-    """The CommitLog records timer units point at, each CommitLog file mapped once (a TimerLog
-    holds a unit per timer message: millions of look-ups on a busy broker)."""
-
-    def __init__(self, commitlog: CommitLog):
-        self.commitlog = commitlog
-        self._mapped: dict[int, MappedFile] = {}
-
-    def at(self, offset: int, size: int | None = None) -> MessageRecord | None:
-        """The record starting at ``offset`` (of ``size`` bytes when given), else None."""
-        seg = self.commitlog.segment_for(offset) if offset >= 0 else None
-        if seg is None:
-            return None
-        mf = self._mapped.get(seg.base_offset)
-        if mf is None:
-            mf = self._mapped[seg.base_offset] = MappedFile(seg.path)
-        try:
-            record = decode_message(mf.data, offset - seg.base_offset, mf.size, seg.base_offset,
-                                    False)
-        except (MqtoolError, struct.error):
-            return None
-        return record if size is None or record.total_size == size else None
-
-    def close(self) -> None:
-        for mf in self._mapped.values():
-            mf.close()
-        self._mapped.clear()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-
 def timerlog_recovery(timers: TimerStore) -> tuple[int, int]:
     """TimerMessageStore.recoverAndRevise on load: (where its walk starts, where it cuts the
     log). It starts at the file holding lastTimerLogFlushPos minus one file size and reads unit
@@ -303,7 +267,7 @@ def check_timer_store(store: Store, *, plan: RecoveryPlan | None = None) -> list
 
     timers = load_timer_store(store)
     _check_timerlog_files(timers, add)
-    with RecordReader(store.commitlog) as reader:
+    with RecordReader(store.commitlog, random_access=False) as reader:
         targets = _check_units(store, timers, reader, add)
     _check_checkpoint(store, timers, add)
     _check_wheel(store, timers, targets, plan, add)
@@ -345,7 +309,7 @@ def _check_units(store: Store, timers: TimerStore, reader: RecordReader, add) ->
                 f"TimerLog unit at {position} points at CommitLog offset {offset}, past the "
                 f"CommitLog (it ends at {commitlog_end})", commitlog_offset=offset)
             continue
-        target = reader.at(offset)
+        target, _ = reader.at(offset)
         if target is None:
             add("TIMER_DANGLING", rel, at,
                 f"TimerLog unit at {position} points at CommitLog offset {offset}, where no "

@@ -24,11 +24,13 @@ from dataclasses import dataclass
 
 from .errors import MqtoolError
 from .formats import timer as timer_fmt
+from .formats.codecs import property_int
 from .recovery import RecoveryPlan, predict_recovery
 from .scan import MessageRecord, Scanner
 from .store import Store
-from .timer import (RecordReader, TimerStore, has_timer_store, load_timer_store, revised_slots,
-                    timerlog_recovery, used_slots, walk_slot)
+from .query.reader import RecordReader
+from .timer import (TimerStore, has_timer_store, load_timer_store, revised_slots, timerlog_recovery,
+                    used_slots, walk_slot)
 
 PRECISION = timer_fmt.DEFAULT_PRECISION_MS
 _DEQUEUE_MARK = timer_fmt.PROP_TIMER_DEQUEUE_MS.encode()
@@ -54,16 +56,11 @@ class _Message:
     properties: dict
 
 
-def _int(text: str | None) -> int | None:
-    try:
-        return int(text) if text is not None else None
-    except ValueError:
-        return None
-
-
 def _message(reader: RecordReader, unit: dict) -> _Message | None:
-    record = reader.at(unit["commitlog_offset"], unit["commitlog_size"])
-    return None if record is None else _Message(record, record.properties)
+    record, _ = reader.at(unit["commitlog_offset"])
+    if record is None or record.total_size != unit["commitlog_size"]:
+        return None
+    return _Message(record, record.properties)
 
 
 def _timer_entry(unit: dict, message: _Message | None) -> dict:
@@ -84,12 +81,12 @@ def _timer_entry(unit: dict, message: _Message | None) -> dict:
             "topic": record.topic, "queue_id": record.queue_id,
             "queue_offset": record.queue_offset,
             "real_topic": props.get(timer_fmt.PROP_REAL_TOPIC),
-            "real_queue_id": _int(props.get(timer_fmt.PROP_REAL_QID)),
+            "real_queue_id": property_int(props.get(timer_fmt.PROP_REAL_QID)),
             "uniq_key": props.get("UNIQ_KEY"), "keys": props.get("KEYS"),
             "tags": props.get("TAGS"),
-            "timer_out_ms": _int(props.get(timer_fmt.PROP_TIMER_OUT_MS)),
-            "timer_deliver_ms": _int(props.get(timer_fmt.PROP_TIMER_DELIVER_MS)),
-            "timer_delay_sec": _int(props.get(timer_fmt.PROP_TIMER_DELAY_SEC)),
+            "timer_out_ms": property_int(props.get(timer_fmt.PROP_TIMER_OUT_MS)),
+            "timer_deliver_ms": property_int(props.get(timer_fmt.PROP_TIMER_DELIVER_MS)),
+            "timer_delay_sec": property_int(props.get(timer_fmt.PROP_TIMER_DELAY_SEC)),
             "cancels_uniq_key": props.get(timer_fmt.PROP_TIMER_DEL_UNIQKEY),
         })
     return entry
@@ -200,7 +197,7 @@ def timer_report(store: Store, *, start_ms: int | None = None, broker_version: s
     timer_queue_end = plan.queue_end_after_recovery(timer_fmt.TIMER_TOPIC, 0)
     ckpt = timers.checkpoint
     read_ms = ckpt["last_read_time_ms"] if ckpt else 0
-    with RecordReader(store.commitlog) as reader:
+    with RecordReader(store.commitlog, random_access=False) as reader:
         nxt = _predict_next_start(reader, timers, plan, start_ms, timer_queue_end)
         walked = _walk_wheel(timers, reader, nxt, read_ms)
         relinked = _relinked_by_load(timers, reader, nxt, walked.reached, read_ms)
@@ -334,9 +331,9 @@ def _look_up_copies(store: Store, timers: TimerStore, delivered: list[dict], pla
         enqueued = live and nxt.requeue_from is not None \
             and record.queue_offset >= nxt.requeue_from
         awaiting.append({**record.brief(), "real_topic": props.get(timer_fmt.PROP_REAL_TOPIC),
-                         "real_queue_id": _int(props.get(timer_fmt.PROP_REAL_QID)),
+                         "real_queue_id": property_int(props.get(timer_fmt.PROP_REAL_QID)),
                          "uniq_key": props.get("UNIQ_KEY"), "keys": props.get("KEYS"),
-                         "timer_out_ms": _int(props.get(timer_fmt.PROP_TIMER_OUT_MS)),
+                         "timer_out_ms": property_int(props.get(timer_fmt.PROP_TIMER_OUT_MS)),
                          "next_start": "enqueued-at-start" if enqueued else
                          FATE_LOST_TRUNCATED if not live else "never-enqueued"})
     return found, awaiting

@@ -155,6 +155,30 @@ def test_batch_consume_queue_file(tmp_path, mqtool):
             summary["min_offset"], summary["max_offset"]) == ("BatchTopic", 3, 2, 1, 0, 5)
 
 
+@pytest.mark.parametrize("kind, unit_size", [("consumequeue", 20), ("batchconsumequeue", 46)])
+def test_queue_file_with_a_partial_last_unit(tmp_path, fixture_store, mqtool, kind, unit_size):
+    # bytes past the last whole unit (a file cut mid-unit) come as one partial-unit record after
+    # the units: 2 whole units and 7 bytes, the units taken from the broker-written CQ file or
+    # built from the BatchConsumeQueue declaration
+    from mqtool.formats.consumequeue import batch_consumequeue_unit
+    real = fixture_store / "consumequeue" / "TopicTest" / "0" / "00000000000000000000"
+    whole = real.read_bytes()[:2 * 20] if kind == "consumequeue" else b"".join(
+        batch_consumequeue_unit.build(dict(commitlog_offset=300 * i, size=300, tags_code=7,
+                                           store_timestamp=1_700_000_000_000, msg_base_offset=i,
+                                           batch_size=1, compacted_offset=-1, reserved=0))
+        for i in range(2))
+    path = tmp_path / "store" / kind / "TopicTest" / "0" / "00000000000000000000"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(whole + b"\x01" * 7)
+    records = _lines(mqtool("dump", path, "--json"))
+    assert records[-1] == {"record_type": f"{kind}/partial-unit", "file": path.name,
+                           "topic": "TopicTest", "queue_id": 0, "file_offset": 2 * unit_size,
+                           "length": 7,
+                           "detail": f"file size {2 * unit_size + 7} is not a multiple of "
+                                     f"{unit_size}; the last 7 bytes are not a whole unit"}
+    assert [r["record_type"] for r in records[:-1]] == [f"{kind}/unit"] * 2
+
+
 # --- IndexFile -----------------------------------------------------------------------------------
 
 def _index_keys(message: dict) -> set[int]:

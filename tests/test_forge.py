@@ -26,7 +26,8 @@ from mqtool.formats import commitlog as cl_fmt
 from mqtool.formats import consumequeue as cq_fmt
 from mqtool.formats import indexfile as idx_fmt
 from mqtool.scan import MessageRecord, Scanner, message_at
-from mqtool.store import Store, load_config
+from mqtool.config import read_config, text_keys
+from mqtool.store import Store
 
 # MessageStoreConfig.messageDelayLevel default, in ms (spec §3)
 DELAY_MS = [1_000, 5_000, 10_000, 30_000, 60_000, 120_000, 180_000, 240_000, 300_000, 360_000,
@@ -356,23 +357,23 @@ def test_fastjson_configs(made):
     assert "{0:" in text and '"0"' not in text
     with pytest.raises(json.JSONDecodeError):
         json.loads(text)
-    offsets, source = load_config(config / "consumerOffset.json")
-    assert source == "consumerOffset.json"
-    table = offsets["offsetTable"]
+    offsets = read_config(config / "consumerOffset.json")
+    assert offsets.used == "consumerOffset.json"
+    table = text_keys(offsets.document)["offsetTable"]
     for topic in options().topics:
         queues = table[f"{topic}@GroupA"]
         for qid, value in queues.items():
             assert 0 <= value <= summary["queue_offsets"][topic][qid]
-    topics, _ = load_config(config / "topics.json")
+    topics = read_config(config / "topics.json").document
     for topic in summary["topics"]:
         assert topics["topicConfigTable"][topic]["readQueueNums"] == options().queues
     assert topics["topicConfigTable"]["SCHEDULE_TOPIC_XXXX"]["writeQueueNums"] == 18
-    delay, _ = load_config(config / "delayOffset.json")
+    delay = read_config(config / "delayOffset.json").document
     for level, value in delay["offsetTable"].items():
         assert 0 <= value <= summary["queue_offsets"]["SCHEDULE_TOPIC_XXXX"][str(int(level) - 1)]
     # an empty main file falls back to .bak, as ConfigManager does
     (config / "delayOffset.json").write_text("")
-    assert load_config(config / "delayOffset.json")[1] == "delayOffset.json.bak"
+    assert read_config(config / "delayOffset.json").used == "delayOffset.json.bak"
 
 
 def test_fastjson_layout_matches_the_broker_file(fixture_store):

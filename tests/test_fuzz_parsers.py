@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, Phase, example, given, settings, strategies 
 
 from conftest import FIXTURE_STORE
 from mqtool import scan
+from mqtool.config import STORE_CONFIGS, read_store_configs
 from mqtool.errors import MqtoolError, ParseError
 from mqtool.formats import checkpoint as ckpt_fmt
 from mqtool.formats import commitlog as cl_fmt
@@ -156,7 +157,8 @@ def exercise_store(store_root: Path) -> None:
         store = Store(store_root)
     except MqtoolError:
         return
-    for step in (store.read_checkpoint, store.configs, store.abort_content, store.lock_held,
+    for step in (store.read_checkpoint, lambda: read_store_configs(store.root, STORE_CONFIGS),
+                 store.abort_content, store.lock_held,
                  lambda: list(scan.Scanner(store.commitlog, resync=True)),
                  lambda: list(scan.Scanner(store.commitlog, check_crc=False)),
                  lambda: [scan.message_at(store.commitlog, s.base_offset + k)
@@ -251,7 +253,7 @@ from mqtool.inspect.info import _config_summary  # noqa: E402
 from mqtool.inspect.queues import iter_consume_queue_file, queue_summary  # noqa: E402
 from mqtool.inspect.small_files import config_dict, small_file_dict  # noqa: E402
 from mqtool.query.ids import describe_uniq_key, uniq_key_windows  # noqa: E402
-from mqtool.recovery import read_cq_units  # noqa: E402
+from mqtool.queue_recovery import read_cq_units  # noqa: E402
 from mqtool.store import read_fastjson  # noqa: E402
 
 CONFIG_NAMES = ["topics.json", "consumerOffset.json", "lmqConsumerOffset.json",

@@ -54,6 +54,20 @@ def test_a_5000_digit_number_in_a_config_file(store):
     assert_one_line_or_ok(run_mqtool("info", store, "--json"), (0, 1))
 
 
+def test_a_5000_digit_unquoted_key_in_a_config_file(store):
+    # fastjson's unquoted integer keys: one too long for any int is a decoding failure (the
+    # broker falls back to the .bak, here missing: an empty table), never a traceback
+    (store / "config").mkdir(exist_ok=True)
+    path = store / "config" / "consumerOffset.json"
+    path.write_text('{"offsetTable":{"T@g":{' + HUGE_NUMBER + ":1}}}")
+    (store / "config" / "consumerOffset.json.bak").unlink(missing_ok=True)
+    assert_one_line_or_ok(run_mqtool("dump", path), (2,))
+    proc = run_mqtool("info", store, "--json")
+    assert_one_line_or_ok(proc, (0, 1))
+    assert json.loads(proc.stdout)["config"]["consumerOffset.json"]["outcome"] == "empty"
+    assert_one_line_or_ok(run_mqtool("consumers", store, "--json"), (0, 1))
+
+
 def test_deeply_nested_config_json(store):
     path = store / "config" / "topics.json"
     path.parent.mkdir(exist_ok=True)

@@ -181,7 +181,8 @@ def test_info_json_through_the_cli(fixture_store, mqtool):
     dump = _json_gz(fixture_store.parent / "dump.json.gz")
     assert info["commitlog"]["messages"] == dump["messageCount"] == 2000
     assert info["config"]["delayOffset.json"] == {"source": "delayOffset.json",
-                                                  "fallback_to_bak": False, "levels": {}}
+                                                  "fallback_to_bak": False, "outcome": "main",
+                                                  "levels": {}}
     assert info["consume_queues"]["queues"] == sum(
         len(q) for q in dump["fileState"]["consumeQueueFiles"].values())
 
@@ -236,8 +237,10 @@ def test_info_reports_damage_overrides_strays_and_config_fallback(store_copy, mq
     assert info["geometry"]["cq_units_per_file"] == 600
     assert info["geometry"]["cq_units_per_file_source"] == "override"
     offsets = info["config"]["consumerOffset.json"]
+    reason = offsets.pop("reason")
     assert offsets == {"source": "consumerOffset.json.bak", "fallback_to_bak": True,
-                       "topic_groups": 2, "queues": 3}
+                       "outcome": "bak", "topic_groups": 2, "queues": 3}
+    assert "consumerOffset.json is empty" in reason and "consumerOffset.json.bak" in reason
     assert info["config"]["topics.json"]["topics"] == 3
 
     screen = mqtool("info", store_copy)
@@ -246,6 +249,65 @@ def test_info_reports_damage_overrides_strays_and_config_fallback(store_copy, mq
     assert "corrupt@" in text and "CL_BAD_MAGIC" in text
     assert "consumerOffset.json (read consumerOffset.json.bak)" in text
     assert "junk.bin" in text
+
+
+GOOD_TOPICS = '{"topicConfigTable":{"A":{},"B":{}},"dataVersion":{"counter":1}}'
+
+
+@pytest.mark.parametrize("main", ["null", " \n\t"])
+def test_info_config_a_main_file_that_decodes_to_nothing_hides_a_good_bak(store_copy, mqtool,
+                                                                          main):
+    # ConfigManager.load falls back to the .bak only when the main file is missing, empty or
+    # fails to decode; `null` and blank text decode (to a null table) without failing, so the
+    # broker starts with an empty topic table even though topics.json.bak holds two topics
+    config = store_copy / "config"
+    (config / "topics.json").write_text(main)
+    (config / "topics.json.bak").write_text(GOOD_TOPICS)
+    proc = mqtool("info", store_copy, "--json")
+    assert proc.returncode == 0, proc.stderr
+    topics = json.loads(proc.stdout)["config"]["topics.json"]
+    assert topics["source"] == "topics.json"
+    assert topics["fallback_to_bak"] is False
+    assert topics["outcome"] == "empty"
+    assert "topics" not in topics
+    screen = mqtool("info", store_copy)
+    assert screen.returncode == 0
+    assert "topics.json: the broker starts with an empty table" in " ".join(screen.stdout.split())
+    dumped = mqtool("dump", config / "topics.json", "--json")
+    assert dumped.returncode == 0, dumped.stderr
+    record = json.loads(dumped.stdout.splitlines()[0])
+    assert record["source"] == "topics.json" and record["data"] is None
+
+
+def test_info_config_an_undecodable_bak_behind_a_broken_main_file_stops_the_broker(store_copy,
+                                                                                 mqtool):
+    config = store_copy / "config"
+    (config / "topics.json").write_text('{"topicConfigTable":{')
+    (config / "topics.json.bak").write_text('{"topicConfigTable" 1}')
+    proc = mqtool("info", store_copy, "--json")
+    assert proc.returncode == 0, proc.stderr
+    topics = json.loads(proc.stdout)["config"]["topics.json"]
+    assert topics["source"] is None and topics["outcome"] == "refuses"
+    assert "refuses to start" in topics["reason"]
+    screen = mqtool("info", store_copy)
+    assert "topics.json: the broker refuses to start" in " ".join(screen.stdout.split())
+    dumped = mqtool("dump", config / "topics.json")
+    assert dumped.returncode == 2
+    assert dumped.stderr.startswith("mqtool: error:") and "refuses to start" in dumped.stderr
+
+
+@pytest.mark.parametrize("bak", [None, ""])
+def test_info_config_a_broken_main_file_without_a_usable_bak_means_an_empty_table(store_copy,
+                                                                                mqtool, bak):
+    config = store_copy / "config"
+    (config / "topics.json").write_text('{"topicConfigTable":{')
+    (config / "topics.json.bak").unlink(missing_ok=True)
+    if bak is not None:
+        (config / "topics.json.bak").write_text(bak)
+    proc = mqtool("info", store_copy, "--json")
+    assert proc.returncode == 0, proc.stderr
+    topics = json.loads(proc.stdout)["config"]["topics.json"]
+    assert topics["source"] is None and topics["outcome"] == "empty"
 
 
 def test_info_sees_a_lock_held_by_a_live_process(store_copy, mqtool):

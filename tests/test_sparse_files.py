@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import random
 
-from mqtool.recovery import CONSUME_QUEUE, read_cq_units
+from mqtool.queue_recovery import CONSUME_QUEUE, read_cq_units
 from mqtool.repair.files import data_end, diff_ranges
 from mqtool.repair.transaction import sparse_copy
 from mqtool.store import data_extents

@@ -242,9 +242,16 @@ def render_info(info: dict, console: Console, per_queue: bool) -> None:
         parts = []
         for name, entry in info["config"].items():
             details = ", ".join(f"{k} {v}" for k, v in entry.items()
-                                if k not in ("source", "fallback_to_bak"))
-            source = entry["source"] or "-"
-            parts.append(f"{name} (read {source})" + (f": {details}" if details else ""))
+                                if k not in ("source", "fallback_to_bak", "outcome", "reason"))
+            if entry["outcome"] == "refuses":
+                text = Text(f"{name}: the broker refuses to start", style="red")
+            elif entry["outcome"] == "empty":
+                text = Text(f"{name}: the broker starts with an empty table", style="yellow")
+            else:
+                text = Text(f"{name} (read {entry['source']})" + (f": {details}" if details else ""))
+            if entry.get("reason"):
+                text.append(f" ({entry['reason']})")
+            parts.append(text)
         for part in parts:
             line = Text("config ", style="bold")
             line.append(part)

@@ -130,6 +130,10 @@ def until(only_with: Optional[str] = None):
         "Store time upper bound, inclusive.", only_with))
 
 
+def workers(help: str):
+    return typer.Option(None, "--workers", min=1, help=help)
+
+
 # --- the broker's recovery -----------------------------------------------------------------------
 
 def broker_version():

@@ -36,6 +36,9 @@ _SAFETY = (
 
 # a repair needs the whole store: no bare CommitLog directory
 _STORE_HELP = "Store root (commitlog/, consumequeue/, index/, checkpoint, ...)."
+_REBUILD_WORKERS_HELP = ("N processes walk the CommitLog files ahead of the dispatch (default: the "
+                         "number of cores; 1: everything in one process). The files written are "
+                         "the same for every N.")
 
 
 def _progress(desc: str, total: int):
@@ -167,11 +170,10 @@ def recover_cmd(
              "offsets end up past their queue's end). clamp: set those offsets to the recovered "
              "end, and restore an unreadable consumerOffset.json / delayOffset.json from its "
              ".bak; backed up and undoable like every change."),
-    workers: int = typer.Option(None, "--workers", min=1,
-                                help="Abnormal recovery: N processes scan and check "
-                                     "CommitLog files ahead of the dispatch (default: the "
-                                     "number of cores; 1: everything in one process). The "
-                                     "result is the same for every N."),
+    workers: int = opt.workers("Abnormal recovery: N processes scan and check CommitLog files "
+                               "ahead of the dispatch (default: the number of cores; 1: "
+                               "everything in one process). The result is the same for every "
+                               "N."),
     dry_run: bool = opt.dry_run(),
     json_output: bool = opt.json_output(),
     backup_dir: Path = opt.backup_dir(),
@@ -227,11 +229,7 @@ def rebuild_queues_cmd(
                                  help="Units per ConsumeQueue file (default: the store's, else "
                                       "300000)."),
     broker_version: str = opt.broker_version(),
-    workers: int = typer.Option(None, "--workers", min=1,
-                                help="N processes walk the CommitLog files ahead of the "
-                                     "dispatch (default: the number of cores; 1: everything "
-                                     "in one process). The files written are the same for "
-                                     "every N."),
+    workers: int = opt.workers(_REBUILD_WORKERS_HELP),
     dry_run: bool = opt.dry_run(),
     json_output: bool = opt.json_output(),
     backup_dir: Path = opt.backup_dir(),
@@ -255,11 +253,7 @@ def rebuild_index_cmd(
     entries: int = typer.Option(None, "--entries", min=2,
                                 help="Entries per IndexFile (default: the store's)."),
     broker_version: str = opt.broker_version(),
-    workers: int = typer.Option(None, "--workers", min=1,
-                                help="N processes walk the CommitLog files ahead of the "
-                                     "dispatch (default: the number of cores; 1: everything "
-                                     "in one process). The files written are the same for "
-                                     "every N."),
+    workers: int = opt.workers(_REBUILD_WORKERS_HELP),
     dry_run: bool = opt.dry_run(),
     json_output: bool = opt.json_output(),
     backup_dir: Path = opt.backup_dir(),

@@ -6,6 +6,7 @@ import random
 from pathlib import Path
 
 from ..config import JavaBean, fastjson_pretty
+from ..formats.codecs import TRANS_HALF_TOPIC
 from .mix import CONSUMER_GROUP, ForgeOptions, MAX_DELAY_LEVEL, SCHEDULE_TOPIC
 
 
@@ -42,7 +43,7 @@ def write_configs(root: Path, options: ForgeOptions, topics: list[str],
     config_dir = Path(root) / "config"
     table = {}
     system = {"TBW102": 8, "SELF_TEST_TOPIC": 1, "OFFSET_MOVED_EVENT": 1,
-              "RMQ_SYS_TRANS_HALF_TOPIC": 1, SCHEDULE_TOPIC: MAX_DELAY_LEVEL}
+              TRANS_HALF_TOPIC: 1, SCHEDULE_TOPIC: MAX_DELAY_LEVEL}
     for name, queues in sorted({**system, **{t: options.queues for t in topics}}.items()):
         table[name] = _topic_config(name, queues, options.broker_version)
     counter = len(topics) + 1

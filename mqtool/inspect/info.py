@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from ..config import STORE_CONFIGS, read_store_configs, text_keys
 from ..errors import ParseError
 from ..formats import checkpoint as ckpt_fmt
 from ..formats import codecs
@@ -225,13 +226,20 @@ def _config_summary(name: str, data) -> dict:
 
 
 def _config_section(store: Store) -> dict:
+    """Each config file present (main or .bak) as the broker's ConfigManager.load would take
+    it: ``source`` is the file whose content it loads (None: none), ``outcome`` one of
+    :class:`mqtool.config.ConfigLoad`'s (``refuses``: the broker would not start), ``reason``
+    why, when that is not simply the main file."""
     out = {}
-    for name, (data, source) in store.configs().items():
-        entry = {"source": source, "fallback_to_bak": bool(source and source.endswith(".bak"))}
-        if data is None:
-            entry["error"] = "unreadable (main file and .bak)"
-        else:
-            entry.update(_config_summary(name, data))
+    for name, load in read_store_configs(store.root, STORE_CONFIGS).loads.items():
+        if load.outcome == "absent":
+            continue
+        entry = {"source": load.used, "fallback_to_bak": load.outcome == "bak",
+                 "outcome": load.outcome}
+        if load.outcome in ("main", "bak"):
+            entry.update(_config_summary(name, text_keys(load.document)))
+        if load.outcome != "main" or load.tmp is not None:
+            entry["reason"] = load.reason
         out[name] = entry
     return out
 

@@ -91,6 +91,16 @@ def _queue_file(path, file: str | None, topic: str | None, queue_id: int | None)
     return path, file or path.name, topic, queue_id, _file_base(path)
 
 
+def _partial_unit(record_type: str, file: str, topic: str, queue_id: int, size: int,
+                  unit_size: int) -> dict:
+    """The record for the bytes past a queue file's last whole unit."""
+    leftover = size % unit_size
+    return {"record_type": record_type, "file": file, "topic": topic, "queue_id": queue_id,
+            "file_offset": size - leftover, "length": leftover,
+            "detail": f"file size {size} is not a multiple of {unit_size}; "
+                      f"the last {leftover} bytes are not a whole unit"}
+
+
 def iter_consume_queue_file(path: Path, *, file: str | None = None, topic: str | None = None,
                             queue_id: int | None = None) -> Iterator[dict]:
     """Units of one ConsumeQueue file with their queue offsets ((file base + position)/20), up
@@ -116,10 +126,7 @@ def iter_consume_queue_file(path: Path, *, file: str | None = None, topic: str |
                "commitlog_offset": offset, "size": msg_size, "tags_code": tags_code,
                "status": _unit_status(offset, msg_size, tags_code)}
     if leftover:
-        yield {"record_type": RT_CQ_PARTIAL, "file": file, "topic": topic, "queue_id": queue_id,
-               "file_offset": size - leftover, "length": leftover,
-               "detail": f"file size {size} is not a multiple of {unit_size}; "
-                         f"the last {leftover} bytes are not a whole unit"}
+        yield _partial_unit(RT_CQ_PARTIAL, file, topic, queue_id, size, unit_size)
 
 
 def iter_batch_consume_queue_file(path: Path, *, file: str | None = None,
@@ -149,10 +156,7 @@ def iter_batch_consume_queue_file(path: Path, *, file: str | None = None,
                "file_offset": position, "unit_index": (base + position) // unit_size, **unit,
                "status": "valid" if valid else "invalid"}
     if leftover:
-        yield {"record_type": RT_BCQ_PARTIAL, "file": file, "topic": topic, "queue_id": queue_id,
-               "file_offset": size - leftover, "length": leftover,
-               "detail": f"file size {size} is not a multiple of {unit_size}; "
-                         f"the last {leftover} bytes are not a whole unit"}
+        yield _partial_unit(RT_BCQ_PARTIAL, file, topic, queue_id, size, unit_size)
 
 
 def queue_summary(queue: ConsumeQueue, commitlog_end: int | None = None) -> dict:

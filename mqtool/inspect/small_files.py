@@ -6,7 +6,8 @@ from pathlib import Path
 
 from ..errors import ParseError
 from ..formats import checkpoint as ckpt_fmt
-from ..store import load_config, lock_holder, parse_at, read_fastjson
+from ..config import read_config, text_keys
+from ..store import lock_holder, parse_at, read_fastjson
 from .records import RT_ABORT, RT_CHECKPOINT, RT_CONFIG, RT_LOCK, ms_to_iso
 
 
@@ -69,16 +70,24 @@ def small_file_dict(path: Path, kind: str, file: str | None = None) -> dict:
 
 
 def config_dict(path: Path, file: str | None = None) -> dict:
-    """A fastjson config file; for a main file the ``.bak`` is the fallback, as in the broker's
-    ConfigManager (``source`` says which was read)."""
+    """A fastjson config file. A ``.bak`` is read as it is; a main file as the broker's
+    ConfigManager.load reads it (:func:`mqtool.config.read_config`): ``source`` names the file
+    whose content it takes (the ``.bak`` when the main file fails) and ``reason`` says why
+    when that is not simply the main file. When the broker takes no file's content (it starts
+    with an empty table, or refuses to start) the reason is the error."""
     path = Path(path)
+    name = file or path.name
     if path.name.endswith(".bak"):
         try:
-            data, source = read_fastjson(path), path.name
+            data = read_fastjson(path)
         except ValueError as err:
-            raise ParseError(file or path.name, 0, "", f"not readable as fastjson: {err}") from None
-    else:
-        data, source = load_config(path)
-    if data is None:
-        raise ParseError(file or path.name, 0, "", "not readable as fastjson (nor its .bak)")
-    return {"record_type": RT_CONFIG, "file": file or path.name, "source": source, "data": data}
+            raise ParseError(name, 0, "", f"not readable as fastjson: {err}") from None
+        return {"record_type": RT_CONFIG, "file": name, "source": path.name, "data": data}
+    load = read_config(path)
+    if load.used is None:
+        raise ParseError(name, 0, "", load.reason)
+    out = {"record_type": RT_CONFIG, "file": name, "source": load.used,
+           "data": text_keys(load.document)}
+    if load.outcome != "main" or load.tmp is not None:
+        out["reason"] = load.reason
+    return out

@@ -5,9 +5,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..codec import BATCH_CQ_DTYPE
+from ..config import TOPICS, read_config
 from ..mapping import iter_units
 from ..formats import codecs
 from ..formats import commitlog as cl_fmt
+from ..formats import timer as timer_fmt
 from ..innerbatch import batch_carries, is_inner_batch, open_record
 from ..scan import MessageRecord, Scanner, read_body
 from ..store import CommitLog, Store
@@ -19,9 +21,9 @@ from .index import IndexSet
 
 # Topics the broker writes itself; their records are indexed under these names too.
 SCHEDULE_TOPIC = codecs.SCHEDULE_TOPIC
-TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
-TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
-TIMER_TOPIC = "rmq_sys_wheel_timer"
+TRANS_HALF_TOPIC = codecs.TRANS_HALF_TOPIC
+TRANS_OP_HALF_TOPIC = codecs.TRANS_OP_HALF_TOPIC
+TIMER_TOPIC = timer_fmt.TIMER_TOPIC
 SYSTEM_TOPICS = (SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, TIMER_TOPIC)
 
 _ROLLBACK = cl_fmt.TRANSACTION_ROLLBACK_TYPE
@@ -35,7 +37,7 @@ def store_topics(store: Store) -> list[str]:
     """Topics this store knows of: queue directories, config/topics.json, the system topics."""
     topics = {q.topic for q in store.consume_queues} | {q.topic for q in
                                                         store.batch_consume_queues}
-    topics_json = store.configs().get("topics.json", (None, None))[0]
+    topics_json = read_config(store.root / "config" / TOPICS).document
     if isinstance(topics_json, dict) and isinstance(topics_json.get("topicConfigTable"), dict):
         topics |= set(topics_json["topicConfigTable"])
     topics |= set(SYSTEM_TOPICS)

@@ -8,7 +8,7 @@ import numpy as np
 
 from .. import codec
 from ..formats import consumequeue as cq_fmt
-from ..recovery import BATCH_CONSUME_QUEUE, CONSUME_QUEUE, QueueKind, iter_cq_units
+from ..queue_recovery import BATCH_CONSUME_QUEUE, CONSUME_QUEUE, QueueKind, iter_cq_units
 from ..store import ConsumeQueue, Segment, Store
 from .results import Found, NotFound, QueryError, QueryResult
 from .reader import RecordReader

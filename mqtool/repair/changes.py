@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 
 from .. import mapping
-from ..recovery import BATCH_CONSUME_QUEUE, CONSUME_QUEUE, QueueKind, RecoveryPlan
+from ..queue_recovery import BATCH_CONSUME_QUEUE, CONSUME_QUEUE, QueueKind
+from ..recovery import RecoveryPlan
 from ..store import Store
 from .files import diff_ranges
 from .transaction import FileOp, RepairPlan, Stage

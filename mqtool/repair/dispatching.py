@@ -12,7 +12,8 @@ import numpy as np
 from ..formats import codecs
 from ..formats import commitlog as cl_fmt
 from ..formats import consumequeue as cq_fmt
-from ..recovery import CONSUME_QUEUE, BrokerRules, FileJudge, FileVerdict, iter_cq_units
+from ..queue_recovery import CONSUME_QUEUE, iter_cq_units
+from ..recovery import BrokerRules, FileJudge, FileVerdict
 from ..scan import MessageRecord, RecordBatch, TopicTable, scan_buffer, scan_segment_batches
 from ..store import MappedFile, Segment, Store
 from .writers import RepairIndexWriter, StagedBatchConsumeQueueWriter, StagedConsumeQueueWriter

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..recovery import CONSUME_QUEUE, QueueKind
+from ..queue_recovery import CONSUME_QUEUE, QueueKind
 from ..store import ConsumeQueue, Store, data_extents
 
 

@@ -6,8 +6,9 @@ import contextlib
 import itertools
 from pathlib import Path
 
-from ..recovery import (BATCH_CONSUME_QUEUE, VERSION_49, VERSION_532, BrokerRules, FileVerdict,
-                        RecoveryPlan, predict_recovery, queue_kinds)
+from ..queue_recovery import BATCH_CONSUME_QUEUE, queue_kinds
+from ..recovery import (VERSION_49, VERSION_532, BrokerRules, FileVerdict, RecoveryPlan,
+                        predict_recovery)
 from ..passport import store_passport
 from ..scan import MessageRecord, scan_buffer
 from ..store import MappedFile, Segment, Store

@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from ..recovery import (CONSUME_QUEUE, QueueKind, deleted_on_load, queue_kinds,
-                        recover_consume_queue, truncate_dirty_logic)
+from ..queue_recovery import (CONSUME_QUEUE, QueueKind, queue_kinds, recover_consume_queue,
+                              truncate_dirty_logic)
+from ..recovery import deleted_on_load
 from ..store import ConsumeQueue, Segment, Store
 from .files import data_end, _queue_rel, _store_queues
 from .transaction import Stage

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..codec import INDEX_HEADER
 from ..formats import indexfile as idx_fmt
-from ..recovery import BATCH_CONSUME_QUEUE, CONSUME_QUEUE, QueueKind
+from ..queue_recovery import BATCH_CONSUME_QUEUE, CONSUME_QUEUE, QueueKind
 from ..writer import BatchConsumeQueueWriter, ConsumeQueueWriter, IndexWriter, offset_file_name
 from .files import _queue_rel
 from .transaction import Stage

@@ -7,7 +7,8 @@ import numpy as np
 
 from ..errors import ParseError
 from ..formats import consumequeue as cq_fmt
-from ..recovery import deleted_on_load, iter_cq_units, units_past_mapped_size
+from ..queue_recovery import iter_cq_units, units_past_mapped_size
+from ..recovery import deleted_on_load
 from ..scan import message_at
 from ..store import Segment, Store
 from ..vocabulary import WARNING
