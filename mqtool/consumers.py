@@ -130,11 +130,14 @@ def _bcq_offset_at(queue: ConsumeQueue, upf: int, unit_end: int) -> tuple[int, i
 def _redispatched_ends(store: Store, plan: RecoveryPlan) -> dict[tuple[str, int], int]:
     """(topic, queue) -> next queue offset after the records the start dispatches again
     (``redispatch_from`` .. processOffset): PREPARED/ROLLBACK records get no unit, an inner
-    batch advances by INNER_NUM."""
+    batch advances by INNER_NUM. Recover's dispatch already walked those records and may have
+    left their ends on the plan (repair.dispatching.QueueEnds); else the range is scanned."""
     start, end = plan.redispatch_from, plan.process_offset
     ends: dict[tuple[str, int], int] = {}
     if start is None or start >= end:
         return ends
+    if plan.redispatched_ends is not None:   # counted by recover's dispatch
+        return dict(plan.redispatched_ends)
     scanner = Scanner(store.commitlog, check_crc=False)
     topics = TopicTable()
     dispatched = (cl_fmt.TRANSACTION_NOT_TYPE, cl_fmt.TRANSACTION_COMMIT_TYPE)

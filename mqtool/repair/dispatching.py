@@ -202,6 +202,93 @@ class DispatchStats:
     last_cq_timestamp: int | None = None
     last_offset: int | None = None
     last_timestamp: int | None = None
+    queue_ends: "QueueEnds | None" = None
+
+
+class QueueEnds:
+    """Each queue's next queue offset after the dispatched records from ``start`` on, as the
+    broker's dispatch leaves it: records of a queue, PREPARED/ROLLBACK excepted, each move it
+    to their queue offset + 1 (an inner batch: + INNER_NUM). Recovery's consumer forensics need
+    these for the re-dispatched range; the dispatch sees those records anyway, so it counts
+    them instead of a second CommitLog scan.
+
+    ``contiguous`` stays True while the records from ``start`` follow each other without a
+    gap, a gap being allowed only where the next record starts a CommitLog file (the walk
+    left the previous one at its blank end): only then are they every record a scan of the
+    range finds, and only then may the ends stand for that scan's."""
+
+    def __init__(self, start: int, file_starts):
+        self.start = start
+        self._file_starts = np.asarray(sorted(file_starts), dtype=np.int64)
+        self._ends: dict[int, int] = {}
+        self.end: int | None = None     # end of the last record counted
+        self.contiguous = True
+        self._topics: TopicTable | None = None
+
+    def _starts_file(self, offsets: np.ndarray) -> np.ndarray:
+        at = np.searchsorted(self._file_starts, offsets)
+        at = np.minimum(at, len(self._file_starts) - 1)
+        return self._file_starts[at] == offsets
+
+    def add(self, batch: RecordBatch, offsets: np.ndarray, props: "_DispatchProperties") -> None:
+        first = int(np.searchsorted(offsets, self.start))   # a batch's offsets grow
+        if first == len(offsets):
+            return
+        self._topics = batch.topics
+        offsets = offsets[first:]
+        sizes = batch.total_size[first:].astype(np.int64)
+        rows = np.arange(first, len(batch))
+        previous_end = self.end if self.end is not None else self.start
+        follows = np.empty(len(offsets), dtype=np.int64)
+        follows[0] = previous_end
+        follows[1:] = offsets[:-1] + sizes[:-1]
+        gaps = offsets != follows
+        if gaps.any() and not self._starts_file(offsets[gaps]).all():
+            self.contiguous = False
+        self.end = int(offsets[-1] + sizes[-1])
+        tran = batch.sys_flag[rows] & _TYPE_MASK
+        kept = (tran == _NOT) | (tran == _COMMIT)
+        inner = kept & ((batch.sys_flag[rows] & cl_fmt.INNER_BATCH_FLAG) != 0)
+        plain = rows[kept & ~inner]
+        if len(plain):
+            keys = (batch.topic_id[plain].astype(np.int64) << 32) | \
+                (batch.queue_id[plain].astype(np.int64) & 0xFFFFFFFF)
+            following = batch.queue_offset[plain].astype(np.int64) + 1
+            order = np.lexsort((following, keys))
+            keys, following = keys[order], following[order]
+            last = np.concatenate((keys[1:] != keys[:-1], [True]))
+            for key, top in zip(keys[last].tolist(), following[last].tolist()):
+                self._raise(key, top)
+        for i in rows[inner].tolist():
+            offset = int(batch.queue_offset[i])
+            step = codecs.batch_position(props.decoded(i), offset)[1]
+            self._raise((int(batch.topic_id[i]) << 32) | (int(batch.queue_id[i]) & 0xFFFFFFFF),
+                        offset + max(1, step))
+
+    def _raise(self, key: int, value: int) -> None:
+        if value > self._ends.get(key, -1):
+            self._ends[key] = value
+
+    def by_queue(self) -> dict[tuple[str, int], int]:
+        """(topic, queue id) -> next queue offset."""
+        out: dict[tuple[str, int], int] = {}
+        for key, value in self._ends.items():
+            queue_id = key & 0xFFFFFFFF
+            out[(self._topics.names[key >> 32], queue_id - (1 << 32) if queue_id >= 1 << 31
+                 else queue_id)] = value
+        return out
+
+    def for_range(self, start: int | None, stop: int) -> dict[tuple[str, int], int] | None:
+        """The ends for the records in [start, stop), or None when what was counted is not
+        provably that range's records (another start, a gap, records past ``stop``, or a
+        walk that stopped short of it other than at a file's end)."""
+        if start != self.start or not self.contiguous or self.end is None:
+            return None
+        if self.end > stop:
+            return None
+        if self.end < stop and not self._starts_file(np.array([stop], dtype=np.int64))[0]:
+            return None
+        return self.by_queue()
 
 
 def dispatch(store: Store, start: int, stop: int, *, cq: StagedConsumeQueueWriter | None,
@@ -209,7 +296,7 @@ def dispatch(store: Store, start: int, stop: int, *, cq: StagedConsumeQueueWrite
              schedule_loaded: bool = True, queues: set | None = None,
              progress=None, records=None,
              bcq: StagedBatchConsumeQueueWriter | None = None,
-             workers: int = 1) -> DispatchStats:
+             workers: int = 1, queue_ends_from: int | None = None) -> DispatchStats:
     """The broker's doDispatch for every record in [start, stop) (or of ``records``):
     CommitLogDispatcherBuildConsumeQueue for records at or after ``cq_from`` (optionally only for
     ``queues``; records of ``bcq``'s batch topics go to their BatchConsumeQueues, or nowhere
@@ -217,9 +304,15 @@ def dispatch(store: Store, start: int, stop: int, *, cq: StagedConsumeQueueWrite
     as the broker's do. Without ``records``, ``workers`` > 1 processes walk the CommitLog files
     (the same walk as :func:`iter_records`) while this one dispatches, in offset order.
 
+    With ``queue_ends_from``, ``stats.queue_ends`` counts each queue's end after the records from
+    there on (:class:`QueueEnds`).
+
     Records are taken a chunk at a time so that the properties every record needs (TAGS, the
     index keys) are parsed and hashed with numpy for the whole chunk."""
     stats = DispatchStats()
+    if queue_ends_from is not None:
+        stats.queue_ends = QueueEnds(queue_ends_from,
+                                     [seg.base_offset for seg in store.commitlog.segments])
     batch_topics = bcq.topics if bcq is not None else {
         q.topic for q in store.batch_consume_queues}
     if records is None:
@@ -240,6 +333,8 @@ def dispatch(store: Store, start: int, stop: int, *, cq: StagedConsumeQueueWrite
                          schedule_loaded=schedule_loaded)
         if index is not None:
             _dispatch_index(batch, offsets, props, index, index_from, prefixes)
+        if stats.queue_ends is not None:
+            stats.queue_ends.add(batch, offsets, props)
         stats.records += len(batch)
         stats.last_offset = int(offsets[-1])
         stats.last_timestamp = int(batch.store_timestamp[-1])
