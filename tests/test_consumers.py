@@ -711,6 +711,26 @@ def _recover_plan(store_root: Path, tmp_path: Path, workers: int):
     return plan.recovery
 
 
+def _verify_plan(store_root: Path, workers: int):
+    """The RecoveryPlan verify's consumer findings were made with."""
+    import mqtool.verify.run as run
+
+    seen = []
+    original = run.consumer_findings
+
+    def spy(store, plan, *args, **kwargs):
+        seen.append(plan)
+        return original(store, plan, *args, **kwargs)
+
+    run.consumer_findings = spy
+    try:
+        run.verify_store(Store(store_root), workers=workers)
+    finally:
+        run.consumer_findings = original
+    (plan,) = seen
+    return plan
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 @pytest.mark.parametrize("make_args", [
     ("-n", "3000", "--seed", "11", "--crash", "--commitlog-file-size", "256k",
@@ -739,7 +759,11 @@ def test_the_dispatch_counts_the_same_queue_ends_as_a_scan(tmp_path, make_args, 
     carried = plan.redispatched_ends
     assert carried, "the dispatch counted no ends"
     plan.redispatched_ends = None
-    assert carried == _redispatched_ends(Store(store_root), plan)
+    scanned = _redispatched_ends(Store(store_root), plan)
+    assert carried == scanned
+    # verify's workers count the same ends from each file's judged records
+    report_plan = _verify_plan(store_root, workers)
+    assert report_plan.redispatched_ends == scanned
 
 
 @pytest.mark.parametrize("name", [n for n in shared_store_names() if "dledger" not in n])
@@ -756,3 +780,6 @@ def test_the_dispatch_counts_the_brokers_stores_queue_ends_as_a_scan(name, tmp_p
         assert carried is not None
     if carried is not None:
         assert carried == scanned
+    verified = _verify_plan(store_root, 1)
+    if verified.mode == "abnormal":
+        assert verified.redispatched_ends == scanned

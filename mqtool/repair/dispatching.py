@@ -14,6 +14,7 @@ from ..formats import commitlog as cl_fmt
 from ..formats import consumequeue as cq_fmt
 from ..recovery import CONSUME_QUEUE, BrokerRules, FileJudge, FileVerdict, iter_cq_units
 from ..scan import MessageRecord, RecordBatch, TopicTable, scan_buffer, scan_segment_batches
+from ..consumers import QueueEnds
 from ..store import MappedFile, Segment, Store
 from .writers import RepairIndexWriter, StagedBatchConsumeQueueWriter, StagedConsumeQueueWriter
 from .pipeline import ParallelJudgedRecords, index_keys, parse_properties
@@ -202,93 +203,7 @@ class DispatchStats:
     last_cq_timestamp: int | None = None
     last_offset: int | None = None
     last_timestamp: int | None = None
-    queue_ends: "QueueEnds | None" = None
-
-
-class QueueEnds:
-    """Each queue's next queue offset after the dispatched records from ``start`` on, as the
-    broker's dispatch leaves it: records of a queue, PREPARED/ROLLBACK excepted, each move it
-    to their queue offset + 1 (an inner batch: + INNER_NUM). Recovery's consumer forensics need
-    these for the re-dispatched range; the dispatch sees those records anyway, so it counts
-    them instead of a second CommitLog scan.
-
-    ``contiguous`` stays True while the records from ``start`` follow each other without a
-    gap, a gap being allowed only where the next record starts a CommitLog file (the walk
-    left the previous one at its blank end): only then are they every record a scan of the
-    range finds, and only then may the ends stand for that scan's."""
-
-    def __init__(self, start: int, file_starts):
-        self.start = start
-        self._file_starts = np.asarray(sorted(file_starts), dtype=np.int64)
-        self._ends: dict[int, int] = {}
-        self.end: int | None = None     # end of the last record counted
-        self.contiguous = True
-        self._topics: TopicTable | None = None
-
-    def _starts_file(self, offsets: np.ndarray) -> np.ndarray:
-        at = np.searchsorted(self._file_starts, offsets)
-        at = np.minimum(at, len(self._file_starts) - 1)
-        return self._file_starts[at] == offsets
-
-    def add(self, batch: RecordBatch, offsets: np.ndarray, props: "_DispatchProperties") -> None:
-        first = int(np.searchsorted(offsets, self.start))   # a batch's offsets grow
-        if first == len(offsets):
-            return
-        self._topics = batch.topics
-        offsets = offsets[first:]
-        sizes = batch.total_size[first:].astype(np.int64)
-        rows = np.arange(first, len(batch))
-        previous_end = self.end if self.end is not None else self.start
-        follows = np.empty(len(offsets), dtype=np.int64)
-        follows[0] = previous_end
-        follows[1:] = offsets[:-1] + sizes[:-1]
-        gaps = offsets != follows
-        if gaps.any() and not self._starts_file(offsets[gaps]).all():
-            self.contiguous = False
-        self.end = int(offsets[-1] + sizes[-1])
-        tran = batch.sys_flag[rows] & _TYPE_MASK
-        kept = (tran == _NOT) | (tran == _COMMIT)
-        inner = kept & ((batch.sys_flag[rows] & cl_fmt.INNER_BATCH_FLAG) != 0)
-        plain = rows[kept & ~inner]
-        if len(plain):
-            keys = (batch.topic_id[plain].astype(np.int64) << 32) | \
-                (batch.queue_id[plain].astype(np.int64) & 0xFFFFFFFF)
-            following = batch.queue_offset[plain].astype(np.int64) + 1
-            order = np.lexsort((following, keys))
-            keys, following = keys[order], following[order]
-            last = np.concatenate((keys[1:] != keys[:-1], [True]))
-            for key, top in zip(keys[last].tolist(), following[last].tolist()):
-                self._raise(key, top)
-        for i in rows[inner].tolist():
-            offset = int(batch.queue_offset[i])
-            step = codecs.batch_position(props.decoded(i), offset)[1]
-            self._raise((int(batch.topic_id[i]) << 32) | (int(batch.queue_id[i]) & 0xFFFFFFFF),
-                        offset + max(1, step))
-
-    def _raise(self, key: int, value: int) -> None:
-        if value > self._ends.get(key, -1):
-            self._ends[key] = value
-
-    def by_queue(self) -> dict[tuple[str, int], int]:
-        """(topic, queue id) -> next queue offset."""
-        out: dict[tuple[str, int], int] = {}
-        for key, value in self._ends.items():
-            queue_id = key & 0xFFFFFFFF
-            out[(self._topics.names[key >> 32], queue_id - (1 << 32) if queue_id >= 1 << 31
-                 else queue_id)] = value
-        return out
-
-    def for_range(self, start: int | None, stop: int) -> dict[tuple[str, int], int] | None:
-        """The ends for the records in [start, stop), or None when what was counted is not
-        provably that range's records (another start, a gap, records past ``stop``, or a
-        walk that stopped short of it other than at a file's end)."""
-        if start != self.start or not self.contiguous or self.end is None:
-            return None
-        if self.end > stop:
-            return None
-        if self.end < stop and not self._starts_file(np.array([stop], dtype=np.int64))[0]:
-            return None
-        return self.by_queue()
+    queue_ends: QueueEnds | None = None
 
 
 def dispatch(store: Store, start: int, stop: int, *, cq: StagedConsumeQueueWriter | None,
@@ -334,7 +249,7 @@ def dispatch(store: Store, start: int, stop: int, *, cq: StagedConsumeQueueWrite
         if index is not None:
             _dispatch_index(batch, offsets, props, index, index_from, prefixes)
         if stats.queue_ends is not None:
-            stats.queue_ends.add(batch, offsets, props)
+            stats.queue_ends.add(batch, offsets)
         stats.records += len(batch)
         stats.last_offset = int(offsets[-1])
         stats.last_timestamp = int(batch.store_timestamp[-1])

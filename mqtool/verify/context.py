@@ -85,6 +85,8 @@ class _SegmentResult:
     prop_crc_records: int = 0       # records whose __CRC32# property was checked
     # (topic, qid) of a BatchConsumeQueue topic -> offsets of its dispatchable records
     batch_records: dict = field(default_factory=dict)
+    # consumers.QueueEnds.summary() of the records the judge accepted (batches engine only)
+    queue_ends: tuple | None = None
 
 
 _WORKER_CONTEXT: _Context | None = None

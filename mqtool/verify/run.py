@@ -9,7 +9,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 from ..batchcq import check_batch_consume_queues
 from ..recovery import BrokerRules, predict_recovery, resolve_broker_version
-from ..consumers import consumer_findings
+from ..consumers import consumer_findings, ends_over_files
 from ..dledger import check_dledger
 from ..timer import check_timer_store
 from ..store import Store
@@ -111,6 +111,13 @@ def verify_store(store: Store, *, quick: bool = False, progress=None, broker_ver
                             force_verify_prop_crc=force_verify_prop_crc, file_verdicts=verdicts,
                             crc_verified=not quick)
     _merge_results(store, plan, results, sink, deferred, _short_file_holes(queues))
+    if plan.mode == "abnormal" and store.dledger is None and \
+            all(r.queue_ends is not None for r in results):
+        # the files' judged records are what the start re-dispatches: no second scan for the
+        # queue ends after it
+        plan.redispatched_ends = ends_over_files([r.queue_ends for r in results],
+                                                 plan.redispatch_from, plan.process_offset,
+                                                 [seg.base_offset for seg in segments])
     # 5.x side stores: BatchConsumeQueues and the timer store, checked unit by unit
     batch_records: dict = {}
     for r in results:
