@@ -50,6 +50,8 @@ class _Context:
     index_blind: list = field(default_factory=list)  # (lo, hi) ranges of unmerged index files
     engine: str = "batches"  # or "records": the record-at-a-time reference checker
     batch_topics: frozenset = frozenset()  # topics with batchconsumequeue/ dirs (5.x)
+    # the recovery will be abnormal (it re-dispatches every judged record): count queue ends
+    count_queue_ends: bool = False
 
 
 @dataclass

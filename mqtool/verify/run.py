@@ -102,7 +102,9 @@ def verify_store(store: Store, *, quick: bool = False, progress=None, broker_ver
     rules = BrokerRules(version, True, force_verify_prop_crc, crc_scanned=not quick)
     ctx = _Context(str(commitlog.directory), commitlog.file_size, str(store.root), segments,
                    not quick, rules, queues, unchecked, indexes, blind, engine,
-                   frozenset(topic for topic, _ in batch_keys))
+                   frozenset(topic for topic, _ in batch_keys),
+                   count_queue_ends=store.dledger is None and (
+                       mode == "abnormal" or (mode == "auto" and store.abort_exists)))
     results = _run_segments(store, ctx, progress, workers)
 
     verdicts = {r.verdict.base_offset: r.verdict for r in results}
