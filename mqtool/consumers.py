@@ -131,11 +131,14 @@ def _bcq_offset_at(queue: ConsumeQueue, upf: int, unit_end: int) -> tuple[int, i
 def _redispatched_ends(store: Store, plan: RecoveryPlan) -> dict[tuple[str, int], int]:
     """(topic, queue) -> next queue offset after the records the start dispatches again
     (``redispatch_from`` .. processOffset): PREPARED/ROLLBACK records get no unit, an inner
-    batch advances by INNER_NUM."""
+    batch advances by INNER_NUM. Recover's dispatch already walked those records and may have
+    left their ends on the plan (repair.dispatching.QueueEnds); else the range is scanned."""
     start, end = plan.redispatch_from, plan.process_offset
     ends: dict[tuple[str, int], int] = {}
     if start is None or start >= end:
         return ends
+    if plan.redispatched_ends is not None:   # counted by recover's dispatch
+        return dict(plan.redispatched_ends)
     scanner = Scanner(store.commitlog, check_crc=False)
     topics = TopicTable()
     dispatched = (cl_fmt.TRANSACTION_NOT_TYPE, cl_fmt.TRANSACTION_COMMIT_TYPE)
@@ -163,6 +166,125 @@ def _redispatched_ends(store: Store, plan: RecoveryPlan) -> dict[tuple[str, int]
                                              int(event.queue_offset[i]))[1]
                 _raise(ends, (topics.names[int(event.topic_id[i])], int(event.queue_id[i])),
                        int(event.queue_offset[i]) + max(1, step))
+    return ends
+
+
+class QueueEnds:
+    """Each queue's next queue offset after the dispatched records from ``start`` on, as the
+    broker's dispatch leaves it: records of a queue, PREPARED/ROLLBACK excepted, each move it
+    to their queue offset + 1 (an inner batch: + INNER_NUM). Recovery's consumer forensics need
+    these for the re-dispatched range; the dispatch sees those records anyway, so it counts
+    them instead of a second CommitLog scan.
+
+    ``contiguous`` stays True while the records from ``start`` follow each other without a
+    gap, a gap being allowed only where the next record starts a CommitLog file (the walk
+    left the previous one at its blank end): only then are they every record a scan of the
+    range finds, and only then may the ends stand for that scan's."""
+
+    def __init__(self, start: int, file_starts):
+        self.start = start
+        self._file_starts = np.asarray(sorted(file_starts), dtype=np.int64)
+        self._ends: dict[int, int] = {}
+        self.end: int | None = None     # end of the last record counted
+        self.contiguous = True
+        self._topics: TopicTable | None = None
+
+    def _starts_file(self, offsets: np.ndarray) -> np.ndarray:
+        at = np.searchsorted(self._file_starts, offsets)
+        at = np.minimum(at, len(self._file_starts) - 1)
+        return self._file_starts[at] == offsets
+
+    def add(self, batch: RecordBatch, offsets: np.ndarray, counted: np.ndarray | None = None
+            ) -> None:
+        """Count the records of ``batch`` from ``start`` on (only the ``counted`` ones)."""
+        first = int(np.searchsorted(offsets, self.start))   # a batch's offsets grow
+        rows = np.arange(first, len(batch))
+        if counted is not None:
+            rows = rows[counted[first:]]
+        if len(rows) == 0:
+            return
+        self._topics = batch.topics
+        offsets = offsets[rows]
+        sizes = batch.total_size[rows].astype(np.int64)
+        previous_end = self.end if self.end is not None else self.start
+        follows = np.empty(len(offsets), dtype=np.int64)
+        follows[0] = previous_end
+        follows[1:] = offsets[:-1] + sizes[:-1]
+        gaps = offsets != follows
+        if gaps.any() and not self._starts_file(offsets[gaps]).all():
+            self.contiguous = False
+        self.end = int(offsets[-1] + sizes[-1])
+        tran = batch.sys_flag[rows] & cl_fmt.TRANSACTION_TYPE_MASK
+        kept = (tran == cl_fmt.TRANSACTION_NOT_TYPE) | (tran == cl_fmt.TRANSACTION_COMMIT_TYPE)
+        inner = kept & ((batch.sys_flag[rows] & cl_fmt.INNER_BATCH_FLAG) != 0)
+        plain = rows[kept & ~inner]
+        if len(plain):
+            keys = (batch.topic_id[plain].astype(np.int64) << 32) | \
+                (batch.queue_id[plain].astype(np.int64) & 0xFFFFFFFF)
+            following = batch.queue_offset[plain].astype(np.int64) + 1
+            order = np.lexsort((following, keys))
+            keys, following = keys[order], following[order]
+            last = np.concatenate((keys[1:] != keys[:-1], [True]))
+            for key, top in zip(keys[last].tolist(), following[last].tolist()):
+                self._raise(key, top)
+        for i in rows[inner].tolist():
+            offset = int(batch.queue_offset[i])
+            step = codecs.batch_position(codecs.decode_properties(batch.properties_raw(i)),
+                                         offset)[1]
+            self._raise((int(batch.topic_id[i]) << 32) | (int(batch.queue_id[i]) & 0xFFFFFFFF),
+                        offset + max(1, step))
+
+    def _raise(self, key: int, value: int) -> None:
+        if value > self._ends.get(key, -1):
+            self._ends[key] = value
+
+    def by_queue(self) -> dict[tuple[str, int], int]:
+        """(topic, queue id) -> next queue offset."""
+        return {(self._topics.names[key >> 32], _signed32(key & 0xFFFFFFFF)): value
+                for key, value in self._ends.items()}
+
+    def summary(self) -> tuple[int, bool, int | None, dict]:
+        """(start, contiguous, end, by_queue()): what a verify worker hands back for its file."""
+        return self.start, self.contiguous, self.end, self.by_queue() if self._ends else {}
+
+    def for_range(self, start: int | None, stop: int) -> dict[tuple[str, int], int] | None:
+        """The ends for the records in [start, stop), or None when what was counted is not
+        provably that range's records (another start, a gap, records past ``stop``, or a
+        walk that stopped short of it other than at a file's end)."""
+        if start != self.start or not self.contiguous or self.end is None:
+            return None
+        if self.end > stop:
+            return None
+        if self.end < stop and not self._starts_file(np.array([stop], dtype=np.int64))[0]:
+            return None
+        return self.by_queue()
+
+
+def ends_over_files(parts: list[tuple], start: int | None, stop: int,
+                    file_starts) -> dict[tuple[str, int], int] | None:
+    """The re-dispatched ends of an abnormal recovery's range [start, stop) put together from
+    each CommitLog file's :meth:`QueueEnds.summary` (files in order, each counted from its
+    first byte over the records the broker's judge accepted), or None when they do not
+    provably cover the range as a scan of it would: ``start`` must begin a file, every file
+    from there must be counted without a gap, and the last record must end at ``stop`` (or
+    ``stop`` begins a file)."""
+    bases = {part[0] for part in parts}
+    if start is None or start not in bases:
+        return None
+    ends: dict[tuple[str, int], int] = {}
+    last_end = None
+    for base, contiguous, end, by_queue in parts:
+        if base < start or base >= stop:
+            continue
+        if not contiguous:
+            return None
+        if end is not None:
+            last_end = end
+        for key, value in by_queue.items():
+            if value > ends.get(key, -1):
+                ends[key] = value
+    if last_end is None or last_end > stop or (last_end < stop and stop not in set(file_starts)):
+        return None
     return ends
 
 

@@ -287,6 +287,8 @@ class RecoveryPlan:
     refuses_to_start: list[str]
     notes: list[str] = field(default_factory=list)
     queue_recoveries: list[QueueRecovery] = field(default_factory=list, repr=False)
+    # (topic, queue) -> queue end after the re-dispatch, when recover's dispatch counted it
+    redispatched_ends: dict | None = field(default=None, repr=False)
 
     @property
     def truncates(self) -> bool:
@@ -305,6 +307,7 @@ class RecoveryPlan:
     def to_dict(self) -> dict:
         data = asdict(self)
         data.pop("queue_recoveries", None)
+        data.pop("redispatched_ends", None)
         data["cq_truncations"] = [asdict(t) for t in self.cq_truncations if t.units
                                   or t.files_deleted]
         return data

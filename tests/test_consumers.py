@@ -696,3 +696,90 @@ def test_findings_point_at_their_entry(made, tmp_path):
     (root / "config" / "consumerOffset.json").write_bytes(data[:100] + b"\xff\x00" + data[102:])
     unreadable = [f for f in consumer_findings(store, plan) if f.code == "CFG_UNREADABLE"]
     assert [f.offset for f in unreadable] == [100]
+
+
+# --- the re-dispatched ends recover's dispatch counts --------------------------------------------
+
+def _recover_plan(store_root: Path, tmp_path: Path, workers: int):
+    """recover's RecoveryPlan, planned (dry run) on the store in place."""
+    from mqtool.repair.planners import plan_recover
+    from mqtool.repair.transaction import Stage
+
+    stage_root = tmp_path / f"stage-{workers}"
+    plan = plan_recover(Store(store_root), Stage(store_root, stage_root), workers=workers)
+    plan.digests.close()
+    return plan.recovery
+
+
+def _verify_plan(store_root: Path, workers: int):
+    """The RecoveryPlan verify's consumer findings were made with."""
+    import mqtool.verify.run as run
+
+    seen = []
+    original = run.consumer_findings
+
+    def spy(store, plan, *args, **kwargs):
+        seen.append(plan)
+        return original(store, plan, *args, **kwargs)
+
+    run.consumer_findings = spy
+    try:
+        run.verify_store(Store(store_root), workers=workers)
+    finally:
+        run.consumer_findings = original
+    (plan,) = seen
+    return plan
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("make_args", [
+    ("-n", "3000", "--seed", "11", "--crash", "--commitlog-file-size", "256k",
+     "--transaction-ratio", "0.2"),
+    ("-n", "2000", "--seed", "12", "--crash", "--broker-version", "5",
+     "--commitlog-file-size", "256k", "--topics", "TopicA,TopicB", "--batch-cq-topics", "TopicA"),
+    ("-n", "2000", "--seed", "13", "--crash", "--commitlog-file-size", "128k",
+     "--damage", "bit-flip"),
+], ids=["4.9-transactions", "5.x-batchcq", "damaged"])
+def test_the_dispatch_counts_the_same_queue_ends_as_a_scan(tmp_path, make_args, workers):
+    """Abnormal recovery's dispatch leaves each queue's end after the re-dispatched records on
+    the plan; consumer forensics take them instead of scanning the range again: they are what
+    that scan finds, on 1 and 2 workers."""
+    from conftest import run_mqtool
+    from mqtool.consumers import _redispatched_ends
+
+    args = [a for a in make_args if a not in ("--damage", "bit-flip")]
+    store_root = tmp_path / "store"
+    proc = run_mqtool("fixture", "make", store_root, *args)
+    assert proc.returncode == 0, proc.stderr
+    if "--damage" in make_args:
+        proc = run_mqtool("fixture", "damage", store_root, "--kind", "bit-flip", "--seed", "3")
+        assert proc.returncode == 0, proc.stderr
+    plan = _recover_plan(store_root, tmp_path, workers)
+    assert plan.mode == "abnormal"
+    carried = plan.redispatched_ends
+    assert carried, "the dispatch counted no ends"
+    plan.redispatched_ends = None
+    scanned = _redispatched_ends(Store(store_root), plan)
+    assert carried == scanned
+    # verify's workers count the same ends from each file's judged records
+    report_plan = _verify_plan(store_root, workers)
+    assert report_plan.redispatched_ends == scanned
+
+
+@pytest.mark.parametrize("name", [n for n in shared_store_names() if "dledger" not in n])
+def test_the_dispatch_counts_the_brokers_stores_queue_ends_as_a_scan(name, tmp_path):
+    from mqtool.consumers import _redispatched_ends
+
+    store_root = tmp_path / "store"
+    shutil.copytree(SHARED_STORES / name / "store", store_root)
+    plan = _recover_plan(store_root, tmp_path, 1)
+    carried = plan.redispatched_ends
+    plan.redispatched_ends = None
+    scanned = _redispatched_ends(Store(store_root), plan)
+    if plan.mode == "abnormal":   # the crashed stores: the dispatch walked the whole range
+        assert carried is not None
+    if carried is not None:
+        assert carried == scanned
+    verified = _verify_plan(store_root, 1)
+    if verified.mode == "abnormal":
+        assert verified.redispatched_ends == scanned

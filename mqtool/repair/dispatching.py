@@ -15,6 +15,7 @@ from ..formats import consumequeue as cq_fmt
 from ..queue_recovery import CONSUME_QUEUE, iter_cq_units
 from ..recovery import BrokerRules, FileJudge, FileVerdict
 from ..scan import MessageRecord, RecordBatch, TopicTable, scan_buffer, scan_segment_batches
+from ..consumers import QueueEnds
 from ..store import MappedFile, Segment, Store
 from .writers import RepairIndexWriter, StagedBatchConsumeQueueWriter, StagedConsumeQueueWriter
 from .pipeline import ParallelJudgedRecords, index_keys, parse_properties
@@ -203,6 +204,7 @@ class DispatchStats:
     last_cq_timestamp: int | None = None
     last_offset: int | None = None
     last_timestamp: int | None = None
+    queue_ends: QueueEnds | None = None
 
 
 def dispatch(store: Store, start: int, stop: int, *, cq: StagedConsumeQueueWriter | None,
@@ -210,7 +212,7 @@ def dispatch(store: Store, start: int, stop: int, *, cq: StagedConsumeQueueWrite
              schedule_loaded: bool = True, queues: set | None = None,
              progress=None, records=None,
              bcq: StagedBatchConsumeQueueWriter | None = None,
-             workers: int = 1) -> DispatchStats:
+             workers: int = 1, queue_ends_from: int | None = None) -> DispatchStats:
     """The broker's doDispatch for every record in [start, stop) (or of ``records``):
     CommitLogDispatcherBuildConsumeQueue for records at or after ``cq_from`` (optionally only for
     ``queues``; records of ``bcq``'s batch topics go to their BatchConsumeQueues, or nowhere
@@ -218,9 +220,15 @@ def dispatch(store: Store, start: int, stop: int, *, cq: StagedConsumeQueueWrite
     as the broker's do. Without ``records``, ``workers`` > 1 processes walk the CommitLog files
     (the same walk as :func:`iter_records`) while this one dispatches, in offset order.
 
+    With ``queue_ends_from``, ``stats.queue_ends`` counts each queue's end after the records from
+    there on (:class:`QueueEnds`).
+
     Records are taken a chunk at a time so that the properties every record needs (TAGS, the
     index keys) are parsed and hashed with numpy for the whole chunk."""
     stats = DispatchStats()
+    if queue_ends_from is not None:
+        stats.queue_ends = QueueEnds(queue_ends_from,
+                                     [seg.base_offset for seg in store.commitlog.segments])
     batch_topics = bcq.topics if bcq is not None else {
         q.topic for q in store.batch_consume_queues}
     if records is None:
@@ -241,6 +249,8 @@ def dispatch(store: Store, start: int, stop: int, *, cq: StagedConsumeQueueWrite
                          schedule_loaded=schedule_loaded)
         if index is not None:
             _dispatch_index(batch, offsets, props, index, index_from, prefixes)
+        if stats.queue_ends is not None:
+            stats.queue_ends.add(batch, offsets)
         stats.records += len(batch)
         stats.last_offset = int(offsets[-1])
         stats.last_timestamp = int(batch.store_timestamp[-1])

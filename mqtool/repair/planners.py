@@ -166,12 +166,14 @@ def plan_recover(store: Store, stage: Stage, *, mode: str = "auto", broker_versi
                 stats = dispatch(store, 0, 0, cq=cq_writer, cq_from=cq_from,
                                  index=setup.writer if setup else None, index_from=index_from,
                                  schedule_loaded=schedule_loaded, records=records,
-                                 bcq=bcq_writer)
+                                 bcq=bcq_writer, queue_ends_from=first.start_offset)
             finally:
                 if isinstance(records, ParallelJudgedRecords):
                     records.close()
         rp = _predict(store, progress, file_verdicts=verdicts, **rules_options)
         po = rp.process_offset
+        # the judged walk stops where the recovery does: its records are the re-dispatched ones
+        rp.redispatched_ends = stats.queue_ends.for_range(rp.redispatch_from, po)
         if setup is None:
             setup = _setup_index(stage, store, deleted=list(rp.index_files_deleted),
                                  cut=None if keep_stale else po, reindex_all=reindex_all,

@@ -9,6 +9,8 @@ import json
 import os
 import shutil
 import signal
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,7 +18,7 @@ from .. import backup as bk
 from ..errors import MqtoolError, StoreLockedError
 from ..recovery import RecoveryPlan
 from ..store import data_extents
-from ..writer import fsync_dir
+from ..writer import fsync_dir, fsync_path
 from .files import _CHUNK
 
 
@@ -267,8 +269,37 @@ def _holds_new(path: Path, record: dict) -> bool:
     return bk.sha256_file(path) == record["new_sha256"]
 
 
-def _apply_one(store_root: Path, record: dict) -> None:
-    """One operation; running it again after it completed changes nothing."""
+def _fsync_all(paths) -> None:
+    """fsync many files or directories at once: their waits overlap (the file system commits
+    them together), where one after the other each waits for its own commit."""
+    paths = list(dict.fromkeys(paths))
+    if len(paths) <= 1:
+        for path in paths:
+            fsync_path(path)
+        return
+    with ThreadPoolExecutor(max_workers=min(16, len(paths))) as pool:
+        for _ in pool.map(fsync_path, paths):
+            pass
+
+
+def _prepare_staged(record: dict) -> Path | None:
+    """A write's staged file with its final mode: the file to make durable before the rename."""
+    if record["op"] != "write":
+        return None
+    staged = Path(record["stage_file"])
+    if not staged.exists():
+        return None
+    if record.get("mode") is not None:
+        os.chmod(staged, record["mode"])
+    return staged
+
+
+def _apply_one(store_root: Path, record: dict, dirs: set | None = None,
+               staged_durable: bool = False) -> None:
+    """One operation; running it again after it completed changes nothing. With ``dirs`` the
+    directories to fsync are added to it instead (the caller syncs them all before it calls the
+    repair applied); ``staged_durable``: :func:`_prepare_staged` ran and the staged file is
+    synced."""
     path = store_root / record["path"]
     op = record["op"]
     if op == "write":
@@ -278,9 +309,9 @@ def _apply_one(store_root: Path, record: dict) -> None:
                 return
             raise bk.BackupError(f"{staged}: the staged content of {record['path']} is gone and the "
                                  "file does not hold it; undo the backup instead")
-        if record.get("mode") is not None:
-            os.chmod(staged, record["mode"])
-        bk.fsync_file(staged)
+        if not staged_durable:
+            _prepare_staged(record)
+            bk.fsync_file(staged)
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
             os.replace(staged, path)
@@ -292,13 +323,13 @@ def _apply_one(store_root: Path, record: dict) -> None:
             bk.fsync_file(tmp)
             os.replace(tmp, path)
             staged.unlink()
-        fsync_dir(path.parent)
+        _sync_dir(path.parent, dirs)
     elif op == "delete":
         try:
             path.unlink()
         except FileNotFoundError:
             return
-        fsync_dir(path.parent)
+        _sync_dir(path.parent, dirs)
     elif op == "edit":
         with open(path, "r+b") as fh:
             size = os.fstat(fh.fileno()).st_size
@@ -316,6 +347,13 @@ def _apply_one(store_root: Path, record: dict) -> None:
             os.fsync(fh.fileno())
     else:
         raise bk.BackupError(f"unknown operation {op!r} in the manifest")
+
+
+def _sync_dir(directory: Path, dirs: set | None) -> None:
+    if dirs is None:
+        fsync_dir(directory)
+    else:
+        dirs.add(directory)
 
 
 def _dirs_created(store_root: Path, ops: list[FileOp]) -> list[str]:
@@ -353,10 +391,16 @@ def apply_plan(plan: RepairPlan, *, backup_dir: Path | None, argv: list[str] | N
         if backup_dir.exists() and any(backup_dir.iterdir()):
             raise RepairError(f"{backup_dir}: backup folder exists and is not empty")
         reserve = _back_up(plan, ops, manifest, store_root, backup_dir, progress)
+        # directories are synced once all operations are done, before the manifest says
+        # "applied": until then a crash leaves the journal, and the next run applies every
+        # operation again (each is idempotent)
+        dirs: set[Path] = set()
         try:
             for step, record in enumerate(manifest["ops"], 1):
-                _apply_one(store_root, record)
+                _apply_one(store_root, record, dirs, staged_durable=True)
                 _kill_point(step)
+            cleanup = _remove_stage_meanwhile(plan.stage)
+            _fsync_all(sorted(dirs))
         except OSError as err:
             reserve.release()
             _roll_back(store_root, backup_dir, err)
@@ -367,9 +411,21 @@ def apply_plan(plan: RepairPlan, *, backup_dir: Path | None, argv: list[str] | N
         manifest["applied"] = bk.utc_stamp()
         bk.write_json_atomically(backup_dir / bk.MANIFEST, manifest)
         bk.clear_pending(store_root)
+        if cleanup is not None:
+            cleanup.join()
     if plan.stage is not None:
         shutil.rmtree(plan.stage, ignore_errors=True)
     return backup_dir
+
+
+def _remove_stage_meanwhile(stage: Path | None) -> threading.Thread | None:
+    """Remove the emptied stage in a thread while the last fsyncs wait on the disk."""
+    if stage is None:
+        return None
+    thread = threading.Thread(target=shutil.rmtree, args=(stage,), kwargs={"ignore_errors": True},
+                              daemon=True)
+    thread.start()
+    return thread
 
 
 def _back_up(plan: RepairPlan, ops: list, manifest: dict, store_root: Path, backup_dir: Path,
@@ -380,16 +436,21 @@ def _back_up(plan: RepairPlan, ops: list, manifest: dict, store_root: Path, back
     reserve = None
     try:
         (backup_dir / "data").mkdir(parents=True, exist_ok=True)
+        to_sync: list[Path] = []
         for i, op in enumerate(ops, 1):
             with open(backup_dir / f"data/{i}.bin", "wb") as blob:
                 record = _op_record(op, i, store_root, backup_dir, blob)
-                blob.flush()
-                os.fsync(blob.fileno())
-            if not record["saved"]:
+            if record["saved"]:
+                to_sync.append(backup_dir / f"data/{i}.bin")
+            else:
                 (backup_dir / f"data/{i}.bin").unlink()
             manifest["ops"].append(record)
             if progress is not None:
                 progress.update(1)
+        # the saved bytes, and the staged files the apply renames into the store, are made
+        # durable together before the manifest and the journal exist
+        to_sync += filter(None, map(_prepare_staged, manifest["ops"]))
+        _fsync_all(to_sync)
         saved = sum(p.stat().st_size for p in (backup_dir / "data").iterdir())
         room = saved + 2 * len(json.dumps(manifest)) + bk.SpaceReserve.SLACK
         reserve = bk.SpaceReserve(backup_dir / ".reserve", room)

@@ -15,6 +15,7 @@ from ..codec import INDEX_ENTRY as _ENTRY_STRUCT
 from ..formats import codecs
 from ..formats import consumequeue as cq_fmt
 from ..formats import indexfile as idx_fmt
+from ..consumers import QueueEnds
 from ..recovery import INDEX_ENTRY_DTYPE, FileJudge
 from ..scan import (FLAG_FALSE, FLAG_NONE, FLAG_TRUE, CorruptRegion, RecordBatch,
                     scan_segment_batches)
@@ -201,6 +202,8 @@ class _BatchChecker(_SegmentChecker):
         self.delays: dict[bytes, int] = {}
         self.seq = 0
         self.newest = None
+        self.queue_ends = QueueEnds(seg.base_offset, [seg.base_offset]) \
+            if ctx.count_queue_ends else None
         try:
             for event in scan_segment_batches(seg, check_crc=ctx.check_crc, resync=True,
                                               progress=self.progress, hints=self._hints()):
@@ -224,6 +227,7 @@ class _BatchChecker(_SegmentChecker):
             self.add(finding)
         result.missing = [run for _, run in sorted(self.run_log, key=lambda item: item[0])]
         result.verdict = judge.verdict
+        result.queue_ends = self.queue_ends.summary() if self.queue_ends is not None else None
         result.newest_timestamp = self.newest
         result.bytes = seg.length
         return result
@@ -275,6 +279,10 @@ class _BatchChecker(_SegmentChecker):
         self.offsets = offsets
         self.props = None
         live = self._judge(batch, judge, offsets)
+        # what an abnormal recovery re-dispatches from this file: the consumer findings need
+        # each queue's end after it (consumers.ends_over_files)
+        if self.queue_ends is not None:
+            self.queue_ends.add(batch, offsets, live)
         newest = int(batch.store_timestamp.max())
         if self.newest is None or newest > self.newest:
             self.newest = newest

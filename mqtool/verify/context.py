@@ -50,6 +50,8 @@ class _Context:
     index_blind: list = field(default_factory=list)  # (lo, hi) ranges of unmerged index files
     engine: str = "batches"  # or "records": the record-at-a-time reference checker
     batch_topics: frozenset = frozenset()  # topics with batchconsumequeue/ dirs (5.x)
+    # the recovery will be abnormal (it re-dispatches every judged record): count queue ends
+    count_queue_ends: bool = False
 
 
 @dataclass
@@ -85,6 +87,8 @@ class _SegmentResult:
     prop_crc_records: int = 0       # records whose __CRC32# property was checked
     # (topic, qid) of a BatchConsumeQueue topic -> offsets of its dispatchable records
     batch_records: dict = field(default_factory=dict)
+    # consumers.QueueEnds.summary() of the records the judge accepted (batches engine only)
+    queue_ends: tuple | None = None
 
 
 _WORKER_CONTEXT: _Context | None = None

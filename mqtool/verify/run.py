@@ -9,7 +9,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 from ..batchcq import check_batch_consume_queues
 from ..recovery import BrokerRules, predict_recovery, resolve_broker_version
-from ..consumers import consumer_findings
+from ..consumers import consumer_findings, ends_over_files
 from ..dledger import check_dledger
 from ..timer import check_timer_store
 from ..store import Store
@@ -102,7 +102,9 @@ def verify_store(store: Store, *, quick: bool = False, progress=None, broker_ver
     rules = BrokerRules(version, True, force_verify_prop_crc, crc_scanned=not quick)
     ctx = _Context(str(commitlog.directory), commitlog.file_size, str(store.root), segments,
                    not quick, rules, queues, unchecked, indexes, blind, engine,
-                   frozenset(topic for topic, _ in batch_keys))
+                   frozenset(topic for topic, _ in batch_keys),
+                   count_queue_ends=store.dledger is None and (
+                       mode == "abnormal" or (mode == "auto" and store.abort_exists)))
     results = _run_segments(store, ctx, progress, workers)
 
     verdicts = {r.verdict.base_offset: r.verdict for r in results}
@@ -111,6 +113,13 @@ def verify_store(store: Store, *, quick: bool = False, progress=None, broker_ver
                             force_verify_prop_crc=force_verify_prop_crc, file_verdicts=verdicts,
                             crc_verified=not quick)
     _merge_results(store, plan, results, sink, deferred, _short_file_holes(queues))
+    if plan.mode == "abnormal" and store.dledger is None and \
+            all(r.queue_ends is not None for r in results):
+        # the files' judged records are what the start re-dispatches: no second scan for the
+        # queue ends after it
+        plan.redispatched_ends = ends_over_files([r.queue_ends for r in results],
+                                                 plan.redispatch_from, plan.process_offset,
+                                                 [seg.base_offset for seg in segments])
     # 5.x side stores: BatchConsumeQueues and the timer store, checked unit by unit
     batch_records: dict = {}
     for r in results:
