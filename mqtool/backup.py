@@ -409,10 +409,22 @@ def clear_pending(store_root: Path) -> None:
     fsync_dir(path.parent)
 
 
+def newest_backup(store_root: Path) -> Path | None:
+    """The most recent backup folder (with a manifest) under a store's backup directory."""
+    folders = [p for p in (Path(store_root) / BACKUP_DIR).glob("*") if (p / MANIFEST).is_file()]
+    return max(folders, key=lambda p: p.name) if folders else None
+
+
 def load_manifest(backup_dir: Path) -> dict:
     backup_dir = Path(backup_dir)
     path = backup_dir / MANIFEST if backup_dir.is_dir() else backup_dir
     if not path.exists():
+        newest = newest_backup(backup_dir) if backup_dir.is_dir() else None
+        if newest is not None:
+            # Undo is never pointed at a backup on the user's behalf: which repair to take back
+            # is theirs to say, so the message names the newest one and the command to run.
+            raise BackupError(f"{backup_dir} is a store, not a backup; its newest backup is "
+                              f"{newest} (mqtool undo {newest})")
         if backup_dir.is_dir():
             raise BackupError(f"{backup_dir}: no {MANIFEST}: not a backup, or one whose repair was "
                               "interrupted before it changed anything")

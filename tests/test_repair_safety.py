@@ -446,3 +446,20 @@ def test_undo_and_fixture_damage_hold_the_lock(tmp_path):
     with store_lock(store, "test"):
         assert (store / "lock").exists()
     assert not (store / "lock").exists()
+
+
+def test_undo_given_the_store_names_its_newest_backup_and_changes_nothing(tmp_path, crash_store):
+    """An operator types the store where the backup belongs: undo names the backup to give it,
+    and never picks one on its own."""
+    first = run_mqtool("recover", crash_store, "--json")
+    assert first.returncode in (0, 1), first.stderr
+    shutil.rmtree(crash_store / "index")                   # something for a second repair to do
+    second = run_mqtool("rebuild-index", crash_store, "--json")
+    assert second.returncode in (0, 1), second.stderr
+    newest = json.loads(second.stdout)["backup"]
+    before = snapshot(crash_store)
+    proc = run_mqtool("undo", crash_store)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert f"mqtool undo {newest}" in proc.stderr
+    assert snapshot(crash_store) == before
