@@ -118,7 +118,8 @@ Puts a store back exactly as it was before the repair that wrote BACKUP: files t
 created are removed, changed and deleted files are restored byte for byte (checked against the
 sha256 digests of their contents in the backup's manifest). It refuses a store in use (exit 3)
 and changes nothing when a file was modified since the repair, unless --force.""",
-        "arguments": {"backup": "A backup folder printed by a repair command (given the store instead, undo names its newest backup)."},
+        "arguments": {"backup": "A backup folder printed by a repair command (given the store "
+                                "instead, undo names its newest backup)."},
         "output": "What was restored and removed; with --json one JSON document.",
         "exit": """\
 0 restored, or nothing to restore.

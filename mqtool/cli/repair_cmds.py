@@ -273,7 +273,8 @@ def rebuild_index_cmd(
 @error_boundary
 def undo_cmd(
     backup: Path = typer.Argument(..., metavar="BACKUP",
-                                  help="A backup folder printed by a repair command (given the store instead, undo names its newest backup)."),
+                                  help="A backup folder printed by a repair command (given the store "
+                                       "instead, undo names its newest backup)."),
     force: bool = typer.Option(False, "--force",
                                help="Restore even files changed since the repair."),
     dry_run: bool = opt.dry_run(),
