@@ -1024,12 +1024,14 @@ def test_audit_checks_consume_queue_files_as_verify_does(spark, tmp_path):
 def test_audit_checks_a_stores_own_files_as_verify_does(spark, tmp_path, unpack_shared):
     """Forged stores with damage only a store's own files show: DLedger entries whose index or
     term `fixture damage` broke (DL_INDEX_SEQUENCE, DL_TERM_ORDER, DL_INDEX_UNIT), a garbled
-    DLedger checkpoint and a missing currterm (DL_CHECKPOINT); a plain store with an IndexFile
-    header out of range (IDX_HEADER), no checkpoint, an abort file and its lock held by this
-    process (CKPT_MISSING, ABORT_PRESENT, LOCK_HELD); and, where ../shared is, the broker's
-    timer store with a unit and a slot broken (TIMER_*). Per store, every checked code counts
-    as ``mqtool verify --json`` counts it (another process: it sees the lock held), and those
-    codes' findings are verify's, file, offset, severity and message."""
+    DLedger checkpoint, a missing currterm and a topic left out of topics.json (DL_CHECKPOINT,
+    TOPIC_NOT_IN_CONFIG); a plain store with an IndexFile header out of range (IDX_HEADER), no
+    checkpoint, an abort file, its lock held by this process, a torn consumerOffset.json and a
+    delay offset that is no number (CKPT_MISSING, ABORT_PRESENT, LOCK_HELD, CFG_*); and, where
+    ../shared is, the broker's timer store with a unit and a slot broken (TIMER_*). Per store,
+    every checked code counts as ``mqtool verify --json`` counts it (another process: it sees
+    the lock held), and those codes' findings are verify's, file, offset, severity and
+    message."""
     import fcntl
 
     from test_dledger_forge import options, walk_entries
@@ -1055,6 +1057,9 @@ def test_audit_checks_a_stores_own_files_as_verify_does(spark, tmp_path, unpack_
     shutil.copytree(template, root)
     (root / "dledger-n0" / "checkpoint").write_text("committedIndex=x\n")
     (root / "dledger-n0" / "currterm").unlink()
+    topics = json.loads((root / "config" / "topics.json").read_text())
+    del topics["topicConfigTable"]["OrderTopic"]
+    (root / "config" / "topics.json").write_text(json.dumps(topics))
 
     root = roots["plain"] = tmp_path / "plain"
     forge.make_store(root, forge.ForgeOptions(messages=300, seed=5, commitlog_file_size=64 * 1024,
@@ -1065,6 +1070,8 @@ def test_audit_checks_a_stores_own_files_as_verify_does(spark, tmp_path, unpack_
         f.write((10_000).to_bytes(4, "big"))
     (root / "checkpoint").unlink()
     (root / "abort").write_text("4242")
+    (root / "config" / "consumerOffset.json").write_text('{"offsetTable":{')
+    (root / "config" / "delayOffset.json").write_text('{"offsetTable":{2:"x",5:0}}')
     try:
         timer = unpack_shared("v5-timer-crash", "store.tar.gz")
     except pytest.skip.Exception:
@@ -1107,7 +1114,8 @@ def test_audit_checks_a_stores_own_files_as_verify_does(spark, tmp_path, unpack_
                    for f in verified[name]["findings"] if f["code"] in STORE_FILE_CODES), name
         seen |= set(audited)
     wanted = {"DL_INDEX_SEQUENCE", "DL_TERM_ORDER", "DL_INDEX_UNIT", "DL_CHECKPOINT",
-              "IDX_HEADER", "CKPT_MISSING", "ABORT_PRESENT", "LOCK_HELD"}
+              "IDX_HEADER", "CKPT_MISSING", "ABORT_PRESENT", "LOCK_HELD", "CFG_UNREADABLE",
+              "CFG_BAD_VALUE", "TOPIC_NOT_IN_CONFIG"}
     if timer is not None:
         wanted |= {"TIMER_MAGIC", "TIMER_SLOT_POINTER"}
     assert wanted <= seen, wanted - seen

@@ -14,11 +14,11 @@ Finding codes, files, offsets and messages are ``verify``'s (:data:`mqtool.verif
 Spark audit checks is the CommitLog: record CRCs, lengths, self-recorded offsets, damaged
 regions, file sizes, gaps and stray files, DLedger entry headers, and queue offsets that skip or
 repeat; and of a store root, the ConsumeQueue files' sizes (:mod:`mqtool.spark.queues`), the
-DLedger bookkeeping, checkpoint, abort and lock files, the timer store and the IndexFile headers
-(:mod:`mqtool.spark.storefiles`): verify's own checks run by the executors. Severities are the
-codes' defaults (``verify`` also predicts the broker's recovery and tones down what lies past the
-recovered end, and cross-checks queue units and index entries against the records: an audit does
-neither).
+DLedger bookkeeping, checkpoint, abort, lock and config files, the timer store and the IndexFile
+headers (:mod:`mqtool.spark.storefiles`): verify's own checks run by the executors. Severities
+are the codes' defaults (``verify`` also predicts the broker's recovery and tones down what lies
+past the recovered end, and cross-checks queue units and index entries against the records: an
+audit does neither).
 """
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ CHECK_NOTES.update({
 def checks() -> dict:
     """What an audit checks, for the summary: the codes it reports as verify does, and every
     other code of verify's, which it does not check (the cross-checks of ConsumeQueue units,
-    IndexFile entries and BatchConsumeQueues against the records, the configs and offsets, and
+    IndexFile entries and BatchConsumeQueues against the records, consumer offsets, and
     what depends on the recovery prediction: run ``mqtool verify`` on the store for those).
     Severities are the codes' defaults."""
     return {"checked": list(CHECKED_CODES),

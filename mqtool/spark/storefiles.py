@@ -1,12 +1,13 @@
 """The checks of a Spark audit that read a store root's own files rather than its CommitLog
 records: verify's own functions, run by the executors, one task per store (the DLedger
-bookkeeping, the checkpoint/abort/lock files, the timer store) and one per IndexFile (its
-structure check).
+bookkeeping, the checkpoint/abort/lock files, the timer store, the config files) and one per
+IndexFile (its structure check).
 
 Only the codes those functions alone decide are reported (:data:`STORE_FILE_CODES`); what also
 depends on the record merge or verify's recovery prediction stays verify's: IDX_DANGLING and
 IDX_MISSING_KEY (also found by the merge, and toned down for IndexFiles the broker's recovery
-deletes), CKPT_AHEAD (the newest stored record), TIMER_LOST (the recovered end)."""
+deletes), CKPT_AHEAD (the newest stored record), TIMER_LOST (the recovered end), the consumer
+and delay offset codes (the queue ends after the predicted start)."""
 from __future__ import annotations
 
 from .plan import BrokerInput, finding, local_path
@@ -23,7 +24,11 @@ TIMER_CODES = ("TIMER_FILE_SIZE", "TIMER_TORN", "TIMER_UNIT_SIZE", "TIMER_MAGIC"
                "TIMER_UNREACHABLE", "TIMER_WHEEL_BEHIND")
 #: an IndexFile's header (:func:`mqtool.verify.index.index_structure_findings`)
 INDEX_CODES = ("IDX_HEADER",)
-STORE_FILE_CODES = DLEDGER_CODES + STATE_CODES + TIMER_CODES + INDEX_CODES
+#: the config files (:func:`mqtool.consumers.consumer_findings` without a recovery prediction:
+#: these codes never use it; the consumer and delay offset codes compare with the queue ends
+#: after the predicted start, and stay verify's)
+CONFIG_CODES = ("CFG_UNREADABLE", "CFG_BAD_VALUE", "CFG_IN_ROCKSDB", "TOPIC_NOT_IN_CONFIG")
+STORE_FILE_CODES = DLEDGER_CODES + STATE_CODES + TIMER_CODES + INDEX_CODES + CONFIG_CODES
 
 
 def store_tasks(brokers: list[BrokerInput]) -> list[tuple[str, str, str | None]]:
@@ -51,6 +56,7 @@ def _as_row(broker: str, f) -> dict:
 def check_store_files(broker: str, root: str, index_name: str | None) -> list[dict]:
     """An executor's part: verify's functions on one store (or one of its IndexFiles), only the
     findings of :data:`STORE_FILE_CODES` kept."""
+    from ..consumers import consumer_findings
     from ..dledger import check_dledger
     from ..store import Store
     from ..timer import check_timer_store
@@ -66,6 +72,7 @@ def check_store_files(broker: str, root: str, index_name: str | None) -> list[di
     sink = _Sink()
     store_state_findings(store, sink)
     out = [_as_row(broker, f) for f in sink.findings if f.code in STATE_CODES]
+    out += [_as_row(broker, f) for f in consumer_findings(store, None) if f.code in CONFIG_CODES]
     for found in check_dledger(store) + check_timer_store(store):
         if found["code"] in DLEDGER_CODES + TIMER_CODES:
             out.append(finding(broker, found["code"], found["file"], found["offset"],
