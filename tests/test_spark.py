@@ -1021,6 +1021,106 @@ def test_audit_checks_consume_queue_files_as_verify_does(spark, tmp_path):
         {q.relative_to(root).as_posix() for q in queues[:3]}
 
 
+def test_audit_checks_a_stores_own_files_as_verify_does(spark, tmp_path, unpack_shared):
+    """Forged stores with damage only a store's own files show: DLedger entries whose index or
+    term `fixture damage` broke (DL_INDEX_SEQUENCE, DL_TERM_ORDER, DL_INDEX_UNIT), a garbled
+    DLedger checkpoint, a missing currterm and a topic left out of topics.json (DL_CHECKPOINT,
+    TOPIC_NOT_IN_CONFIG); a plain store with an IndexFile header out of range (IDX_HEADER), no
+    checkpoint, an abort file, its lock held by this process, a torn consumerOffset.json and a
+    delay offset that is no number (CKPT_MISSING, ABORT_PRESENT, LOCK_HELD, CFG_*); and, where
+    ../shared is, the broker's timer store with a unit and a slot broken (TIMER_*). Per store,
+    every checked code counts as ``mqtool verify --json`` counts it (another process: it sees
+    the lock held), and those codes' findings are verify's, file, offset, severity and
+    message."""
+    import fcntl
+
+    from test_dledger_forge import options, walk_entries
+    from mqtool.spark import job
+    from mqtool.spark.storefiles import STORE_FILE_CODES
+    from mqtool.timer import iter_timerwheel
+
+    template = tmp_path / "template"
+    forge.make_store(template, options(messages=300, commitlog_file_size=64 * 1024,
+                                       body_mean=512, body_max=2048))
+    entries, _ = walk_entries(template / "dledger-n0" / "data")
+    files = sorted({e["file"] for e in entries})
+    roots = {}
+    for field in ("index", "term"):
+        root = roots[field] = tmp_path / field
+        shutil.copytree(template, root)
+        victim = [e for e in entries if e["file"] == files[-2]][7]
+        proc = run_mqtool("fixture", "damage", root, "--kind", "bit-flip", "--target",
+                          "entry-header", "--field", field, "--offset", victim["pos"] + 5,
+                          "--seed", "1")
+        assert proc.returncode == 0, proc.stderr
+    root = roots["dledger-files"] = tmp_path / "dledger-files"
+    shutil.copytree(template, root)
+    (root / "dledger-n0" / "checkpoint").write_text("committedIndex=x\n")
+    (root / "dledger-n0" / "currterm").unlink()
+    topics = json.loads((root / "config" / "topics.json").read_text())
+    del topics["topicConfigTable"]["OrderTopic"]
+    (root / "config" / "topics.json").write_text(json.dumps(topics))
+
+    root = roots["plain"] = tmp_path / "plain"
+    forge.make_store(root, forge.ForgeOptions(messages=300, seed=5, commitlog_file_size=64 * 1024,
+                                              index_slots=100, index_entries=400))
+    index_file = sorted((root / "index").iterdir())[0]
+    with open(index_file, "r+b") as f:
+        f.seek(36)                      # indexCount
+        f.write((10_000).to_bytes(4, "big"))
+    (root / "checkpoint").unlink()
+    (root / "abort").write_text("4242")
+    (root / "config" / "consumerOffset.json").write_text('{"offsetTable":{')
+    (root / "config" / "delayOffset.json").write_text('{"offsetTable":{2:"x",5:0}}')
+    try:
+        timer = unpack_shared("v5-timer-crash", "store.tar.gz")
+    except pytest.skip.Exception:
+        timer = None
+    if timer is not None:
+        root = roots["timer"] = tmp_path / "timer"
+        shutil.copytree(timer, root)
+        log = sorted((root / "timerlog").iterdir())[0]
+        with open(log, "r+b") as f:
+            f.seek(52 + 12)             # unit 1's magic
+            f.write((8).to_bytes(4, "big"))
+        used = next(iter_timerwheel(root / "timerwheel"))
+        with open(root / "timerwheel", "r+b") as f:
+            f.seek(used["file_offset"] + 16)    # the slot's lastPos, to nowhere
+            f.write((999_999).to_bytes(8, "big"))
+
+    with open(roots["plain"] / "lock", "r+b") as lock:
+        fcntl.lockf(lock, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
+        result = job.audit(spark, [str(r) for r in roots.values()], broker_names=list(roots),
+                           split_size=16 * 1024)
+        verified = {}
+        for name, root in roots.items():
+            proc = run_mqtool("verify", "--json", root)
+            assert proc.returncode in (0, 1), proc.stderr
+            verified[name] = json.loads(proc.stdout)
+    checked = set(result.summary["checks"]["checked"])
+    assert set(STORE_FILE_CODES) <= checked
+    seen = set()
+    for b in result.summary["brokers"]:
+        name = b["broker"]
+        expected = {c: n for c, n in verified[name]["summary"]["by_code"].items() if c in checked}
+        audited = dict(b["by_code"])
+        # over every record: see the summary's notes
+        assert audited.pop("CQ_QUEUE_GAP", 0) >= expected.pop("CQ_QUEUE_GAP", 0)
+        assert audited == expected, name
+        assert sorted((f["code"], f["file"], f["offset"], f["severity"], f["message"])
+                      for f in result.findings
+                      if f["broker"] == name and f["code"] in STORE_FILE_CODES) == \
+            sorted((f["code"], f["file"], f["offset"], f["severity"], f["message"])
+                   for f in verified[name]["findings"] if f["code"] in STORE_FILE_CODES), name
+        seen |= set(audited)
+    wanted = {"DL_INDEX_SEQUENCE", "DL_TERM_ORDER", "DL_INDEX_UNIT", "DL_CHECKPOINT",
+              "IDX_HEADER", "CKPT_MISSING", "ABORT_PRESENT", "LOCK_HELD", "CFG_UNREADABLE",
+              "CFG_BAD_VALUE", "TOPIC_NOT_IN_CONFIG"}
+    if timer is not None:
+        wanted |= {"TIMER_MAGIC", "TIMER_SLOT_POINTER"}
+    assert wanted <= seen, wanted - seen
+
+
 def schema_names():
     from mqtool.spark.schema import MESSAGE_COLUMNS, names
 

@@ -13,10 +13,12 @@ over the record view (verify's unit), so they scale with the cluster.
 Finding codes, files, offsets and messages are ``verify``'s (:data:`mqtool.verify.CODES`); what a
 Spark audit checks is the CommitLog: record CRCs, lengths, self-recorded offsets, damaged
 regions, file sizes, gaps and stray files, DLedger entry headers, and queue offsets that skip or
-repeat; and of a store root, the ConsumeQueue files' sizes (:mod:`mqtool.spark.queues`, verify's
-own check run by the executors). Severities are the codes' defaults (``verify`` also predicts the
-broker's recovery and tones down what lies past the recovered end, and cross-checks queue units
-and index entries against the records: an audit does neither).
+repeat; and of a store root, the ConsumeQueue files' sizes (:mod:`mqtool.spark.queues`), the
+DLedger bookkeeping, checkpoint, abort, lock and config files, the timer store and the IndexFile
+headers (:mod:`mqtool.spark.storefiles`): verify's own checks run by the executors. Severities
+are the codes' defaults (``verify`` also predicts the broker's recovery and tones down what lies
+past the recovered end, and cross-checks queue units and index entries against the records: an
+audit does neither).
 """
 from __future__ import annotations
 
@@ -37,13 +39,14 @@ from .plan import (DEFAULT_SPLIT_SIZE, BrokerInput, Split, check_output, finding
                    layout_findings, make_splits, resolve_inputs)
 from .arrow import LAST_MILLI, OPENED_RECORD, audit_arrow_partition
 from .queues import QUEUE_FILE_CODES, queue_file_findings
+from .storefiles import STORE_FILE_CODES, store_file_findings
 from .splits import check_remote_reader, export_partition
 
 #: verify's finding codes an audit computes, by verify's rules, from the CommitLog files alone
 CHECKED_CODES = ("CL_BAD_MAGIC", "CL_CRC_MISMATCH", "CL_PROP_CRC_MISMATCH", "CL_LENGTH_MISMATCH",
                  "CL_TRUNCATED", "CL_OFFSET_MISMATCH", "CL_FILE_SIZE", "CL_GAP", "CL_STRAY_FILE",
                  "DL_ENTRY_MAGIC", "DL_ENTRY_POS", "DL_ENTRY_SIZE", "DL_ENTRY_TRUNCATED",
-                 "CQ_QUEUE_GAP") + QUEUE_FILE_CODES
+                 "CQ_QUEUE_GAP") + QUEUE_FILE_CODES + STORE_FILE_CODES
 #: where a checked code's count can differ from verify's on the same store
 CHECK_NOTES = {
     "CL_STRAY_FILE": "names in the CommitLog directory only; verify also reports unknown files "
@@ -54,13 +57,18 @@ CHECK_NOTES = {
                     "(local, file://, a shared mount), by verify's own structure check; none for "
                     "remote stores and bare CommitLog directories",
 }
+CHECK_NOTES.update({
+    code: "store roots on a file system every executor reads, by verify's own check of the "
+          "store's files; none for remote stores and bare CommitLog directories"
+    for code in STORE_FILE_CODES})
 
 
 def checks() -> dict:
     """What an audit checks, for the summary: the codes it reports as verify does, and every
-    other code of verify's, which it does not check (ConsumeQueues, IndexFiles,
-    BatchConsumeQueues, the timer store, the DLedger index, checkpoint and recovery prediction:
-    run ``mqtool verify`` on the store for those). Severities are the codes' defaults."""
+    other code of verify's, which it does not check (the cross-checks of ConsumeQueue units,
+    IndexFile entries and BatchConsumeQueues against the records, consumer offsets, and
+    what depends on the recovery prediction: run ``mqtool verify`` on the store for those).
+    Severities are the codes' defaults."""
     return {"checked": list(CHECKED_CODES),
             "not_checked": sorted(set(CODES) - set(CHECKED_CODES)),
             "notes": dict(CHECK_NOTES)}
@@ -655,7 +663,8 @@ def audit(spark: SparkSession, sources: list[str], *, broker_names: list[str] | 
     # used twice (findings, per-queue figures): sort the queues once
     gaps = queue_steps(records).persist(StorageLevel.MEMORY_AND_DISK)
     driver_rows = [f for b in brokers for f in layout_findings(b)] + \
-        _region_findings(sides, cutoffs, label) + queue_file_findings(spark, brokers)
+        _region_findings(sides, cutoffs, label) + queue_file_findings(spark, brokers) \
+        + store_file_findings(spark, brokers)
     rel = _file_label(brokers)
     findings = _record_findings(records, rel).unionByName(_gap_findings(spark, gaps, rel)) \
         .unionByName(_finding_frame(spark, driver_rows))

@@ -53,6 +53,12 @@ def _layout_findings(store: Store, sink: _Sink, version: str) -> None:
         sink.add(_finding("CL_STRAY_FILE", store.relative(path), 0,
                           "not named as the broker names its files; the broker ignores it "
                           "(or fails on it)"))
+    store_state_findings(store, sink)
+
+
+def store_state_findings(store: Store, sink: _Sink) -> None:
+    """The store's own small files as verify judges them (CKPT_MISSING, ABORT_PRESENT,
+    LOCK_HELD): part of :func:`_layout_findings`, callable alone (a Spark audit's executors)."""
     try:
         ckpt = store.read_checkpoint()
     except ParseError as err:
