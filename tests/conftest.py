@@ -133,3 +133,36 @@ def run_mqtool(*args, check_no_traceback: bool = True, env=None, **kwargs):
 @pytest.fixture
 def mqtool():
     return run_mqtool
+
+
+def sparse_copytree(source: Path, dest: Path) -> Path:
+    """Copy a store keeping runs of zero MiBs as holes (a DLedger index is 160 MiB of mostly
+    nothing); written independently of mqtool's own sparse copy, which tests check."""
+    for folder, _dirs, files in os.walk(source):
+        target = dest / Path(folder).relative_to(source)
+        target.mkdir(parents=True, exist_ok=True)
+        for name in files:
+            with open(Path(folder) / name, "rb") as src, open(target / name, "wb") as out:
+                while chunk := src.read(1 << 20):
+                    if chunk.count(0) == len(chunk):
+                        out.seek(len(chunk), os.SEEK_CUR)
+                    else:
+                        out.write(chunk)
+                out.truncate()
+    return dest
+
+
+def tree_digests(root: Path) -> dict[str, str]:
+    """sha256 of every file below ``root`` by relative path, mqtool's backups left out."""
+    import hashlib
+    out = {}
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if not d.startswith(".mqtool")]
+        for name in files:
+            path = Path(folder) / name
+            sha = hashlib.sha256()
+            with open(path, "rb") as fh:
+                while chunk := fh.read(1 << 20):
+                    sha.update(chunk)
+            out[path.relative_to(root).as_posix()] = sha.hexdigest()
+    return out

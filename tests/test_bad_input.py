@@ -3,7 +3,6 @@ with exit 2, or findings with exit 1 — never a traceback, never another exit c
 from __future__ import annotations
 
 import io
-import os
 import shutil
 import tempfile
 from contextlib import redirect_stderr, redirect_stdout

@@ -8,12 +8,13 @@ record of what it meant to write (its summary), and from what the broker does on
 from re-reading the store with the code under test."""
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
 
 import pytest
+
+from conftest import sparse_copytree, tree_digests
 
 from mqtool import forge
 from mqtool.formats import commitlog as cl_fmt
@@ -43,16 +44,6 @@ def made(tmp_path_factory):
             cache[name] = (root, forge.make_store(root, options(**kw)))
         return cache[name]
     return make
-
-
-def digests(root: Path) -> dict[str, str]:
-    out = {}
-    for folder, dirs, files in os.walk(root):
-        dirs[:] = [d for d in dirs if not d.startswith(".mqtool")]
-        for name in files:
-            path = Path(folder) / name
-            out[path.relative_to(root).as_posix()] = hashlib.sha256(path.read_bytes()).hexdigest()
-    return out
 
 
 def walk_entries(data_dir: Path) -> tuple[list[dict], list[tuple]]:
@@ -179,10 +170,10 @@ def test_recover_a_clean_store_touches_only_the_dledger_bak_files(made, mqtool):
     """As the broker's start on dledger-clean: the checkpoint persisted again (its copy in
     checkpoint.bak), the term persisted (currterm.bak); nothing else changes."""
     root, _ = made("clean-to-recover")
-    before = digests(root)
+    before = tree_digests(root)
     proc = mqtool("recover", root)
     assert proc.returncode == 0, proc.stderr
-    after = digests(root)
+    after = tree_digests(root)
     changed = {n for n in set(before) | set(after) if before.get(n) != after.get(n)}
     assert changed == {"dledger-n0/checkpoint.bak", "dledger-n0/currterm.bak"}
     folder = root / "dledger-n0"
@@ -203,12 +194,12 @@ def test_crash_store_recovers_as_the_broker_would(made, mqtool):
     entries, ends = walk_entries(folder / "data")
     assert ends[-1][0] == "zeros" and summary["dispatched_messages"] == MESSAGES
     newest_index = max(p.name for p in (root / "index").iterdir())
-    data_before = {name: d for name, d in digests(root).items()
+    data_before = {name: d for name, d in tree_digests(root).items()
                    if name.startswith("dledger-n0/data/") or name.startswith("dledger-n0/index/")}
     proc = mqtool("recover", "--json", root)
     assert proc.returncode == 1, proc.stderr        # the crash's newest IndexFile is lost
     result = json.loads(proc.stdout)
-    after = digests(root)
+    after = tree_digests(root)
     assert {n: d for n, d in after.items() if n in data_before} == data_before
     assert not (root / "abort").exists() and not (root / "index" / newest_index).exists()
     text = f"committedIndex={MESSAGES - 1}\nendIndex={MESSAGES - 1}\n"
@@ -262,24 +253,9 @@ def small(tmp_path_factory):
     return root
 
 
-def sparse_copy(source: Path, dest: Path) -> Path:
-    for folder, _dirs, files in os.walk(source):
-        target = dest / Path(folder).relative_to(source)
-        target.mkdir(parents=True, exist_ok=True)
-        for name in files:
-            with open(Path(folder) / name, "rb") as src, open(target / name, "wb") as out:
-                while chunk := src.read(1 << 20):
-                    if chunk.count(0) == len(chunk):
-                        out.seek(len(chunk), os.SEEK_CUR)
-                    else:
-                        out.write(chunk)
-                out.truncate()
-    return dest
-
-
 @pytest.mark.parametrize("field", sorted(FIELD_CODES))
 def test_entry_header_damage_and_the_brokers_recovery(field, small, tmp_path, mqtool):
-    root = sparse_copy(small, tmp_path / "store")
+    root = sparse_copytree(small, tmp_path / "store")
     entries, _ = walk_entries_of(root)
     files = sorted(p.name for p in (root / "dledger-n0" / "data").iterdir())
     assert len(files) == 4
@@ -324,7 +300,7 @@ def test_entry_header_damage_and_the_brokers_recovery(field, small, tmp_path, mq
 
 
 def test_recover_keep_stale_leaves_what_lies_past_the_end(small, tmp_path, mqtool):
-    root = sparse_copy(small, tmp_path / "store")
+    root = sparse_copytree(small, tmp_path / "store")
     entries, _ = walk_entries_of(root)
     files = sorted(p.name for p in (root / "dledger-n0" / "data").iterdir())
     victim = [e for e in entries if e["file"] == files[-1]][5]
@@ -340,16 +316,16 @@ def test_recover_keep_stale_leaves_what_lies_past_the_end(small, tmp_path, mqtoo
 
 
 def test_entry_header_damage_too_far_back_makes_recover_refuse(small, tmp_path, mqtool):
-    root = sparse_copy(small, tmp_path / "store")
+    root = sparse_copytree(small, tmp_path / "store")
     proc = mqtool("fixture", "damage", root, "--kind", "bit-flip", "--target", "entry-header",
                   "--field", "magic", "--file", "dledger-n0/data/00000000000000065536")
     assert proc.returncode == 0, proc.stderr
     verify = json.loads(mqtool("verify", "--json", root).stdout)
     assert any("processOffset is too small" in r for r in verify["recovery"]["refuses_to_start"])
-    before = digests(root)
+    before = tree_digests(root)
     proc = mqtool("recover", root)
     assert proc.returncode == 2 and "processOffset is too small" in proc.stderr
-    assert digests(root) == before
+    assert tree_digests(root) == before
 
 
 def test_entry_header_damage_needs_a_dledger_store(tmp_path, mqtool):
@@ -368,7 +344,7 @@ def walk_entries_of(root: Path):
 def test_a_short_data_file_is_cut_away_by_truncate(small, tmp_path, mqtool):
     """A data file of the wrong size: DLedger does not load, the broker does not start, recover
     refuses; truncate to the file's start drops it (and what follows) and the store starts."""
-    root = sparse_copy(small, tmp_path / "store")
+    root = sparse_copytree(small, tmp_path / "store")
     files = sorted(p.name for p in (root / "dledger-n0" / "data").iterdir())
     proc = mqtool("fixture", "damage", root, "--kind", "truncate-file", "--file",
                   f"dledger-n0/data/{files[2]}")

@@ -12,7 +12,7 @@ import shutil
 
 import pytest
 
-from conftest import DLEDGER_STORES, SHARED_STORES
+from conftest import DLEDGER_STORES, SHARED_STORES, sparse_copytree
 from mqtool import codec
 from mqtool.formats import dledger as dl_fmt
 from mqtool.scan import (BlankRecord, CorruptRegion, MessageRecord, RecordBatch, Scanner,
@@ -324,21 +324,6 @@ def test_diff_salvage_and_export_read_dledger_entries(dledger_stores, mqtool, tm
 
 # --- bad input -----------------------------------------------------------------------------------
 
-def _sparse_copy(source, dest) -> None:
-    import os
-    for folder, _dirs, files in os.walk(source):
-        target = dest / os.path.relpath(folder, source)
-        target.mkdir(parents=True, exist_ok=True)
-        for name in files:
-            with open(os.path.join(folder, name), "rb") as src, open(target / name, "wb") as out:
-                while chunk := src.read(1 << 20):
-                    if chunk.count(0) == len(chunk):
-                        out.seek(len(chunk), os.SEEK_CUR)
-                    else:
-                        out.write(chunk)
-                out.truncate()
-
-
 def _poke(path, at: int, data: bytes) -> None:
     with open(path, "r+b") as fh:
         fh.seek(at)
@@ -366,7 +351,7 @@ BAD_INPUT = {
 @pytest.mark.parametrize("case", sorted(BAD_INPUT))
 def test_bad_dledger_input_gives_findings_not_tracebacks(case, dledger_stores, tmp_path, mqtool):
     root = tmp_path / "store"
-    _sparse_copy(dledger_stores["dledger-clean"], root)
+    sparse_copytree(dledger_stores["dledger-clean"], root)
     damage, expected_code = BAD_INPUT[case]
     damage(root)
     for command in ("info", "dump"):
@@ -380,8 +365,8 @@ def test_bad_dledger_input_gives_findings_not_tracebacks(case, dledger_stores, t
 
 def test_two_dledger_folders_are_one_clear_error(dledger_stores, tmp_path, mqtool):
     root = tmp_path / "store"
-    _sparse_copy(dledger_stores["dledger-clean"], root)
-    _sparse_copy(root / "dledger-n0", root / "dledger-n1")
+    sparse_copytree(dledger_stores["dledger-clean"], root)
+    sparse_copytree(root / "dledger-n0", root / "dledger-n1")
     proc = mqtool("info", root)
     assert proc.returncode == 2
     assert proc.stderr.startswith("mqtool: error:") and len(proc.stderr.splitlines()) == 1

@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
-import shutil
 from pathlib import Path
 
 import pytest
 
-from conftest import DLEDGER_STORES, SHARED_STORES
+from conftest import DLEDGER_STORES, SHARED_STORES, sparse_copytree
 from mqtool.dledger import ledger_extent, walk_ledger
 from mqtool.formats import dledger as dl_fmt
 from mqtool.recovery import predict_recovery
@@ -71,25 +69,10 @@ def test_verify_predicts_no_truncation_where_the_broker_made_none(dledger_stores
 
 # --- the rules, on damaged copies ----------------------------------------------------------------
 
-def sparse_copy(source: Path, dest: Path) -> None:
-    """A copy of a store that keeps its 160 MiB DLedger index file sparse."""
-    for folder, _dirs, files in os.walk(source):
-        target = dest / Path(folder).relative_to(source)
-        target.mkdir(parents=True, exist_ok=True)
-        for name in files:
-            with open(Path(folder) / name, "rb") as src, open(target / name, "wb") as out:
-                while chunk := src.read(1 << 20):
-                    if chunk.count(0) == len(chunk):
-                        out.seek(len(chunk), os.SEEK_CUR)
-                    else:
-                        out.write(chunk)
-                out.truncate()
-
-
 @pytest.fixture
 def clean_copy(dledger_stores, tmp_path) -> Path:
     dest = tmp_path / "store"
-    sparse_copy(dledger_stores["dledger-clean"], dest)
+    sparse_copytree(dledger_stores["dledger-clean"], dest)
     return dest
 
 

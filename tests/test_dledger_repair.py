@@ -8,31 +8,15 @@ ConsumeQueue units past the end removed, disagreeing DLedger index units rewritt
 broker would exit instead of starting, recover refuses and changes nothing."""
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 from pathlib import Path
 
 import pytest
 
-from conftest import DLEDGER_STORES
+from conftest import DLEDGER_STORES, sparse_copytree, tree_digests
 from mqtool.formats import dledger as dl_fmt
 from mqtool.store import Store
-from test_dledger_recovery import entries, in_file, poke, sparse_copy
-
-
-def digests(root: Path) -> dict[str, str]:
-    out = {}
-    for folder, dirs, files in os.walk(root):
-        dirs[:] = [d for d in dirs if not d.startswith(".mqtool")]
-        for name in files:
-            path = Path(folder) / name
-            sha = hashlib.sha256()
-            with open(path, "rb") as fh:
-                while chunk := fh.read(1 << 20):
-                    sha.update(chunk)
-            out[path.relative_to(root).as_posix()] = sha.hexdigest()
-    return out
+from test_dledger_recovery import entries, in_file, poke
 
 
 @pytest.mark.parametrize("name", DLEDGER_STORES)
@@ -40,26 +24,26 @@ def test_recover_equals_the_brokers_end_state_and_undo_puts_it_back(name, dledge
                                                                     unpack_shared, tmp_path,
                                                                     mqtool):
     store = tmp_path / "store"
-    sparse_copy(dledger_stores[name], store)
-    original = digests(store)
+    sparse_copytree(dledger_stores[name], store)
+    original = tree_digests(store)
     proc = mqtool("recover", "--json", store)
     assert proc.returncode == (1 if name == "dledger-crash" else 0), proc.stderr
     result = json.loads(proc.stdout)
-    assert digests(store) == digests(unpack_shared(name, "recovered.tar.gz"))
+    assert tree_digests(store) == tree_digests(unpack_shared(name, "recovered.tar.gz"))
     again = mqtool("recover", store)
     assert again.returncode == 0 and "nothing to do" in again.stderr
     proc = mqtool("undo", result["backup"])
     assert proc.returncode == 0, proc.stderr
-    assert digests(store) == original
+    assert tree_digests(store) == original
 
 
 def test_dry_run_changes_nothing(dledger_stores, tmp_path, mqtool):
     store = tmp_path / "store"
-    sparse_copy(dledger_stores["dledger-crash"], store)
-    before = digests(store)
+    sparse_copytree(dledger_stores["dledger-crash"], store)
+    before = tree_digests(store)
     proc = mqtool("recover", "--dry-run", store)
     assert proc.returncode == 1 and "index/20261124234339309" in proc.stdout
-    assert digests(store) == before and not (store / ".mqtool-backup").exists()
+    assert tree_digests(store) == before and not (store / ".mqtool-backup").exists()
 
 
 _SOURCES: dict[str, Path] = {}
@@ -74,7 +58,7 @@ def dledger_source() -> Path:
 def clean_copy(dledger_stores, tmp_path) -> Path:
     _SOURCES["dledger-clean"] = dledger_stores["dledger-clean"]
     dest = tmp_path / "store"
-    sparse_copy(dledger_stores["dledger-clean"], dest)
+    sparse_copytree(dledger_stores["dledger-clean"], dest)
     return dest
 
 
@@ -121,11 +105,11 @@ def test_disagreeing_index_units_are_rewritten(clean_copy, mqtool):
 def test_recover_refuses_where_the_broker_would_exit(clean_copy, mqtool):
     victim = in_file(entries(), 2097152)[100]
     poke(clean_copy, victim, dl_fmt.POS_FIELD_OFFSET, (1).to_bytes(8, "big"))
-    before = digests(clean_copy)
+    before = tree_digests(clean_copy)
     proc = mqtool("recover", clean_copy)
     assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1
     assert "processOffset is too small" in proc.stderr and "refuses" in proc.stderr
-    assert digests(clean_copy) == before
+    assert tree_digests(clean_copy) == before
 
 
 def test_rebuild_index_restores_what_the_crash_recovery_lost(dledger_stores, tmp_path, mqtool):
@@ -137,7 +121,7 @@ def test_rebuild_index_restores_what_the_crash_recovery_lost(dledger_stores, tmp
 
     original = dledger_stores["dledger-crash"]
     store = tmp_path / "store"
-    sparse_copy(original, store)
+    sparse_copytree(original, store)
     assert mqtool("recover", store).returncode == 1
     lost = original / "index" / "20261124234339309"
     assert not (store / "index" / lost.name).exists()
@@ -156,26 +140,26 @@ def test_rebuild_index_restores_what_the_crash_recovery_lost(dledger_stores, tmp
 def test_rebuild_queues_regenerates_the_brokers_consume_queues(dledger_stores, tmp_path, mqtool):
     original = dledger_stores["dledger-clean"]
     store = tmp_path / "store"
-    sparse_copy(original, store)
+    sparse_copytree(original, store)
     for path in (store / "consumequeue" / "TopicTest").rglob("*"):
         if path.is_file():
             path.unlink()
     proc = mqtool("rebuild-queues", store)
     assert proc.returncode == 0, proc.stderr
-    assert digests(store / "consumequeue") == digests(original / "consumequeue")
+    assert tree_digests(store / "consumequeue") == tree_digests(original / "consumequeue")
 
 
 def test_recover_out_keeps_the_dledger_index_sparse(dledger_stores, unpack_shared, tmp_path,
                                                     mqtool):
     """--out repairs a copy; the 160 MiB DLedger index (64 KB of units) stays a sparse file."""
     store = tmp_path / "store"
-    sparse_copy(dledger_stores["dledger-crash"], store)
-    before = digests(store)
+    sparse_copytree(dledger_stores["dledger-crash"], store)
+    before = tree_digests(store)
     out = tmp_path / "out"
     proc = mqtool("recover", store, "--out", out)
     assert proc.returncode == 1, proc.stderr
-    assert digests(store) == before
-    assert digests(out) == digests(unpack_shared("dledger-crash", "recovered.tar.gz"))
+    assert tree_digests(store) == before
+    assert tree_digests(out) == tree_digests(unpack_shared("dledger-crash", "recovered.tar.gz"))
     index_file = out / "dledger-n0" / "index" / f"{0:020d}"
     assert index_file.stat().st_size == dl_fmt.INDEX_FILE_SIZE
     assert index_file.stat().st_blocks * 512 < 4 << 20
@@ -192,10 +176,10 @@ def test_truncate_cuts_the_ledger_at_an_entry_and_undo_puts_it_back(clean_copy, 
     all_entries = entries()
     victim = all_entries[1500]
     cut = victim["pos"]
-    before = digests(clean_copy)
+    before = tree_digests(clean_copy)
     proc = mqtool("truncate", "--dry-run", clean_copy, "--to", cut + dl_fmt.ENTRY_HEADER_SIZE)
     assert proc.returncode == 1, proc.stderr
-    assert digests(clean_copy) == before
+    assert tree_digests(clean_copy) == before
     proc = mqtool("truncate", "--json", clean_copy, "--to", cut + dl_fmt.ENTRY_HEADER_SIZE)
     assert proc.returncode == 1, proc.stderr
     result = json.loads(proc.stdout)
@@ -227,16 +211,16 @@ def test_truncate_cuts_the_ledger_at_an_entry_and_undo_puts_it_back(clean_copy, 
     assert mqtool("truncate", "--json", clean_copy).returncode == 0   # nothing left to cut
     proc = mqtool("undo", result["backup"])
     assert proc.returncode == 0, proc.stderr
-    assert digests(clean_copy) == before
+    assert tree_digests(clean_copy) == before
 
 
 def test_truncate_refuses_to_cut_inside_an_entry(clean_copy, mqtool):
     victim = entries()[700]
-    before = digests(clean_copy)
+    before = tree_digests(clean_copy)
     proc = mqtool("truncate", clean_copy, "--to", victim["pos"] + 10)
     assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1
     assert f"inside the DLedger entry at {victim['pos']:,}" in proc.stderr
-    assert digests(clean_copy) == before
+    assert tree_digests(clean_copy) == before
 
 
 def test_truncate_is_how_far_to_cut_where_recover_refuses(clean_copy, mqtool):

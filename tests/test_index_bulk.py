@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import collections
 import json
-import shutil
 from pathlib import Path
 
 import pytest

@@ -6,7 +6,6 @@ and every byte and mtime is compared afterwards."""
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 import stat
 import subprocess

@@ -2,7 +2,6 @@
 leaves is the same, byte for byte, as with one process."""
 from __future__ import annotations
 
-import filecmp
 import json
 import shutil
 from pathlib import Path
