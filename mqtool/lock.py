@@ -37,26 +37,48 @@ def held_here(path: Path) -> bool:
     return _key(path) in _HELD
 
 
+def _create_locked(path: Path) -> int | None:
+    """Create ``path`` already locked by this process, or return None when it exists.
+
+    The file is made and locked under a private name, then linked in: a second mqtool can only
+    open ``path`` once its creator holds the lock on it. Created in place, the file would be
+    open to a rival between create and lock; a rival that won the lock there would believe the
+    file was the broker's and leave it behind, while its creator, refused, could not remove it."""
+    private = path.with_name(f".{path.name}.mqtool-{os.getpid()}-{os.urandom(4).hex()}")
+    fd = os.open(private, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)   # nobody else can see it yet
+        os.link(private, path)
+    except FileExistsError:
+        os.close(fd)
+        return None
+    except BaseException:
+        os.close(fd)
+        raise
+    finally:
+        private.unlink(missing_ok=True)
+    return fd
+
+
 def _open_and_lock(path: Path, command: str, root: Path) -> tuple[int, bool]:
     """Open (creating it if missing) and lock ``path``; return the descriptor and whether the
     file was created for this run. Retries when the file was replaced between open and lock, so
     the lock is always on the file a broker would open."""
     for _ in range(20):
-        created = False
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-            created = True
-        except FileExistsError:
-            try:
-                fd = os.open(path, os.O_RDWR)
-            except FileNotFoundError:
-                continue
-            except OSError as err:
-                raise MqtoolError(f"{path}: cannot open the store's lock file for writing "
-                                  f"({err.strerror}); refusing to {command} the store") from None
+            fd = _create_locked(path)
         except OSError as err:
             raise MqtoolError(f"{path}: cannot create the store's lock file ({err.strerror}); "
                               f"refusing to {command} the store") from None
+        if fd is not None:
+            return fd, True
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except FileNotFoundError:
+            continue
+        except OSError as err:
+            raise MqtoolError(f"{path}: cannot open the store's lock file for writing "
+                              f"({err.strerror}); refusing to {command} the store") from None
         try:
             fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
         except OSError as err:
@@ -73,7 +95,7 @@ def _open_and_lock(path: Path, command: str, root: Path) -> tuple[int, bool]:
         except FileNotFoundError:
             same = False
         if same:
-            return fd, created
+            return fd, False
         # another mqtool removed the file it had created after we opened it: lock the new one
         os.close(fd)
     raise StoreLockedError(f"{root}: the store's lock file keeps changing; refusing to {command} it")

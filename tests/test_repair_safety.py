@@ -426,6 +426,51 @@ def test_the_lock_is_the_brokers_and_blocks_it(tmp_path):
     assert probe.returncode == 0
 
 
+_RIVAL_LOCKER = """
+import fcntl, os, sys, time
+path, stop = sys.argv[1], sys.argv[2]
+while not os.path.exists(stop):
+    try:
+        fd = os.open(path, os.O_RDWR)      # a second mqtool: opens a lock file it finds
+    except FileNotFoundError:
+        continue
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
+        time.sleep(0.001)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+"""
+
+
+def test_a_lock_file_mqtool_creates_is_locked_from_the_moment_it_appears(tmp_path):
+    """A rival that opens and locks the lock file as soon as it shows up never gets it first:
+    mqtool's ``lock`` appears already locked. (Created, then locked, the rival could win it in
+    between, believe the file was the broker's and leave it behind after its repair.)"""
+    from mqtool.errors import StoreLockedError
+    from mqtool.lock import store_lock
+    store = tmp_path / "store"
+    store.mkdir()
+    stop = tmp_path / "stop"
+    rival = subprocess.Popen([sys.executable, "-c", _RIVAL_LOCKER, str(store / "lock"),
+                              str(stop)])
+    refused = 0
+    try:
+        for _ in range(5000):
+            try:
+                with store_lock(store, "test"):
+                    pass
+            except StoreLockedError:
+                refused += 1
+    finally:
+        stop.touch()
+        rival.wait(timeout=60)
+    assert refused == 0
+    assert not (store / "lock").exists()
+    assert sorted(p.name for p in store.iterdir()) == []
+
+
 def test_undo_and_fixture_damage_hold_the_lock(tmp_path):
     from mqtool.lock import store_lock
     store = _damaged_copy(tmp_path)
