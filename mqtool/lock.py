@@ -52,11 +52,35 @@ def _create_locked(path: Path) -> int | None:
     except FileExistsError:
         os.close(fd)
         return None
+    except OSError as err:
+        os.close(fd)
+        if err.errno not in _NO_HARD_LINKS:
+            raise
+        return _create_then_lock(path)
     except BaseException:
         os.close(fd)
         raise
     finally:
         private.unlink(missing_ok=True)
+    return fd
+
+
+#: what a file system without hard links (some FUSE and SMB mounts) answers os.link with
+_NO_HARD_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK}
+
+
+def _create_then_lock(path: Path) -> int | None:
+    """The fallback where hard links are not to be had: create in place, then lock (a rival
+    can win the lock in between; it then refuses us, and we exit 3)."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return None
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
+    except OSError:
+        os.close(fd)
+        return None        # the caller opens the existing file, and is refused by its holder
     return fd
 
 
