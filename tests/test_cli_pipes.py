@@ -25,3 +25,16 @@ def test_a_reader_that_stops_early_is_not_an_error(args):
     assert first
     assert proc.wait() == 0, stderr
     assert "Traceback" not in stderr and "Broken pipe" not in stderr
+
+
+def test_locations_print_as_written_not_as_emoji():
+    """A location such as ``consumerOffset.json:100:`` is text: rich's emoji codes (``:100:``)
+    must not turn it into a picture in a table or a finding line."""
+    from mqtool.cli.common import stderr_console, stdout_console
+
+    for console in (stdout_console(record=True, file=open("/dev/null", "w")),
+                    stderr_console()):
+        with console.capture() as captured:
+            console.print("warning config/consumerOffset.json:100: group GroupA :thumbs_up:")
+        assert captured.get().strip() == \
+            "warning config/consumerOffset.json:100: group GroupA :thumbs_up:"

@@ -58,13 +58,14 @@ def stdout_console(**options) -> Console:
         def on_broken_pipe(self) -> None:
             _quiet_broken_pipe()
 
-    return StdoutConsole(**{"highlight": False, "soft_wrap": False, **options})
+    # emoji off: a location such as "consumerOffset.json:100: ..." would print as a 💯
+    return StdoutConsole(**{"highlight": False, "soft_wrap": False, "emoji": False, **options})
 
 
 def stderr_console() -> Console:
     from rich.console import Console
 
-    return Console(stderr=True, highlight=False)
+    return Console(stderr=True, highlight=False, emoji=False)
 
 
 def fail(message: str, code: int = EXIT_USAGE) -> None:
