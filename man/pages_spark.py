@@ -30,14 +30,22 @@ PAGES = {
     ("spark", "audit"): {
         "summary": "audit the CommitLogs of many brokers on Apache Spark",
         "description": """\
-Scans the CommitLogs of any number of brokers with Spark and reports what verify reports
-about CommitLog records, with the same finding codes, files, offsets and wording:
-CL_CRC_MISMATCH, CL_PROP_CRC_MISMATCH, CL_OFFSET_MISMATCH, CL_BAD_MAGIC,
-CL_LENGTH_MISMATCH, CL_TRUNCATED (damaged regions, with the bytes until the next plausible
-record), CL_FILE_SIZE, CL_GAP, CL_STRAY_FILE, and CQ_QUEUE_GAP for queue offsets recorded in
-the CommitLog that skip or repeat. Severities are the codes' defaults: unlike verify, an audit
-of archived CommitLogs reads no ConsumeQueue, IndexFile or checkpoint, so it neither
-cross-checks them nor predicts the broker's recovery.
+Scans the CommitLogs of any number of brokers with Spark and reports verify's findings.
+
+Of a store root on a file system every executor reads (a local path, file://, a shared
+mount), the findings are exactly mqtool verify's, every code, file, offset, severity, message
+and count: the ConsumeQueue, BatchConsumeQueue and IndexFile cross-checks against the records
+and the prediction of the broker's recovery included. verify itself runs: its per-file checks
+as one Spark task per CommitLog file, its merge on the driver; each CommitLog file of such a
+store is read twice (by the scan for the tables, and by verify's task).
+
+Of a bare CommitLog directory or a remote store (s3://, ...), the audit checks the CommitLog
+alone, with verify's codes, files, offsets and wording: CL_CRC_MISMATCH,
+CL_PROP_CRC_MISMATCH, CL_OFFSET_MISMATCH, CL_BAD_MAGIC, CL_LENGTH_MISMATCH, CL_TRUNCATED
+(damaged regions, with the bytes until the next plausible record), CL_FILE_SIZE, CL_GAP,
+CL_STRAY_FILE, the DLedger entry-header codes DL_ENTRY_*, and CQ_QUEUE_GAP for queue offsets
+recorded in the CommitLog that skip or repeat; severities are the codes' defaults. The
+summary's checks say which codes hold for which inputs.
 
 """ + _INPUTS + "\n\n" + _SPLITS + "\n\n" + _SESSION,
         "arguments": {"paths": "Store roots or CommitLog directories, one broker each."},

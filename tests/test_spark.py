@@ -3,10 +3,12 @@ commands on the same stores.
 
 Every expected value comes from the single-process path (``verify_store``, the ``dump`` record
 stream, ``store_info``) or from the forge's own description of what it damaged; the Spark side
-is split scanning in executor processes, Parquet, and Spark SQL. Stores: the broker-written
-fixture, two byte-identical forged brokers (every UNIQ_KEY stored in both), one forged store
-with eight kinds of damage, and one whose first file has a blank record over older records.
-Split sizes of 64 KiB on 1 MiB files cut records in half at every boundary.
+is split scanning in executor processes, Parquet, and Spark SQL, and for store roots verify's
+per-file checks as Spark tasks. Stores: the broker-written fixture, two byte-identical forged
+brokers (every UNIQ_KEY stored in both), one forged store with eight kinds of damage, and one
+whose first file has a blank record over older records; the same CommitLogs again as bare
+CommitLog directories (the audit's own CommitLog checks). Split sizes of 64 KiB on 1 MiB files
+cut records in half at every boundary.
 """
 from __future__ import annotations
 
@@ -41,7 +43,8 @@ from mqtool.verify import verify_store  # noqa: E402
 pytestmark = pytest.mark.spark
 
 SMALL_SPLIT = 64 * 1024
-#: what a Spark audit checks, by verify's codes (the rest need ConsumeQueues and IndexFiles)
+#: what a Spark audit's scan checks of a bare CommitLog directory, by verify's codes (the rest
+#: need ConsumeQueues and IndexFiles; of a store root verify itself gives every code)
 RECORD_CODES = {"CL_BAD_MAGIC", "CL_CRC_MISMATCH", "CL_PROP_CRC_MISMATCH", "CL_LENGTH_MISMATCH",
                 "CL_TRUNCATED", "CL_OFFSET_MISMATCH", "CL_FILE_SIZE", "CL_GAP", "CL_STRAY_FILE"}
 #: (kind, seed, options, the field or file the forge reports): applied in this order
@@ -169,6 +172,24 @@ def audited(spark, stores, tmp_path_factory):
 
 
 AUDITS = ["small", "whole"]
+#: brokers audited again as bare CommitLog directories (no queues, no IndexFiles)
+BARE = ("gamma", "stale", "clean-small")
+
+
+@pytest.fixture(scope="module")
+def bare_audited(spark, stores, tmp_path_factory):
+    """The CommitLogs of BARE copied into directories of their own (bare CommitLog directories:
+    the audit's own checks of the CommitLog, in Spark SQL), 64 KiB splits, beside the store
+    root alpha (verify's checks): one audit of both kinds of input."""
+    from mqtool.spark import job
+
+    base = tmp_path_factory.mktemp("bare")
+    for name in BARE:
+        shutil.copytree(Path(stores[name]) / "commitlog", base / name)
+    out = tmp_path_factory.mktemp("audit-bare") / "out"
+    result = job.audit(spark, [str(base / n) for n in BARE] + [str(stores["alpha"])],
+                       broker_names=[*BARE, "alpha"], out=str(out), split_size=SMALL_SPLIT)
+    return result, out
 
 
 def _table(spark, out: Path, name: str) -> list[dict]:
@@ -290,47 +311,109 @@ def test_messages_table_equals_dump(audited, reference, spark, which):
         assert rows[name] == expected, name
 
 
+def _verify_findings(report) -> list[tuple]:
+    return sorted((f.code, f.file, f.offset, f.severity, f.message) for f in report.findings)
+
+
+def _audit_findings(rows, broker: str) -> list[tuple]:
+    return sorted((f["code"], f["file"], f["offset"], f["severity"], f["message"]) for f in rows
+                  if f["broker"] == broker)
+
+
+def _severity_counts(rows) -> collections.Counter:
+    return collections.Counter((f["code"], f["severity"]) for f in rows)
+
+
 @pytest.mark.parametrize("which", AUDITS)
-def test_commitlog_findings_equal_verify(audited, reference, spark, which):
+def test_store_root_findings_are_verifys(audited, reference, spark, which):
+    """Every input of these audits is a store root on the local file system: its findings table
+    is verify's findings, every code (the CommitLog's, the cross-checks of ConsumeQueue units
+    and IndexFile entries against the records, the recovery prediction's), at the same files
+    and offsets with the same severities and messages, and the summary counts them as verify."""
     result, out = audited[which]
-    found = collections.defaultdict(dict)
-    for f in _table(spark, out, "findings"):
-        if f["code"] in RECORD_CODES:
-            found[f["broker"]][(f["code"], f["file"], f["offset"])] = f
+    table = _table(spark, out, "findings")
+    by_broker = {b["broker"]: b for b in result.summary["brokers"]}
     for name in _brokers(result):
-        expected = {(f.code, f.file, f.offset): f for f in reference[name]["verify"].findings
-                    if f.code in RECORD_CODES
+        report = reference[name]["verify"]
+        assert by_broker[name]["checked_by"] == "verify"
+        assert _audit_findings(table, name) == _verify_findings(report), name
+        assert by_broker[name]["by_code"] == report.summary["by_code"], name
+        for key in ("errors", "warnings", "infos"):
+            assert by_broker[name][key] == report.summary[key], (name, key)
+        assert _severity_counts(f for f in table if f["broker"] == name) == \
+            collections.Counter((f.code, f.severity) for f in report.findings)
+    found = {f["code"] for f in table if f["broker"] == "gamma"}
+    assert found >= {"CL_CRC_MISMATCH", "CL_OFFSET_MISMATCH", "CL_BAD_MAGIC", "CL_LENGTH_MISMATCH",
+                     "CL_TRUNCATED", "CL_FILE_SIZE", "CL_GAP", "CL_STRAY_FILE", "CQ_QUEUE_GAP"}
+    # what only verify's cross-checks and recovery prediction give
+    assert found & {"CQ_DANGLING", "CQ_MISSING", "CQ_MISMATCH"} and \
+        found & {"IDX_DANGLING", "IDX_HASH_MISMATCH", "RECOVERY_TRUNCATES"}
+    assert not [f for f in table if f["broker"] == "clean-small"]
+
+
+def test_bare_commitlog_directories_keep_the_scans_own_checks(bare_audited, reference, spark):
+    """A bare CommitLog directory gets the audit's CommitLog checks: CL_* findings equal
+    verify's on the same files (stray names of the CommitLog directory only), queue-offset gaps
+    equal dump's over every record; no other code. The summary says which codes hold for which
+    inputs: a store root in the same audit still gets verify's every code."""
+    from mqtool.spark.job import SCAN_CODES, SCAN_NOTES, VERIFY_ONLY_NOTE
+    from mqtool.vocabulary import CODES
+
+    result, out = bare_audited
+    table = _table(spark, out, "findings")
+    by_broker = {b["broker"]: b for b in result.summary["brokers"]}
+    for name in BARE:
+        rows = [f for f in table if f["broker"] == name]
+        assert by_broker[name]["checked_by"] == "scan"
+        assert {f["code"] for f in rows} <= set(SCAN_CODES), name
+        assert by_broker[name]["by_code"] == dict(collections.Counter(f["code"] for f in rows))
+        found = {(f["code"], f["file"], f["offset"]): f for f in rows if f["code"] in RECORD_CODES}
+        expected = {(f.code, f.file.removeprefix("commitlog/"), f.offset): f
+                    for f in reference[name]["verify"].findings if f.code in RECORD_CODES
                     and (f.code != "CL_STRAY_FILE" or f.file.startswith("commitlog/"))}
-        assert set(found[name]) == set(expected), name
+        assert set(found) == set(expected), name
         for key, f in expected.items():
             # verify may append what its recovery prediction makes of a finding
-            assert f.message.startswith(found[name][key]["message"]), key
-            assert found[name][key]["commitlog_offset"] == f.commitlog_offset
-    assert {k[0] for k in found["gamma"]} >= {
+            assert f.message.startswith(found[key]["message"]), key
+            assert found[key]["commitlog_offset"] == f.commitlog_offset
+        gaps = {(f["file"], f["offset"]): f for f in rows if f["code"] == "CQ_QUEUE_GAP"}
+        expected_gaps = {(file.removeprefix("commitlog/"), offset): value for (file, offset), value
+                         in _queue_gaps(reference[name]["dump"]).items()}
+        assert set(gaps) == set(expected_gaps), name
+        for key, (want, previous) in expected_gaps.items():
+            assert json.loads(gaps[key]["details"]) == {"expected": want}
+            assert f"after the record at {previous})" in gaps[key]["message"]
+    assert {f["code"] for f in table if f["broker"] == "gamma"} >= {
         "CL_CRC_MISMATCH", "CL_OFFSET_MISMATCH", "CL_BAD_MAGIC", "CL_LENGTH_MISMATCH",
-        "CL_TRUNCATED", "CL_FILE_SIZE", "CL_GAP", "CL_STRAY_FILE"}
-    assert not found["clean-small"]
+        "CL_TRUNCATED", "CL_FILE_SIZE", "CL_GAP", "CL_STRAY_FILE", "CQ_QUEUE_GAP"}
+    assert not [f for f in table if f["broker"] == "clean-small"]
+    # the store root beside them: verify's findings
+    assert by_broker["alpha"]["checked_by"] == "verify"
+    assert _audit_findings(table, "alpha") == _verify_findings(reference["alpha"]["verify"])
+    assert by_broker["alpha"]["by_code"] == reference["alpha"]["verify"].summary["by_code"]
+    checks = result.summary["checks"]
+    assert set(checks["checked"]) == set(CODES) and checks["not_checked"] == []
+    assert checks["notes"] == {**SCAN_NOTES, **{code: VERIFY_ONLY_NOTE for code in CODES
+                                                if code not in SCAN_CODES}}
 
 
-@pytest.mark.parametrize("which", AUDITS)
-def test_queue_offset_gaps_equal_dump_and_verify(audited, reference, spark, which):
-    result, out = audited[which]
-    gaps = collections.defaultdict(dict)
-    for f in _table(spark, out, "findings"):
-        if f["code"] == "CQ_QUEUE_GAP":
-            gaps[f["broker"]][(f["file"], f["offset"])] = f
-    for name in _brokers(result):
-        expected = _queue_gaps(reference[name]["dump"])
-        assert set(gaps[name]) == set(expected), name
-        for key, (want, previous) in expected.items():
-            assert json.loads(gaps[name][key]["details"]) == {"expected": want}
-            assert f"after the record at {previous})" in gaps[name][key]["message"]
-        if name in ("clean-small", "alpha", "beta"):
-            # verify agrees where no damage makes its recovery model skip records
-            verify_gaps = {(f.file, f.offset): f.message
-                           for f in reference[name]["verify"].findings if f.code == "CQ_QUEUE_GAP"}
-            assert verify_gaps == {k: v["message"] for k, v in gaps[name].items()}
-    assert gaps["gamma"], "the queue_offset and queue_id flips make gaps"
+def test_an_audit_of_bare_directories_alone_lists_what_it_does_not_check(spark, stores,
+                                                                          tmp_path):
+    """Without a store root the audit checks the scan's codes only; every other code of
+    verify's is listed as not checked, never reported with a wrong count."""
+    from mqtool.spark import job
+    from mqtool.vocabulary import CODES
+
+    shutil.copytree(Path(stores["gamma"]) / "commitlog", tmp_path / "gamma")
+    result = job.audit(spark, [str(tmp_path / "gamma")])
+    checks = result.summary["checks"]
+    assert checks["checked"] == list(job.SCAN_CODES)
+    assert set(checks["not_checked"]) == set(CODES) - set(job.SCAN_CODES)
+    assert {"CQ_DANGLING", "CQ_MISMATCH", "CQ_MISSING", "IDX_DANGLING", "IDX_HASH_MISMATCH",
+            "IDX_MISSING_KEY", "RECOVERY_TRUNCATES", "CL_STALE_DATA"} <= set(checks["not_checked"])
+    assert checks["notes"] == job.SCAN_NOTES
+    (broker,) = result.summary["brokers"]
+    assert broker["checked_by"] == "scan" and set(broker["by_code"]) <= set(job.SCAN_CODES)
 
 
 @pytest.mark.parametrize("which", AUDITS)
@@ -452,9 +535,16 @@ def test_audit_without_out_keeps_the_tables_in_the_session(spark, stores, audite
         other = next(x for x in whole.summary["brokers"] if x["broker"] == b["broker"])
         for key in ("records", "bytes", "by_code", "gaps", "duplicates", "crc_failures"):
             assert b[key] == other[key], (b["broker"], key)
-    assert {(f["code"], f["file"], f["offset"]) for f in kept.findings} == \
-        {(f["code"], f["file"], f["offset"]) for f in whole.findings
-         if f["broker"] in ("stale", "gamma")}
+    # both list their first LISTED_FINDINGS by broker, file, offset and code: where the whole
+    # audit's list ends inside gamma and stale, it is the start of this one
+    ordered = [(f["broker"], f["file"], f["offset"], f["code"]) for f in kept.findings]
+    assert ordered == sorted(ordered)
+    part = [(f["broker"], f["file"], f["offset"], f["code"]) for f in whole.findings
+            if f["broker"] in ("stale", "gamma")]
+    if len(whole.findings) < job.LISTED_FINDINGS:
+        assert part == ordered
+    else:
+        assert part == ordered[:len(part)] and part
 
 
 def test_audit_tables_render_on_stdout(audited, capsys):
@@ -887,50 +977,51 @@ def test_audit_messages_are_the_inner_messages_the_clients_sent(spark, name, tmp
         dict(collections.Counter(f.code for f in report.findings if f.code in RECORD_CODES))
 
 
-def test_audit_says_which_of_verifys_codes_it_does_not_check(audited, reference):
-    """The codes a Spark audit does not compute (ConsumeQueue and IndexFile cross-checks, the
-    recovery prediction, ...) are listed as not checked, never reported with a wrong count; on
-    the forged stores with ConsumeQueue damage verify does report some of them."""
+def test_audit_of_store_roots_checks_every_code_of_verifys(audited, reference):
+    """An audit whose inputs are all store roots the executors read checks every code of
+    verify's (verify itself runs on them); none is left out, none needs a note."""
     from mqtool.vocabulary import CODES
 
     result, _ = audited["whole"]
     checks = result.summary["checks"]
-    checked, not_checked = set(checks["checked"]), set(checks["not_checked"])
-    assert checked | not_checked == set(CODES) and not checked & not_checked
-    assert set(checks["notes"]) <= checked
-    unchecked_seen = set()
+    assert set(checks["checked"]) == set(CODES) and checks["not_checked"] == []
+    assert checks["notes"] == {}
+    seen = set()
     for b in result.summary["brokers"]:
-        verify_codes = {f.code for f in reference[b["broker"]]["verify"].findings}
-        assert set(b["by_code"]) <= checked
-        assert verify_codes - checked <= not_checked
-        unchecked_seen |= verify_codes - checked
-    assert {"CQ_DANGLING", "CQ_MISSING"} & unchecked_seen, unchecked_seen
+        assert set(b["by_code"]) == {f.code for f in reference[b["broker"]]["verify"].findings}
+        seen |= set(b["by_code"])
+    assert {"CQ_DANGLING", "CQ_MISSING"} & seen, seen
 
 
-def test_audit_counts_equal_verify_on_every_reference_store(spark, dledger_stores):
-    """One audit over every broker-written store (plain 4.9.8 and 5.3.3, and the DLedger-mode
-    ones read through their entries): per broker, the records and every checked code's count
-    are verify's; what verify reports beyond them is in the audit's not-checked list."""
+def test_audit_counts_equal_verify_on_every_reference_store(spark, dledger_stores,
+                                                           unpack_shared):
+    """One audit over every broker-written store (plain 4.9.8 and 5.3.3, the timer store, and
+    the DLedger-mode ones read through their entries): per broker, the records, every code's
+    count and every finding (code, file, offset, severity, message) are verify's."""
     from conftest import SHARED_STORES, shared_store_names
     from mqtool.spark import job
 
     roots = {name: SHARED_STORES / name / "store" for name in shared_store_names()}
     roots.update(dledger_stores)
+    if "v5-timer-crash" not in roots and (SHARED_STORES / "v5-timer-crash").is_dir():
+        roots["v5-timer-crash"] = unpack_shared("v5-timer-crash")
     result = job.audit(spark, [str(r) for r in roots.values()], broker_names=list(roots),
                        split_size=1 << 18)
-    checks = result.summary["checks"]
+    assert result.summary["checks"]["not_checked"] == []
     seen = set()
     for b in result.summary["brokers"]:
         report = verify_store(Store(roots[b["broker"]]))
-        by_code = report.summary["by_code"]
         assert b["records"] == report.summary["messages_scanned"], b["broker"]
-        assert b["by_code"] == {c: n for c, n in by_code.items() if c in checks["checked"]}, \
+        assert b["by_code"] == report.summary["by_code"], b["broker"]
+        for key in ("errors", "warnings", "infos"):
+            assert b[key] == report.summary[key], (b["broker"], key)
+        assert _audit_findings(result.findings, b["broker"]) == _verify_findings(report), \
             b["broker"]
-        assert set(by_code) - set(checks["checked"]) <= set(checks["not_checked"])
-        seen |= set(by_code)
+        seen |= set(report.summary["by_code"])
     assert len(result.summary["brokers"]) == len(roots) >= 3
     if len(roots) > 3:   # the plain stores are here: damaged ones exercise both kinds of code
-        assert {"CL_CRC_MISMATCH", "CQ_MISSING", "IDX_DANGLING"} <= seen
+        assert {"CL_CRC_MISMATCH", "CQ_MISSING", "IDX_DANGLING", "RECOVERY_TRUNCATES",
+                "IDX_HASH_MISMATCH", "IDX_MISSING_KEY", "ABORT_PRESENT"} <= seen
     assert not result.summary["notes"]    # DLedger entries chain across splits, headers between
 
 
@@ -943,9 +1034,9 @@ ENTRY_HEADER_CODES = {"magic": "DL_ENTRY_MAGIC", "pos": "DL_ENTRY_POS", "size": 
 def test_audit_reports_dledger_entry_header_damage_as_verify_does(spark, tmp_path):
     """Forged DLedger stores, one entry header broken per store by `fixture damage` (entries of
     the last three data files, where the broker's recovery walk looks, and one before), and one
-    whose last data file ends inside an entry (DL_ENTRY_TRUNCATED): the
-    audit's DL_ENTRY_* findings are verify's, at the same files and offsets, and every checked
-    code counts as verify counts it (CQ_QUEUE_GAP at least: see the summary's notes)."""
+    whose last data file ends inside an entry (DL_ENTRY_TRUNCATED): the audit's findings are
+    verify's, every code, at the same files and offsets with the same severities, counted as
+    verify counts them."""
     from test_dledger_forge import options, walk_entries
     from mqtool.spark import job
 
@@ -976,11 +1067,10 @@ def test_audit_reports_dledger_entry_header_damage_as_verify_does(spark, tmp_pat
     assert set(ENTRY_HEADER_CODES.values()) <= checked
     for b in result.summary["brokers"]:
         report = verify_store(Store(roots[b["broker"]]))
-        expected = {c: n for c, n in report.summary["by_code"].items() if c in checked}
-        assert ENTRY_HEADER_CODES.get(b["broker"], "DL_ENTRY_TRUNCATED") in expected
-        gaps = b["by_code"].pop("CQ_QUEUE_GAP", 0)
-        assert gaps >= expected.pop("CQ_QUEUE_GAP", 0)
-        assert b["by_code"] == expected, b["broker"]
+        assert ENTRY_HEADER_CODES.get(b["broker"], "DL_ENTRY_TRUNCATED") in report.summary["by_code"]
+        assert b["by_code"] == report.summary["by_code"], b["broker"]
+        assert _audit_findings(result.findings, b["broker"]) == _verify_findings(report), \
+            b["broker"]
         assert sorted((f["code"], f["file"], f["offset"]) for f in result.findings
                       if f["broker"] == b["broker"] and f["code"].startswith("DL_ENTRY_")) == \
             sorted((f.code, f.file, f.offset) for f in report.findings
@@ -989,9 +1079,9 @@ def test_audit_reports_dledger_entry_header_damage_as_verify_does(spark, tmp_pat
 
 def test_audit_checks_consume_queue_files_as_verify_does(spark, tmp_path):
     """A forged store with three broken ConsumeQueue files (one cut short before the next file,
-    one with 7 bytes appended, an empty file after the last one): the audit's executors run
-    verify's structure check on the queues and report its CQ_FILE_SIZE findings, the same files,
-    offsets and messages; every checked code counts as verify counts it."""
+    one with 7 bytes appended, an empty file after the last one): the audit reports verify's
+    CQ_FILE_SIZE findings, the same files, offsets and messages, and every other finding of
+    verify's, counted as verify counts it."""
     from mqtool.formats import consumequeue as cq_fmt
     from mqtool.spark import job
 
@@ -1011,14 +1101,116 @@ def test_audit_checks_consume_queue_files_as_verify_does(spark, tmp_path):
     checked = set(result.summary["checks"]["checked"])
     assert "CQ_FILE_SIZE" in checked
     (broker,) = result.summary["brokers"]
-    assert broker["by_code"] == {c: n for c, n in report.summary["by_code"].items()
-                                 if c in checked}
+    assert broker["by_code"] == report.summary["by_code"]
+    assert _audit_findings(result.findings, "cq") == _verify_findings(report)
     audited_files = sorted((f["file"], f["offset"], f["severity"], f["message"])
                            for f in result.findings if f["code"] == "CQ_FILE_SIZE")
     assert audited_files == sorted((f.file, f.offset, f.severity, f.message)
                                    for f in report.findings if f.code == "CQ_FILE_SIZE")
     assert {f[0].rsplit("/", 1)[0] for f in audited_files} == \
         {q.relative_to(root).as_posix() for q in queues[:3]}
+
+
+#: the cross-check codes the fault stores below must show between them
+CROSS_CHECK_CODES = {"CQ_DANGLING", "CQ_MISMATCH", "CQ_MISSING", "IDX_DANGLING",
+                     "IDX_HASH_MISMATCH", "IDX_MISSING_KEY", "BCQ_DANGLING", "BCQ_MISMATCH",
+                     "BCQ_GAP", "BCQ_MISSING"}
+
+
+def _fault_stores(base: Path) -> dict[str, Path]:
+    """Copies of the fixture store with ConsumeQueue and IndexFile faults, located from the raw
+    bytes: a unit's size changed (CQ_MISMATCH) and another's offset moved off its record
+    (CQ_DANGLING, and its record's CQ_MISSING); a ConsumeQueue file deleted by
+    ``mqtool fixture damage``; an index entry pointing past the CommitLog (IDX_DANGLING), one
+    whose hash is not its key's (IDX_HASH_MISMATCH), a slot emptied (IDX_MISSING_KEY);
+    test_verify's random cross-check faults on three seeds; and a forged 5.x store whose
+    BatchConsumeQueue units are broken as test_batchcq breaks them (BCQ_MISMATCH, BCQ_GAP,
+    BCQ_DANGLING) and whose last units of another queue are erased (BCQ_MISSING)."""
+    import random
+    import struct
+
+    from test_verify import CQ_UNIT, ENTRY, SLOTS, _damage_raw, _entry_position, _patch
+
+    def copy(name: str) -> Path:
+        root = base / name
+        shutil.copytree(FIXTURE_STORE / "store", root)
+        return root
+
+    def queue_files(root: Path) -> list[Path]:
+        return sorted(p for p in (root / "consumequeue").rglob("*") if p.is_file())
+
+    roots = {}
+    root = roots["cq-units"] = copy("cq-units")
+    first, second = queue_files(root)[:2]
+    offset, size, _ = CQ_UNIT.unpack_from(first.read_bytes(), 5 * 20)
+    _patch(first, 5 * 20 + 8, struct.pack(">i", size + 10))
+    offset, size, _ = CQ_UNIT.unpack_from(second.read_bytes(), 7 * 20)
+    _patch(second, 7 * 20, struct.pack(">q", offset + 1))
+
+    root = roots["cq-deleted"] = copy("cq-deleted")
+    victim = queue_files(root)[3].relative_to(root).as_posix()
+    proc = run_mqtool("fixture", "damage", root, "--kind", "delete-file", "--file", victim)
+    assert proc.returncode == 0, proc.stderr
+
+    root = roots["index"] = copy("index")
+    first, second = sorted((root / "index").iterdir())[:2]
+    data = first.read_bytes()
+    count = struct.unpack_from(">i", data, 36)[0]
+    _patch(first, _entry_position(count // 2) + 4, struct.pack(">q", 10 ** 12))
+    for slot in range(SLOTS):     # a chain of one entry: emptying its slot hides the entry
+        head = struct.unpack_from(">i", data, 40 + 4 * slot)[0]
+        if head > 0 and head != count // 2 and ENTRY.unpack_from(data, _entry_position(head))[3] == 0:
+            break
+    _patch(first, 40 + 4 * slot, bytes(4))
+    data = second.read_bytes()
+    number = struct.unpack_from(">i", data, 36)[0] // 2
+    key_hash = ENTRY.unpack_from(data, _entry_position(number))[0]
+    _patch(second, _entry_position(number), struct.pack(">i", key_hash ^ 0x10))
+
+    for seed in range(3):
+        root = roots[f"random-{seed}"] = copy(f"random-{seed}")
+        rng = random.Random(seed)
+        for _ in range(3):
+            _damage_raw(root, rng)
+
+    root = roots["batch-cq"] = base / "batch-cq"
+    forge.make_store(root, forge.ForgeOptions(messages=500, seed=4, broker_version=5,
+                                              batch_cq_topics=("OrderTopic",)))
+    queues = root / "batchconsumequeue" / "OrderTopic"
+    units = bytearray((queues / "1" / f"{0:020d}").read_bytes())
+    units[8:12] = struct.pack(">i", 17)                   # unit 0: wrong size
+    units[46 + 28:46 + 36] = struct.pack(">q", 99)        # unit 1: msgBaseOffset off the sequence
+    units[92:100] = struct.pack(">q", 5)                  # unit 2: points into a record
+    (queues / "1" / f"{0:020d}").write_bytes(bytes(units))
+    units = bytearray((queues / "2" / f"{0:020d}").read_bytes())
+    used = next(i for i in range(len(units) // 46) if units[46 * i:46 * i + 46] == bytes(46))
+    units[46 * (used - 3):46 * used] = bytes(46 * 3)
+    (queues / "2" / f"{0:020d}").write_bytes(bytes(units))
+    return roots
+
+
+def test_audit_cross_checks_queues_and_indexes_as_verify_does(spark, tmp_path):
+    """Stores with ConsumeQueue and IndexFile faults: the audit (verify's per-file joins of
+    units and entries with the records as Spark tasks, verify's merge on the driver) reports
+    verify's findings, every code, file, offset, severity and message, counted as verify
+    counts them."""
+    from mqtool.spark import job
+
+    roots = _fault_stores(tmp_path)
+    result = job.audit(spark, [str(r) for r in roots.values()], broker_names=list(roots),
+                       split_size=SMALL_SPLIT)
+    seen = set()
+    for b in result.summary["brokers"]:
+        report = verify_store(Store(roots[b["broker"]]))
+        assert b["checked_by"] == "verify"
+        assert b["by_code"] == report.summary["by_code"], b["broker"]
+        for key in ("errors", "warnings", "infos"):
+            assert b[key] == report.summary[key], (b["broker"], key)
+        assert _audit_findings(result.findings, b["broker"]) == _verify_findings(report), \
+            b["broker"]
+        seen |= set(b["by_code"])
+    assert CROSS_CHECK_CODES <= seen, CROSS_CHECK_CODES - seen
+    assert len(result.findings) < job.LISTED_FINDINGS    # every finding compared
 
 
 def test_audit_checks_a_stores_own_files_as_verify_does(spark, tmp_path, unpack_shared):
@@ -1029,14 +1221,11 @@ def test_audit_checks_a_stores_own_files_as_verify_does(spark, tmp_path, unpack_
     checkpoint, an abort file, its lock held by this process, a torn consumerOffset.json and a
     delay offset that is no number (CKPT_MISSING, ABORT_PRESENT, LOCK_HELD, CFG_*); and, where
     ../shared is, the broker's timer store with a unit and a slot broken (TIMER_*). Per store,
-    every checked code counts as ``mqtool verify --json`` counts it (another process: it sees
-    the lock held), and those codes' findings are verify's, file, offset, severity and
-    message."""
-    import fcntl
-
+    every code counts as ``mqtool verify --json`` counts it, and every finding is verify's,
+    file, offset, severity and message. The lock is held by another process, as a broker
+    holds it (a process never sees its own POSIX lock)."""
     from test_dledger_forge import options, walk_entries
     from mqtool.spark import job
-    from mqtool.spark.storefiles import STORE_FILE_CODES
     from mqtool.timer import iter_timerwheel
 
     template = tmp_path / "template"
@@ -1088,8 +1277,15 @@ def test_audit_checks_a_stores_own_files_as_verify_does(spark, tmp_path, unpack_
             f.seek(used["file_offset"] + 16)    # the slot's lastPos, to nowhere
             f.write((999_999).to_bytes(8, "big"))
 
-    with open(roots["plain"] / "lock", "r+b") as lock:
-        fcntl.lockf(lock, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, sys\n"
+         "lock = open(sys.argv[1], 'r+b')\n"
+         "fcntl.lockf(lock, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)\n"
+         "print('held', flush=True)\n"
+         "sys.stdin.read()\n", str(roots["plain"] / "lock")],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
         result = job.audit(spark, [str(r) for r in roots.values()], broker_names=list(roots),
                            split_size=16 * 1024)
         verified = {}
@@ -1097,22 +1293,18 @@ def test_audit_checks_a_stores_own_files_as_verify_does(spark, tmp_path, unpack_
             proc = run_mqtool("verify", "--json", root)
             assert proc.returncode in (0, 1), proc.stderr
             verified[name] = json.loads(proc.stdout)
-    checked = set(result.summary["checks"]["checked"])
-    assert set(STORE_FILE_CODES) <= checked
+    finally:
+        holder.communicate(timeout=30)
+    assert result.summary["checks"]["not_checked"] == []
     seen = set()
     for b in result.summary["brokers"]:
         name = b["broker"]
-        expected = {c: n for c, n in verified[name]["summary"]["by_code"].items() if c in checked}
-        audited = dict(b["by_code"])
-        # over every record: see the summary's notes
-        assert audited.pop("CQ_QUEUE_GAP", 0) >= expected.pop("CQ_QUEUE_GAP", 0)
-        assert audited == expected, name
+        assert b["by_code"] == verified[name]["summary"]["by_code"], name
         assert sorted((f["code"], f["file"], f["offset"], f["severity"], f["message"])
-                      for f in result.findings
-                      if f["broker"] == name and f["code"] in STORE_FILE_CODES) == \
+                      for f in result.findings if f["broker"] == name) == \
             sorted((f["code"], f["file"], f["offset"], f["severity"], f["message"])
-                   for f in verified[name]["findings"] if f["code"] in STORE_FILE_CODES), name
-        seen |= set(audited)
+                   for f in verified[name]["findings"]), name
+        seen |= set(b["by_code"])
     wanted = {"DL_INDEX_SEQUENCE", "DL_TERM_ORDER", "DL_INDEX_UNIT", "DL_CHECKPOINT",
               "IDX_HEADER", "CKPT_MISSING", "ABORT_PRESENT", "LOCK_HELD", "CFG_UNREADABLE",
               "CFG_BAD_VALUE", "TOPIC_NOT_IN_CONFIG"}
@@ -1306,8 +1498,10 @@ def s3_emulator(tmp_path_factory):
             server.wait()
 
 
-def test_audit_of_s3_archives_reads_byte_ranges_and_agrees(s3_emulator, stores, audited,
+def test_audit_of_s3_archives_reads_byte_ranges_and_agrees(s3_emulator, stores, bare_audited,
                                                            tmp_path):
+    """A remote store gets the audit's CommitLog checks, as a local bare CommitLog directory
+    does: the same counts and figures."""
     import s3fs
 
     fs = s3fs.S3FileSystem(key="testing", secret="testing",
@@ -1317,7 +1511,7 @@ def test_audit_of_s3_archives_reads_byte_ranges_and_agrees(s3_emulator, stores, 
     for name in ("gamma", "clean-small"):
         for path in sorted((Path(stores[name]) / "commitlog").iterdir()):
             fs.put_file(str(path), f"archive/{name}/store/commitlog/{path.name}")
-    local, _ = audited["whole"]
+    local, _ = bare_audited
     env = {**os.environ, **s3_emulator, "SPARK_LOCAL_IP": "127.0.0.1"}
     proc = run_mqtool("spark", "audit", "--master", "local[2]", "--json", "--split-size", "256k",
                       "--conf", "spark.sql.shuffle.partitions=2",

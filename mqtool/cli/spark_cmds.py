@@ -172,10 +172,18 @@ def _render_audit(summary: dict, findings: list[dict], show_queues: bool) -> Non
         out.print(Text(f"note: {note}"))
     checks = summary.get("checks")
     if checks:
-        out.print(Text(f"checked: {', '.join(checks['checked'])}; not checked: "
-                       f"{len(checks['not_checked'])} other codes of mqtool verify (ConsumeQueues, "
-                       f"IndexFiles, checkpoint, recovery, 5.x and DLedger side files; listed in "
-                       f"the summary's 'checks'): run mqtool verify on a store for those"))
+        scanned = [b["broker"] for b in summary["brokers"] if b.get("checked_by") == "scan"]
+        if checks["not_checked"]:
+            out.print(Text(f"checked: {', '.join(checks['checked'])}; not checked: "
+                           f"{len(checks['not_checked'])} other codes of mqtool verify "
+                           f"(ConsumeQueues and IndexFiles against the records, checkpoint, "
+                           f"recovery, 5.x and DLedger side files; listed in the summary's "
+                           f"'checks'): only store roots on a file system every executor reads "
+                           f"get them (mqtool verify runs on those)"))
+        else:
+            out.print(Text("checked: every code of mqtool verify, by verify itself, on store "
+                           "roots" + (f"; the CommitLog alone of {', '.join(scanned)} (see the "
+                                      f"summary's 'checks')" if scanned else "")))
 
 
 @spark_app.command("audit", help=(

@@ -7,6 +7,8 @@ The work is split so that pyspark is imported only where it must be:
 * :mod:`mqtool.spark.splits` (executors, no pyspark): one split scanned with the shared scanner;
 * :mod:`mqtool.spark.arrow` (executors, no pyspark): the scanner's numpy batches as Arrow record
   batches (the audit's ``mapInArrow`` and the data source's reader);
+* :mod:`mqtool.spark.crosscheck` (driver and executors): ``verify`` itself on store roots the
+  executors read, a task per CommitLog file, merged on the driver;
 * :mod:`mqtool.spark.source` (pyspark): ``spark.read.format("rocketmq")``, see :func:`register`;
 * :mod:`mqtool.spark.session` and :mod:`mqtool.spark.job` (driver, pyspark): the session, the
   jobs, the Parquet outputs and the summary.

@@ -10,15 +10,16 @@ rows hold the stored records and, after an inner batch's record, its inner messa
 the record-level findings, the queue-offset gaps and every figure of the summary are Spark SQL
 over the record view (verify's unit), so they scale with the cluster.
 
-Finding codes, files, offsets and messages are ``verify``'s (:data:`mqtool.verify.CODES`); what a
-Spark audit checks is the CommitLog: record CRCs, lengths, self-recorded offsets, damaged
-regions, file sizes, gaps and stray files, DLedger entry headers, and queue offsets that skip or
-repeat; and of a store root, the ConsumeQueue files' sizes (:mod:`mqtool.spark.queues`), the
-DLedger bookkeeping, checkpoint, abort, lock and config files, the timer store and the IndexFile
-headers (:mod:`mqtool.spark.storefiles`): verify's own checks run by the executors. Severities
-are the codes' defaults (``verify`` also predicts the broker's recovery and tones down what lies
-past the recovered end, and cross-checks queue units and index entries against the records: an
-audit does neither).
+Findings of an input that is a store root on a file system every executor reads (local,
+``file://``, a shared mount) are ``verify``'s own, every code, the same files, offsets, severities
+and counts (:mod:`mqtool.spark.crosscheck`: verify's per-file checks, the joins of ConsumeQueue
+units and IndexFile entries with the records among them, run as a task per CommitLog file, and
+its merge and recovery prediction on the driver). That reads each CommitLog file of such a store
+a second time: the scan reads it for the tables. Of a bare CommitLog directory or a remote store
+(``s3://``, ...) the audit checks the CommitLog alone, in Spark SQL over the scan's records, by
+verify's rules and with its codes and wording (:data:`SCAN_CODES`): record CRCs, lengths,
+self-recorded offsets, damaged regions, file sizes, gaps and stray files, DLedger entry headers,
+and queue offsets that skip or repeat; severities are then the codes' defaults.
 """
 from __future__ import annotations
 
@@ -38,40 +39,43 @@ from . import schema, session
 from .plan import (DEFAULT_SPLIT_SIZE, BrokerInput, Split, check_output, finding,
                    layout_findings, make_splits, resolve_inputs)
 from .arrow import LAST_MILLI, OPENED_RECORD, audit_arrow_partition
-from .queues import QUEUE_FILE_CODES, queue_file_findings
-from .storefiles import STORE_FILE_CODES, store_file_findings
+from .crosscheck import store_findings, verified_by_verify
 from .splits import check_remote_reader, export_partition
 
-#: verify's finding codes an audit computes, by verify's rules, from the CommitLog files alone
-CHECKED_CODES = ("CL_BAD_MAGIC", "CL_CRC_MISMATCH", "CL_PROP_CRC_MISMATCH", "CL_LENGTH_MISMATCH",
-                 "CL_TRUNCATED", "CL_OFFSET_MISMATCH", "CL_FILE_SIZE", "CL_GAP", "CL_STRAY_FILE",
-                 "DL_ENTRY_MAGIC", "DL_ENTRY_POS", "DL_ENTRY_SIZE", "DL_ENTRY_TRUNCATED",
-                 "CQ_QUEUE_GAP") + QUEUE_FILE_CODES + STORE_FILE_CODES
-#: where a checked code's count can differ from verify's on the same store
-CHECK_NOTES = {
-    "CL_STRAY_FILE": "names in the CommitLog directory only; verify also reports unknown files "
-                     "and folders of the store root",
-    "CQ_QUEUE_GAP": "over every record; verify leaves out records past the end its recovery "
-                    "prediction keeps",
-    "CQ_FILE_SIZE": "ConsumeQueue files of store roots on a file system every executor reads "
-                    "(local, file://, a shared mount), by verify's own structure check; none for "
-                    "remote stores and bare CommitLog directories",
+#: verify's finding codes the audit's scan computes, by verify's rules, from the CommitLog files
+#: alone: what it checks of a bare CommitLog directory or a remote store
+SCAN_CODES = ("CL_BAD_MAGIC", "CL_CRC_MISMATCH", "CL_PROP_CRC_MISMATCH", "CL_LENGTH_MISMATCH",
+              "CL_TRUNCATED", "CL_OFFSET_MISMATCH", "CL_FILE_SIZE", "CL_GAP", "CL_STRAY_FILE",
+              "DL_ENTRY_MAGIC", "DL_ENTRY_POS", "DL_ENTRY_SIZE", "DL_ENTRY_TRUNCATED",
+              "CQ_QUEUE_GAP")
+#: where a scan code's count can differ from verify's on the same store
+SCAN_NOTES = {
+    "CL_STRAY_FILE": "bare CommitLog directories and remote stores: names in the CommitLog "
+                     "directory only (verify also reports unknown files and folders of the store "
+                     "root)",
+    "CQ_QUEUE_GAP": "bare CommitLog directories and remote stores: over every record (verify "
+                    "leaves out records past the end its recovery prediction keeps)",
 }
-CHECK_NOTES.update({
-    code: "store roots on a file system every executor reads, by verify's own check of the "
-          "store's files; none for remote stores and bare CommitLog directories"
-    for code in STORE_FILE_CODES})
+VERIFY_ONLY_NOTE = ("store roots on a file system every executor reads (local, file://, a shared "
+                    "mount), by verify itself; not checked for bare CommitLog directories and "
+                    "remote stores")
 
 
-def checks() -> dict:
-    """What an audit checks, for the summary: the codes it reports as verify does, and every
-    other code of verify's, which it does not check (the cross-checks of ConsumeQueue units,
-    IndexFile entries and BatchConsumeQueues against the records, consumer offsets, and
-    what depends on the recovery prediction: run ``mqtool verify`` on the store for those).
-    Severities are the codes' defaults."""
-    return {"checked": list(CHECKED_CODES),
-            "not_checked": sorted(set(CODES) - set(CHECKED_CODES)),
-            "notes": dict(CHECK_NOTES)}
+def checks(brokers: list[BrokerInput]) -> dict:
+    """What an audit of ``brokers`` checks, for the summary: every code of verify's when an
+    input is a store root the executors read (verify itself checks those), else the codes of the
+    CommitLog scan; the rest is not checked (run ``mqtool verify`` on the store for those).
+    ``notes`` says which inputs a code's count holds for, when the inputs are of both kinds."""
+    by_verify = [verified_by_verify(b) for b in brokers]
+    checked = list(CODES) if any(by_verify) else list(SCAN_CODES)
+    notes = {}
+    if not all(by_verify):
+        notes.update(SCAN_NOTES)
+        if any(by_verify):
+            notes.update({code: VERIFY_ONLY_NOTE for code in CODES if code not in SCAN_CODES})
+    return {"checked": checked,
+            "not_checked": sorted(set(CODES) - set(checked)),
+            "notes": notes}
 
 
 #: findings returned to the caller (the tables hold all of them)
@@ -589,6 +593,7 @@ def _summary(brokers, splits, sides, queues, findings_by, uniq, file_rows, holes
         entry = {
             "broker": b.name, "source": b.source, "root": b.root, "commitlog": b.commitlog,
             "file_size": b.file_size, **fs,
+            "checked_by": "verify" if verified_by_verify(b) else "scan",
             "topics": sum(1 for k in by_topic if k[0] == b.name),
             **{k: v for k, v in t.items()},
             "file_gaps": len(gap_holes),
@@ -626,7 +631,7 @@ def _summary(brokers, splits, sides, queues, findings_by, uniq, file_rows, holes
         "holes_listed": min(len(holes), LISTED_HOLES),
         "holes_total": len(holes),
         "notes": notes,
-        "checks": checks(),
+        "checks": checks(brokers),
         "executor_code": origins,
         "executor_peak_rss": max(peaks) if peaks else None,
     }
@@ -662,11 +667,17 @@ def audit(spark: SparkSession, sources: list[str], *, broker_names: list[str] | 
 
     # used twice (findings, per-queue figures): sort the queues once
     gaps = queue_steps(records).persist(StorageLevel.MEMORY_AND_DISK)
-    driver_rows = [f for b in brokers for f in layout_findings(b)] + \
-        _region_findings(sides, cutoffs, label) + queue_file_findings(spark, brokers) \
-        + store_file_findings(spark, brokers)
+    verified = store_findings(spark, brokers, check_crc)
+    phases["verify"] = time.perf_counter() - started - sum(phases.values())
+    # one source per broker: verify's findings for store roots, the scan's for the others
+    scanned_only = [b for b in brokers if b.name not in verified]
+    driver_rows = [f for b in scanned_only for f in layout_findings(b)] + \
+        [f for f in _region_findings(sides, cutoffs, label) if f["broker"] not in verified] + \
+        [row for found in verified.values() for row in found.rows]
     rel = _file_label(brokers)
-    findings = _record_findings(records, rel).unionByName(_gap_findings(spark, gaps, rel)) \
+    not_verified = ~F.col("broker").isin(list(verified)) if verified else F.lit(True)
+    findings = _record_findings(records.filter(not_verified), rel) \
+        .unionByName(_gap_findings(spark, gaps.filter(not_verified), rel)) \
         .unionByName(_finding_frame(spark, driver_rows))
     if out is not None:
         findings_path = session.join(out, "findings")
@@ -681,6 +692,9 @@ def audit(spark: SparkSession, sources: list[str], *, broker_names: list[str] | 
     findings_by: dict = {}
     for row in findings.groupBy("broker", "code", "severity").count().collect():
         findings_by.setdefault(row["broker"], {})[(row["code"], row["severity"])] = row["count"]
+    for name, found in verified.items():
+        # verify's counts: also what a file's checks counted beyond their listing cap
+        findings_by[name] = dict(found.counts)
     listed = [r.asDict() for r in findings.orderBy("broker", "file", "offset", "code")
               .limit(LISTED_FINDINGS).collect()]
     for r in listed:

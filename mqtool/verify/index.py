@@ -17,7 +17,7 @@ from ..vocabulary import ERROR, WARNING
 from .findings import _Sink, _finding
 from .context import _IndexInfo
 from .commitlog import _KeyHashes
-from .queues import _inside_segments, _segment_ranges
+from .queues import _inside_segments
 
 
 _MAX_CHAIN_WALK_ENTRIES = 5_000_000   # the exact walk keeps ~17 bytes an entry
@@ -229,21 +229,6 @@ def _check_index_structure(store: Store, info, starts, ends, min_offset: int, si
                 blind.append((inside_lo, inside_hi))
             return None
     return _IndexInfo(info.name, rel, str(info.path), slots, entries_start, n, live_lo, last_phy)
-
-
-def index_structure_findings(store: Store, infos) -> _Sink:
-    """The structure check verify runs on each IndexFile (:func:`_check_index_structure`), run
-    on ``infos`` (entries of ``store.index_files``) apart from the record merge, for a caller
-    that spreads IndexFiles over workers (a Spark audit). Findings verify defers until its
-    recovery prediction keep their codes' default severities here."""
-    starts, ends = _segment_ranges(list(store.commitlog.segments))
-    sink, deferred = _Sink(), []
-    for info in infos:
-        _check_index_structure(store, info, starts, ends, store.commitlog.min_offset, sink,
-                               deferred, [])
-    for found in deferred:
-        sink.add(found)
-    return sink
 
 
 def _report_unreachable(fd: int, rel: str, entries_start: int, slot_values, hashes, n: int,

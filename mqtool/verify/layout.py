@@ -58,7 +58,7 @@ def _layout_findings(store: Store, sink: _Sink, version: str) -> None:
 
 def store_state_findings(store: Store, sink: _Sink) -> None:
     """The store's own small files as verify judges them (CKPT_MISSING, ABORT_PRESENT,
-    LOCK_HELD): part of :func:`_layout_findings`, callable alone (a Spark audit's executors)."""
+    LOCK_HELD): part of :func:`_layout_findings`."""
     try:
         ckpt = store.read_checkpoint()
     except ParseError as err:

@@ -119,21 +119,6 @@ def _report_file_size(store: Store, queue, seg: Segment, rel: str, last_file: bo
                       topic=queue.topic, queue_id=queue.queue_id))
 
 
-def queue_structure_findings(store: Store, queues, version: str) -> _Sink:
-    """The structure check verify runs on each queue (:func:`_check_queue_structure`: file
-    sizes, unit validity, order and reach), run on ``queues`` of ``store`` apart from the record
-    merge, for a caller that spreads queues over workers (a Spark audit). The findings verify
-    defers until its recovery prediction keep their codes' default severities here."""
-    starts, ends = _segment_ranges(list(store.commitlog.segments))
-    sink, deferred = _Sink(), []
-    for queue in queues:
-        _check_queue_structure(store, queue, starts, ends, store.commitlog.min_offset, sink,
-                               deferred, version)
-    for found in deferred:
-        sink.add(found)
-    return sink
-
-
 _SHOWN_DANGLING = 20     # holes (and stray pre-blank units) shown per file
 _SHOWN_OUTSIDE = 50      # units pointing outside the CommitLog shown per file
 

@@ -6,13 +6,14 @@ import multiprocessing
 import os
 import sys
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 
 from ..batchcq import check_batch_consume_queues
-from ..recovery import BrokerRules, predict_recovery, resolve_broker_version
+from ..recovery import BrokerRules, RecoveryPlan, predict_recovery, resolve_broker_version
 from ..consumers import consumer_findings, ends_over_files
 from ..dledger import check_dledger
 from ..timer import check_timer_store
-from ..store import Store
+from ..store import CommitLog, Store
 from .findings import Finding, _Sink, VerifyReport, _finding
 from .context import _Context, _SegmentResult, _init_worker, _worker_context
 from .commitlog import _SegmentChecker
@@ -24,8 +25,7 @@ from .report import _merge_results, _report, _short_file_holes
 
 
 def _worker_check(index: int) -> _SegmentResult:
-    ctx = _worker_context()
-    return _checker_class(ctx)(ctx, index).run()
+    return check_file(_worker_context(), index)
 
 
 def _checker_class(ctx: _Context):
@@ -55,20 +55,34 @@ def _pool_context():
     return multiprocessing.get_context()
 
 
-def verify_store(store: Store, *, quick: bool = False, progress=None, broker_version: str = "auto",
-                 mode: str = "auto", force_verify_prop_crc: bool = False,
-                 message_index_safe: bool = False, workers: int | None = None,
-                 engine: str = "batches") -> VerifyReport:
-    """Check everything in ``store``; see :data:`CODES` for what each finding means.
+@dataclass
+class StoreChecks:
+    """What :func:`prepare_checks` found before the CommitLog files are checked: the context
+    every per-file check needs (:func:`check_file`; it pickles, so files can be checked in other
+    processes or on other machines) and what the merge (:func:`merge_checks`) adds them to."""
 
-    ``quick`` skips CRCs (records, and the prediction: it then assumes every CRC is good).
-    ``progress`` is a tqdm-like object advanced by CommitLog bytes. ``engine`` "records" checks
-    the CommitLog a record at a time: the slow reference the default "batches" must equal."""
+    store: Store
+    ctx: _Context
+    version: str
+    sink: _Sink
+    deferred: list          # findings whose severity depends on the recovery plan
+    queues: dict
+    mode: str
+    quick: bool
+    force_verify_prop_crc: bool
+    message_index_safe: bool
+
+
+def prepare_checks(store: Store, *, quick: bool = False, broker_version: str = "auto",
+                   mode: str = "auto", force_verify_prop_crc: bool = False,
+                   message_index_safe: bool = False, engine: str = "batches") -> StoreChecks:
+    """The checks that need no CommitLog record (file layout, ConsumeQueue and IndexFile
+    structure), and the context of the per-file checks."""
     if engine not in ("batches", "records"):
         raise ValueError(f"engine must be 'batches' or 'records', not {engine!r}")
     version = resolve_broker_version(store, broker_version)
     sink = _Sink()
-    deferred: list[Finding] = []          # findings whose severity depends on the recovery plan
+    deferred: list[Finding] = []
     _layout_findings(store, sink, version)
     commitlog = store.commitlog
     segments = list(commitlog.segments)
@@ -105,14 +119,30 @@ def verify_store(store: Store, *, quick: bool = False, progress=None, broker_ver
                    frozenset(topic for topic, _ in batch_keys),
                    count_queue_ends=store.dledger is None and (
                        mode == "abnormal" or (mode == "auto" and store.abort_exists)))
-    results = _run_segments(store, ctx, progress, workers)
+    return StoreChecks(store, ctx, version, sink, deferred, queues, mode, quick,
+                       force_verify_prop_crc, message_index_safe)
 
+
+def check_file(ctx: _Context, index: int, progress=None,
+               commitlog: CommitLog | None = None) -> _SegmentResult:
+    """Every check of CommitLog file ``index`` of ``ctx.segments``: its records, and the joins
+    with the ConsumeQueue units and IndexFile entries that point into it. Without
+    ``commitlog`` the process's own listing of ``ctx``'s CommitLog is used (one per worker)."""
+    return _checker_class(ctx)(ctx, index, progress, commitlog).run()
+
+
+def merge_checks(checks: StoreChecks, results: list[_SegmentResult]) -> tuple[_Sink, RecoveryPlan]:
+    """The per-file results (in file order) merged with the recovery prediction, and the
+    checks that need it (BatchConsumeQueues, the timer store, DLedger, consumer offsets): every
+    finding, before the report's listing caps, and the plan."""
+    store, ctx, sink = checks.store, checks.ctx, checks.sink
+    segments = ctx.segments
     verdicts = {r.verdict.base_offset: r.verdict for r in results}
-    plan = predict_recovery(store, mode=mode, broker_version=version, check_crc=True,
-                            message_index_safe=message_index_safe,
-                            force_verify_prop_crc=force_verify_prop_crc, file_verdicts=verdicts,
-                            crc_verified=not quick)
-    _merge_results(store, plan, results, sink, deferred, _short_file_holes(queues))
+    plan = predict_recovery(store, mode=checks.mode, broker_version=checks.version,
+                            check_crc=True, message_index_safe=checks.message_index_safe,
+                            force_verify_prop_crc=checks.force_verify_prop_crc,
+                            file_verdicts=verdicts, crc_verified=not checks.quick)
+    _merge_results(store, plan, results, sink, checks.deferred, _short_file_holes(checks.queues))
     if plan.mode == "abnormal" and store.dledger is None and \
             all(r.queue_ends is not None for r in results):
         # the files' judged records are what the start re-dispatches: no second scan for the
@@ -133,6 +163,27 @@ def verify_store(store: Store, *, quick: bool = False, progress=None, broker_ver
                           severity=found["severity"], **extra))
     for found in consumer_findings(store, plan):
         sink.add(found)
+    return sink, plan
+
+
+def verify_store(store: Store, *, quick: bool = False, progress=None, broker_version: str = "auto",
+                 mode: str = "auto", force_verify_prop_crc: bool = False,
+                 message_index_safe: bool = False, workers: int | None = None,
+                 engine: str = "batches") -> VerifyReport:
+    """Check everything in ``store``; see :data:`CODES` for what each finding means.
+
+    ``quick`` skips CRCs (records, and the prediction: it then assumes every CRC is good).
+    ``progress`` is a tqdm-like object advanced by CommitLog bytes. ``engine`` "records" checks
+    the CommitLog a record at a time: the slow reference the default "batches" must equal.
+
+    The steps are :func:`prepare_checks`, :func:`check_file` per CommitLog file (here in worker
+    processes when there are several cores; a Spark audit runs them as tasks), then
+    :func:`merge_checks` and the report."""
+    checks = prepare_checks(store, quick=quick, broker_version=broker_version, mode=mode,
+                            force_verify_prop_crc=force_verify_prop_crc,
+                            message_index_safe=message_index_safe, engine=engine)
+    results = _run_segments(store, checks.ctx, progress, workers)
+    sink, plan = merge_checks(checks, results)
     return _report(store, sink, plan, results)
 
 
@@ -140,8 +191,7 @@ def _run_segments(store: Store, ctx: _Context, progress, workers: int | None) ->
     n = len(ctx.segments)
     count = _auto_workers(n, workers)
     if count <= 1:
-        checker = _checker_class(ctx)
-        return [checker(ctx, i, progress, store.commitlog).run() for i in range(n)]
+        return [check_file(ctx, i, progress, store.commitlog) for i in range(n)]
     results = []
     # Files are independent up to their boundaries: each is checked whole by one worker, and
     # map() hands the results back in file order, so the merge sees what one worker produces.
