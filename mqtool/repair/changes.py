@@ -11,11 +11,12 @@ import numpy as np
 
 from .. import mapping
 from ..queue_recovery import BATCH_CONSUME_QUEUE, CONSUME_QUEUE, QueueKind
+from ..formats import indexfile as idx_fmt
 from ..recovery import RecoveryPlan
 from ..store import Store
 from .files import diff_ranges
 from .transaction import FileOp, RepairPlan, Stage
-from .index import _index_entry_batches
+from .index import _written_entries
 
 
 # --- turning the stage into a plan -------------------------------------------------------------------
@@ -71,44 +72,27 @@ def _units_between(fh, first: int, last: int, kind: QueueKind) -> np.ndarray | N
     return np.frombuffer(bytes(raw), kind.dtype)
 
 
-def _index_entry_delta(old: Path | None, new: Path | None, slots: int,
+def _index_entry_delta(old: Path | None, new: Path | None, ranges: list[list[int]], slots: int,
                        entries: int) -> tuple[int, int]:
     """(entries removed, entries added): entries are appended, so what differs is what follows
-    the longest common prefix."""
-    a = _index_entry_batches(old, slots, entries) if old is not None else iter(())
-    b = _index_entry_batches(new, slots, entries) if new is not None else iter(())
-    same = total_a = total_b = 0
-    diverged = False
-    pending_a = pending_b = None
-    while True:
-        if pending_a is None:
-            pending_a = next(a, None)
-            if pending_a is not None:
-                total_a += len(pending_a)
-                pending_a = pending_a.copy()
-        if pending_b is None:
-            pending_b = next(b, None)
-            if pending_b is not None:
-                total_b += len(pending_b)
-                pending_b = pending_b.copy()
-        if pending_a is None or pending_b is None:
+    the longest common prefix, which ends at the first entry a changed byte range meets.
+    ``ranges`` are :func:`diff_ranges`' (each starts at a differing byte, and its differing
+    bytes lie at most 16 apart), so no entry is read."""
+    counts = []
+    for path in (old, new):
+        if path is None:
+            counts.append(0)
+            continue
+        with open(path, "rb") as fh:
+            counts.append(_written_entries(fh, slots, entries))
+    first = idx_fmt.entry_position(slots, 1)
+    same = min(counts)
+    for lo, hi in ranges:
+        if hi > first:
+            # a range reaching in from the slot table differs again within 17 bytes: entry 0
+            same = min(same, (max(lo, first) - first) // idx_fmt.INDEX_ENTRY_SIZE)
             break
-        if not diverged:
-            n = min(len(pending_a), len(pending_b))
-            mismatch = np.flatnonzero(pending_a[:n] != pending_b[:n])
-            if len(mismatch):
-                same += int(mismatch[0])
-                diverged = True
-            else:
-                same += n
-        n = min(len(pending_a), len(pending_b))
-        pending_a = pending_a[n:] if len(pending_a) > n else None
-        pending_b = pending_b[n:] if len(pending_b) > n else None
-    for batch in a:
-        total_a += len(batch)
-    for batch in b:
-        total_b += len(batch)
-    return total_a - same, total_b - same
+    return counts[0] - same, counts[1] - same
 
 
 def build_plan(command: str, store: Store, stage: Stage, *, cl_ops: list[FileOp],
@@ -150,7 +134,7 @@ def build_plan(command: str, store: Store, stage: Stage, *, cl_ops: list[FileOp]
                           else "units removed and written" if removed else
                           "stale bytes past the queue's end erased")
         elif kind == "index":
-            removed, added = _index_entry_delta(old, new, slots, entries)
+            removed, added = _index_entry_delta(old, new, ranges, slots, entries)
             idx_removed += removed
             idx_added += added
             detail = {"entries_removed": removed, "entries_added": added}

@@ -18,7 +18,7 @@ from ..scan import MessageRecord, RecordBatch, TopicTable, scan_buffer, scan_seg
 from ..consumers import QueueEnds
 from ..store import MappedFile, Segment, Store
 from .writers import RepairIndexWriter, StagedBatchConsumeQueueWriter, StagedConsumeQueueWriter
-from .pipeline import ParallelJudgedRecords, index_keys, parse_properties
+from .pipeline import ParallelJudgedRecords, index_keys, parse_properties, tags_codes
 
 
 _UNIT = cq_fmt.CQ_STORE_UNIT_SIZE
@@ -241,9 +241,9 @@ def dispatch(store: Store, start: int, stop: int, *, cq: StagedConsumeQueueWrite
         batches = ((batch, None) for batch in (
             records.batches(topics) if isinstance(records, _JudgedRecords)
             else _record_batches(records, topics)))
-    for batch, parsed in batches:
+    for batch, keys in batches:
         offsets = batch.offsets
-        props = _DispatchProperties(batch, parsed)
+        props = _DispatchProperties(batch, keys, whole=index is not None and index.enabled)
         _dispatch_queues(batch, offsets, props, stats, cq=cq, bcq=bcq, cq_from=cq_from,
                          queues=queues, batch_topics=batch_topics,
                          schedule_loaded=schedule_loaded)
@@ -271,30 +271,33 @@ def _record_batches(records, topics: TopicTable):
 
 
 class _DispatchProperties:
-    """The properties dispatch reads, parsed for a whole batch when first asked for."""
+    """The properties dispatch reads: parsed for the whole batch when first asked for if
+    ``whole`` (the index needs every record's keys), else only for the records asked about."""
 
-    def __init__(self, batch: RecordBatch, parsed: tuple | None = None):
+    def __init__(self, batch: RecordBatch, keys: tuple | None = None, whole: bool = True):
         self.batch = batch
-        self.data = self.values = self._tags = self.keys = None
-        if parsed is not None:
-            # parsed by a scanning worker (pipeline.parse_properties), with the index keys of
-            # every record but a rollback: (row, hash) in put order
-            self.data, self.values, self._tags, self.keys = parsed
+        self.data = self.values = None
+        # hashed by a scanning worker (pipeline.index_keys) for every record but a rollback:
+        # (row, hash) in put order; nothing else of the batch needs parsing then
+        self.keys = keys
+        self.whole = whole and keys is None
 
     def spans(self, name: str) -> tuple[np.ndarray, np.ndarray]:
         if self.data is None:
-            self.data, _, self.values, self._tags = parse_properties(self.batch)
+            self.data, self.values = parse_properties(self.batch)
         return self.values[name]
 
     def decoded(self, i: int) -> dict[str, str]:
         """All properties of one record (what the rare cases read)."""
         return codecs.decode_properties(self.batch.properties_raw(i))
 
-    def tags_hashes(self) -> np.ndarray:
-        """hashCode of each record's TAGS, 0 without: tags_code outside SCHEDULE_TOPIC."""
-        if self._tags is None:
-            self.spans("TAGS")   # parses the batch's properties
-        return self._tags
+    def tags_hashes(self, rows: np.ndarray) -> np.ndarray:
+        """hashCode of the TAGS of the records ``rows``, 0 without: tags_code outside
+        SCHEDULE_TOPIC."""
+        if self.whole or self.data is not None:
+            self.spans("TAGS")
+            return tags_codes(self.data, self.values, rows)
+        return tags_codes(*parse_properties(self.batch, ("TAGS",), rows))
 
 
 def _dispatch_queues(batch: RecordBatch, offsets: np.ndarray, props: _DispatchProperties,
@@ -358,7 +361,7 @@ def _dispatch_queues(batch: RecordBatch, offsets: np.ndarray, props: _DispatchPr
     rows = rows[to_cq[rows]]
     if len(rows) == 0:
         return
-    codes = props.tags_hashes()[rows].astype(np.int64)
+    codes = props.tags_hashes(rows).astype(np.int64)
     topic_ids = batch.topic_id[rows]
     for k in np.flatnonzero(topic_ids == schedule).tolist() if schedule is not None else ():
         i = int(rows[k])

@@ -52,18 +52,24 @@ def read_index_states(store: Store, paths: dict[str, Path] | None = None) -> lis
 _ENTRY_BATCH = 1 << 18
 
 
+def _written_entries(fh, slots: int, entries_per_file: int) -> int:
+    """How many entries (1 .. indexCount-1) an open IndexFile holds: its header's count, capped
+    by the file's size and geometry."""
+    header = os.pread(fh.fileno(), idx_fmt.INDEX_HEADER_SIZE, 0)
+    if len(header) < idx_fmt.INDEX_HEADER_SIZE:
+        return 0
+    available = max(0, (os.fstat(fh.fileno()).st_size - idx_fmt.entry_position(slots, 1))
+                    // idx_fmt.INDEX_ENTRY_SIZE)
+    return max(0, min(INDEX_HEADER.unpack_from(header, 0)[5] - 1, available,
+                      entries_per_file - 1))
+
+
 def _index_entry_batches(path: Path, slots: int, entries_per_file: int):
     """The written entries (1 .. indexCount-1) of an IndexFile, in batches read into one reused
     array: a full default-geometry file has 20 million of them (400 MB)."""
     with open(path, "rb") as fh:
-        header = fh.read(idx_fmt.INDEX_HEADER_SIZE)
-        if len(header) < idx_fmt.INDEX_HEADER_SIZE:
-            return
-        size = os.fstat(fh.fileno()).st_size
+        n = _written_entries(fh, slots, entries_per_file)
         first = idx_fmt.entry_position(slots, 1)
-        available = max(0, (size - first) // idx_fmt.INDEX_ENTRY_SIZE)
-        n = max(0, min(INDEX_HEADER.unpack_from(header, 0)[5] - 1, available,
-                       entries_per_file - 1))
         buf = bytearray(min(n, _ENTRY_BATCH) * idx_fmt.INDEX_ENTRY_SIZE)
         done = 0
         fh.seek(first)

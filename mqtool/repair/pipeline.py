@@ -3,10 +3,11 @@ dispatch, which stays in this process and takes their batches in file (so offset
 
 Each worker takes every W-th file from the start file on (W workers), runs the same scanner and
 :class:`~mqtool.recovery.FileJudge` the one-process path runs, and sends for each run of
-accepted records: the scanner's columns the dispatch reads, the TAGS hash codes and the index
-keys' hashes (the properties parsed and hashed there) and each file's verdict. So this process
-neither scans nor parses properties: what it receives is what the one-process path computes,
-and the dispatch that consumes it is the same code.
+accepted records: the scanner's columns the dispatch reads and the index keys' hashes (the
+properties parsed and hashed there), and each file's verdict. So this process neither scans nor
+hashes index keys: what it receives is what the one-process path computes, and the dispatch
+that consumes it is the same code (which reads TAGS itself, of the few records it writes units
+for).
 
 A worker stops after a file whose scan does not continue into the next (the broker's recovery
 stops there, so later files are never dispatched); files a worker scanned beyond the stop are
@@ -30,8 +31,10 @@ from ..scan import _COLUMNS, RecordBatch, TopicTable, scan_segment_batches
 from ..store import MappedFile
 from .transaction import RepairError
 
-# properties parsed for the whole batch by dispatch (see dispatching._DispatchProperties)
+# properties dispatch reads (see dispatching._DispatchProperties): the index keys of every
+# record, TAGS only of the records whose ConsumeQueue units are written
 PARSED_PROPERTIES = ("TAGS", "UNIQ_KEY", "KEYS")
+INDEX_PROPERTIES = ("UNIQ_KEY", "KEYS")
 _KEY_SEPARATOR = ord(" ")
 # what the dispatch reads of a batch sent by a worker (the other columns stay None there)
 DISPATCH_COLUMNS = ("position", "total_size", "sys_flag", "topic_id", "queue_id", "queue_offset",
@@ -47,12 +50,22 @@ def default_workers() -> int:
     return max(1, os.cpu_count() or 1)
 
 
-def parse_properties(batch: RecordBatch) -> tuple:
-    """(blob, begins, {name: spans}, TAGS hash codes) of a batch's properties."""
-    data, begins = _codec.property_blob(*batch.properties_source())
-    values = _codec.property_values(data, begins, PARSED_PROPERTIES)
-    tags = _codec.string_hash_codes(data, *values["TAGS"])
-    return data, begins, values, tags
+def parse_properties(batch: RecordBatch, names: tuple[str, ...] = PARSED_PROPERTIES,
+                     rows: np.ndarray | None = None) -> tuple:
+    """(blob, {name: spans}) of the properties of a batch's records (of ``rows`` only)."""
+    buf, starts, ends = batch.properties_source()
+    if rows is not None:
+        starts, ends = starts[rows], ends[rows]
+    data, begins = _codec.property_blob(buf, starts, ends)
+    return data, _codec.property_values(data, begins, names)
+
+
+def tags_codes(data, values: dict, rows: np.ndarray | None = None) -> np.ndarray:
+    """The TAGS hash codes of a :func:`parse_properties` (of its ``rows``)."""
+    starts, ends = values["TAGS"]
+    if rows is not None:
+        starts, ends = starts[rows], ends[rows]
+    return _codec.string_hash_codes(data, starts, ends)
 
 
 def index_keys(data, values: dict, rows: np.ndarray, topic_ids: np.ndarray,
@@ -101,15 +114,16 @@ def _scan_files(segments, rules, hints, out, first: int, step: int) -> None:
 
 
 def _send_batch(out, batch: RecordBatch, topics: TopicTable, sent: int) -> int:
-    """Send what the dispatch reads of ``batch``: its columns, TAGS codes and index keys (the
-    topic names interned since the ``sent`` first ones go along). Returns the names sent."""
-    data, _, values, tags = parse_properties(batch)
+    """Send what the dispatch reads of ``batch``: its columns and index keys (the topic names
+    interned since the ``sent`` first ones go along). Returns the names sent. TAGS are left to
+    the dispatch: it hashes them only for the units it writes (often a few percent)."""
+    data, values = parse_properties(batch, INDEX_PROPERTIES)
     # the keys of every record but a rollback: the dispatch picks the ones it indexes
     rows = np.flatnonzero((batch.sys_flag & _TYPE_MASK) != _ROLLBACK)
     owner, hashes = index_keys(data, values, rows, batch.topic_id,
                                lambda t: prefix_hash(topics.names[t]))
     columns = {name: getattr(batch, name) for name in DISPATCH_COLUMNS}
-    out.put(("batch", topics.names[sent:], batch.base, columns, tags, rows[owner], hashes))
+    out.put(("batch", topics.names[sent:], batch.base, columns, rows[owner], hashes))
     return len(topics.names)
 
 
@@ -169,16 +183,16 @@ class ParallelJudgedRecords:
                                       f"(exit code {proc.exitcode})") from None
 
     def parsed_batches(self, topics: TopicTable):
-        """(RecordBatch, parsed properties) in offset order; each file's verdict lands in
+        """(RecordBatch, (key owners, key hashes)) in offset order; each file's verdict lands in
         ``verdicts`` as in the one-process path."""
         count = len(self._queues)
         remaps: list[list[int]] = [[] for _ in range(count)]
         try:
             for k, seg in enumerate(self.segments):
                 worker = k % count
-                # the few records whose properties the dispatch decodes one by one (delayed
-                # messages, BatchConsumeQueue topics) read them from the file's mapping: only
-                # their pages are touched
+                # the records whose properties the dispatch reads itself (TAGS of the units it
+                # writes; delayed messages, BatchConsumeQueue topics) read them from the file's
+                # mapping: only their pages are touched
                 mapped = MappedFile(seg.path)
                 try:
                     while True:
@@ -189,7 +203,7 @@ class ParallelJudgedRecords:
                         if message[0] == "file":
                             verdict = message[1]
                             break
-                        _, names, base, columns, tags, owners, hashes = message
+                        _, names, base, columns, owners, hashes = message
                         remap = remaps[worker]
                         remap.extend(topics.intern(name) for name in names)
                         batch = RecordBatch.__new__(RecordBatch)
@@ -198,7 +212,7 @@ class ParallelJudgedRecords:
                         for name in _COLUMNS:
                             setattr(batch, name, columns.get(name))
                         batch.topic_id = np.asarray(remap, dtype=np.int32)[columns["topic_id"]]
-                        yield batch, (None, None, tags, (owners, hashes))
+                        yield batch, (owners, hashes)
                 finally:
                     mapped.close()
                 if self.progress is not None:

@@ -16,6 +16,7 @@ from ..lock import store_lock
 from .transaction import (RepairError, RepairPlan, Stage, apply_plan, remove_stale_stages,
                           resume_pending, sparse_copy)
 from .planners import PLANNERS
+from .heap import retained_heap
 
 
 # --- orchestration ----------------------------------------------------------------------------------
@@ -84,6 +85,15 @@ def run_repair(command: str, store_path: Path, *, dry_run: bool = False,
     """Plan ``command`` on a store and, unless ``dry_run``, back up and apply it (on a copy with
     ``out``). A repair in place holds the store's lock (:mod:`mqtool.lock`) for its whole run and
     refuses (exit 3) a store whose lock another process holds."""
+    with retained_heap():
+        return _checked_repair(command, store_path, dry_run=dry_run, backup_dir=backup_dir,
+                               out=out, store_options=store_options, progress=progress,
+                               argv=argv, **options)
+
+
+def _checked_repair(command: str, store_path: Path, *, dry_run: bool, backup_dir: Path | None,
+                    out: Path | None, store_options: dict | None, progress, argv,
+                    **options) -> RepairResult:
     store_options = store_options or {}
     source = Path(store_path).absolute()
     Store.refuse_unexplained_layout(source, command)

@@ -111,6 +111,10 @@ class RepairIndexWriter(IndexWriter):
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self.directory / name
         buf = mmap.mmap(-1, self.file_size)
+        if hasattr(mmap, "MADV_HUGEPAGE"):
+            # keys land on random slots of a 20 MB table: 2 MiB pages fault ~500x less often
+            # than 4 KiB ones (a quarter of putting the keys); only touched pages are allocated
+            buf.madvise(mmap.MADV_HUGEPAGE)
         if seed is not None:
             shutil.copyfile(seed, path)
             with open(path, "rb") as fh:

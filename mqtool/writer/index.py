@@ -150,7 +150,9 @@ class IndexWriter:
         slots = hashes % self.slot_count
         # in slot order (stable, so put order within a slot), each key links to the one before
         # it in its slot; the first of a slot to what the slot held, if that passes putKey's test
-        order = np.argsort(slots, kind="stable")
+        # slot * n + put number is unique, so numpy's fast unstable sort gives the stable order
+        # (a stable sort of the slots alone is ~5x slower)
+        order = np.argsort(slots * n + np.arange(n, dtype=np.int64))
         by_slot = slots[order]
         first = np.ones(n, dtype=bool)
         first[1:] = by_slot[1:] != by_slot[:-1]
