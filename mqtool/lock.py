@@ -37,6 +37,10 @@ def held_here(path: Path) -> bool:
     return _key(path) in _HELD
 
 
+#: what a file system without hard links (some FUSE and SMB mounts) answers os.link with
+_NO_HARD_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK}
+
+
 def _create_locked(path: Path) -> int | None:
     """Create ``path`` already locked by this process, or return None when it exists.
 
@@ -63,10 +67,6 @@ def _create_locked(path: Path) -> int | None:
     finally:
         private.unlink(missing_ok=True)
     return fd
-
-
-#: what a file system without hard links (some FUSE and SMB mounts) answers os.link with
-_NO_HARD_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK}
 
 
 def _create_then_lock(path: Path) -> int | None:

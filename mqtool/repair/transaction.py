@@ -446,7 +446,9 @@ def _back_up(plan: RepairPlan, ops: list, manifest: dict, store_root: Path, back
         # each operation reads its own files and writes its own blob; the digests (sha256) and
         # reads release the GIL, so the cores share them (an IndexFile and a few dozen queue
         # files: ~0.2 s of CPU on the default-geometry benchmark)
-        with ThreadPoolExecutor(max_workers=max(1, min(len(ops), os.cpu_count() or 1, 4))) as pool:
+        from .pipeline import default_workers     # pipeline imports this module
+
+        with ThreadPoolExecutor(max_workers=max(1, min(len(ops), default_workers(), 4))) as pool:
             records = list(pool.map(record_of, enumerate(ops, 1)))
         for i, record in enumerate(records, 1):
             if record["saved"]:
