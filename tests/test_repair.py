@@ -494,6 +494,17 @@ def test_dry_run_json_document(store_copy):
                for f in doc["files"])
 
 
+def test_a_torn_record_alone_names_no_first_lost_message(tmp_path):
+    """A crash that tore the last record drops bytes but no whole message: the plan says so and
+    names no first lost message (it printed "first at None")."""
+    store = make_store(tmp_path / "store", "--messages", "500", "--crash")
+    assert run_mqtool("fixture", "damage", store, "--kind", "torn-tail").returncode == 0
+    proc = run_mqtool("recover", store, "--dry-run", "--json")
+    lost = json.loads(proc.stdout)["lost"]
+    assert lost and lost[0].startswith("0 message(s) at or past processOffset")
+    assert "None" not in " ".join(lost) and "stop: " in lost[0]
+
+
 def test_cli_module_registers_commands():
     proc = subprocess.run([sys.executable, "-m", "mqtool", "--help"], capture_output=True,
                           text=True)

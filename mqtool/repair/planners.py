@@ -256,9 +256,10 @@ def plan_recover(store: Store, stage: Stage, *, mode: str = "auto", broker_versi
     data_loss = False
     if rp.messages_lost or rp.bytes_dropped:
         data_loss = True
+        # a torn record alone loses bytes but no message: there is no first message to name
+        first = "" if rp.first_lost_offset is None else f"first at {rp.first_lost_offset}; "
         lost.append(f"{rp.messages_lost:,} message(s) at or past processOffset {po:,} "
-                    f"({rp.bytes_dropped:,} bytes; first at {rp.first_lost_offset}; "
-                    f"stop: {rp.stop_reason})")
+                    f"({rp.bytes_dropped:,} bytes; {first}stop: {rp.stop_reason})")
     for name in deleted_cl:
         # what these files held is counted in the messages above (a preallocated file is empty)
         notes.append(f"commitlog/{name} is deleted: it starts past processOffset {po:,}")
