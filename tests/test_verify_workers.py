@@ -9,7 +9,8 @@ from conftest import SHARED_STORES, shared_store_names
 from mqtool import forge
 from mqtool.store import Store
 from mqtool.verify import verify_store
-from mqtool.verify.run import _auto_workers, available_cores
+from mqtool.cores import available_cores
+from mqtool.verify.run import _auto_workers
 
 # broker-written stores of several CommitLog files, clean, crashed and damaged
 REFERENCE = ("clean-small-damaged", "crash-small", "v5-damaged", "v5-propcrc-damaged",

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import itertools
 import multiprocessing
-import os
 import queue as _queue
 import traceback
 
 import numpy as np
 
 from .. import codec as _codec
+from ..cores import available_cores
 from ..formats import codecs
 from ..formats import commitlog as cl_fmt
 from ..recovery import FileJudge
@@ -46,8 +46,8 @@ _POLL_SECONDS = 1.0
 
 
 def default_workers() -> int:
-    """As many scanning processes as cores."""
-    return max(1, os.cpu_count() or 1)
+    """As many scanning processes as cores this process may run on."""
+    return available_cores()
 
 
 def parse_properties(batch: RecordBatch, names: tuple[str, ...] = PARSED_PROPERTIES,

@@ -3,11 +3,11 @@ processes when asked), the recovery prediction, the merge into the report."""
 from __future__ import annotations
 
 import multiprocessing
-import os
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
+from ..cores import available_cores
 from ..batchcq import check_batch_consume_queues
 from ..recovery import BrokerRules, RecoveryPlan, predict_recovery, resolve_broker_version
 from ..consumers import consumer_findings, ends_over_files
@@ -30,14 +30,6 @@ def _worker_check(index: int) -> _SegmentResult:
 
 def _checker_class(ctx: _Context):
     return _SegmentChecker if ctx.engine == "records" else _BatchChecker
-
-
-def available_cores() -> int:
-    """The cores this process may run on (its CPU affinity where the system tells it)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
 
 
 def _auto_workers(segments: int, workers: int | None) -> int:
