@@ -81,3 +81,48 @@ def test_default_is_one_worker_per_core_and_never_more_than_files():
     assert _auto_workers(1, None) == 1
     assert _auto_workers(3, 8) == 3
     assert _auto_workers(5, 2) == 2
+
+
+def _one_pass_findings(root) -> list[dict]:
+    """verify's findings with every structure check made before any CommitLog file is checked
+    (the order of a single pass over the store), for comparison with verify_store, which checks
+    IndexFile chains while its workers check the files."""
+    from mqtool.verify import run
+    store = Store(root, **GEOMETRY)
+    checks = run.prepare_checks(store)
+    checks.run_later()
+    results = [run.check_file(checks.ctx, i, None, store.commitlog)
+               for i in range(len(checks.ctx.segments))]
+    sink, plan = run.merge_checks(checks, results)
+    return [f.to_dict() for f in run._report(store, sink, plan, results).findings]
+
+
+def test_index_chain_damage_is_reported_alike_by_any_worker_count(forged, tmp_path):
+    """IndexFile slots and chains broken (bytes written at the positions the spec gives: a
+    40-byte header, 4-byte slots, 20-byte entries of hash, offset, timeDiff, prev_index): the
+    findings equal, in content and order, those of a single pass."""
+    import shutil
+    import struct
+    root = tmp_path / "store"
+    shutil.copytree(forged, root)
+    index = sorted((root / "index").iterdir())[0]
+    slots = GEOMETRY["index_slots"]
+
+    def entry(i: int) -> int:
+        return 40 + 4 * slots + 20 * i
+
+    with open(index, "r+b") as fh:
+        fh.seek(entry(30) + 16)
+        fh.write(struct.pack(">i", 29_000))         # prev_index past indexCount
+        fh.seek(entry(41) + 16)
+        fh.write(struct.pack(">i", 41))             # a link to itself
+        fh.seek(entry(52) + 12)
+        fh.write(struct.pack(">i", -5))             # a negative timeDiff
+        fh.seek(entry(63))
+        fh.write(struct.pack(">i", 12345))          # a key hash no key has
+        fh.seek(40 + 4 * 7)
+        fh.write(struct.pack(">i", 100_000))        # a slot past indexCount
+    findings, _, _ = _assert_same_for_worker_counts(root, counts=(2,), geometry=GEOMETRY)
+    codes = {f["code"] for f in findings}
+    assert {"IDX_DANGLING", "IDX_MISSING_KEY"} <= codes, codes
+    assert findings == _one_pass_findings(root)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import array
 import collections
+import functools
 import os
 
 import numpy as np
@@ -61,9 +62,15 @@ def _read_entries(fd: int, start: int, lo: int, hi: int) -> np.ndarray:
 
 
 def _check_index_structure(store: Store, info, starts, ends, min_offset: int, sink: _Sink,
-                           deferred: list, blind: list) -> _IndexInfo | None:
-    """Header, slots and entries of one IndexFile, read in chunks (memory: a bitmap and the hash
-    column, 5 bytes an entry, not the 420 MB file)."""
+                           deferred: list, blind: list,
+                           later: list | None = None) -> _IndexInfo | None:
+    """Header and entries of one IndexFile, read in chunks (memory: the entries' CommitLog
+    offsets a chunk at a time, not the 420 MB file): what the CommitLog files' checks need to
+    join its entries, and the findings of its header and of where its entries point.
+
+    Its hash slots and chains (:func:`_check_index_chains`) feed no CommitLog check: given
+    ``later``, they are appended to it as a call to make once the CommitLog checks are under way
+    (verify runs them while its workers check the files), else checked here."""
     slots, entries = store.index_slots, store.index_entries
     rel = store.relative(info.path)
     expected_size = idx_fmt.index_file_size(slots, entries)
@@ -77,15 +84,109 @@ def _check_index_structure(store: Store, info, starts, ends, min_offset: int, si
         if len(raw) < idx_fmt.INDEX_HEADER_SIZE:
             return None
         header = np.frombuffer(raw, INDEX_HEADER_DTYPE, 1)[0]
-        n_slots = max(0, min(slots, (info.length - idx_fmt.INDEX_HEADER_SIZE) // 4))
-        slot_values = np.frombuffer(os.pread(fd, 4 * n_slots, idx_fmt.INDEX_HEADER_SIZE),
-                                    ">i4").astype(np.int32)
         count = int(header["index_count"])
         entries_start = idx_fmt.entry_position(slots, 0)
         available = max(0, (info.length - entries_start) // idx_fmt.INDEX_ENTRY_SIZE)
         n = max(0, min(count, entries, available))
         if count < 1 or count > entries:
             sink.add(_finding("IDX_HEADER", rel, 36, f"indexCount {count} is outside 1..{entries}"))
+        chains = functools.partial(_check_index_chains, str(info.path), info.length, rel, slots,
+                                   header, n, sink)
+
+        def entry_pos(number: int) -> int:
+            return entries_start + idx_fmt.INDEX_ENTRY_SIZE * number
+
+        first_phy = last_phy = previous_phy = None
+        in_order = True
+        live_lo = live_hi = inside_lo = inside_hi = None
+        outside_total = 0
+        for lo in range(0, n, _INDEX_CHUNK):
+            hi = min(n, lo + _INDEX_CHUNK)
+            chunk = _read_entries(fd, entries_start, lo, hi)
+            real = np.arange(lo, lo + len(chunk)) >= 1
+            phys = chunk["phy_offset"][real].astype(np.int64)
+            if len(phys) == 0:
+                continue
+            if first_phy is None:
+                first_phy = int(phys[0])
+            last_phy = int(phys[-1])
+            if (previous_phy is not None and phys[0] < previous_phy) or np.any(np.diff(phys) < 0):
+                in_order = False
+            previous_phy = last_phy
+            live = phys >= min_offset
+            outside = (phys < 0) | (live & ~_inside_segments(phys, starts, ends))
+            first_number = lo + int(np.argmax(real))
+            for j in np.flatnonzero(outside).tolist():
+                outside_total += 1
+                if outside_total <= _MAX_LISTED_INDEX:
+                    deferred.append(_finding(
+                        "IDX_DANGLING", rel, entry_pos(first_number + j),
+                        f"entry {first_number + j} points at CommitLog offset {int(phys[j])}, "
+                        f"where no CommitLog file is", commitlog_offset=int(phys[j])))
+            if live.any():
+                lo_live, hi_live = int(phys[live].min()), int(phys[live].max())
+                live_lo = lo_live if live_lo is None else min(live_lo, lo_live)
+                live_hi = hi_live if live_hi is None else max(live_hi, hi_live)
+            good = phys[live & ~outside]
+            if len(good):
+                inside_lo = int(good.min()) if inside_lo is None else min(inside_lo, int(good.min()))
+                inside_hi = int(good.max()) if inside_hi is None else max(inside_hi, int(good.max()))
+        if outside_total > _MAX_LISTED_INDEX:
+            sink.add_suppressed("IDX_DANGLING", outside_total - _MAX_LISTED_INDEX)
+        if later is not None and in_order:
+            later.append(chains)
+        else:
+            # a file out of order is also checked entry by entry below: its chain findings come
+            # first, as one pass over the file lists them
+            chains()
+
+        if first_phy is not None:
+            checks = ((16, "beginPhyOffset", int(header["begin_phy_offset"]), first_phy, WARNING),
+                      (24, "endPhyOffset", int(header["end_phy_offset"]), last_phy, ERROR))
+            for pos, name, value, actual, severity in checks:
+                if value != actual:
+                    sink.add(_finding("IDX_HEADER", rel, pos,
+                                      f"{name} {value} but the {'first' if pos == 16 else 'last'} "
+                                      f"entry points at {actual}", severity=severity))
+            for pos, name, value, phy in ((0, "beginTimestamp", int(header["begin_timestamp"]),
+                                           first_phy),
+                                          (8, "endTimestamp", int(header["end_timestamp"]),
+                                           last_phy)):
+                try:
+                    record = message_at(store.commitlog, phy, check_crc=False)
+                except ParseError:
+                    continue
+                if record.store_timestamp != value:
+                    sink.add(_finding("IDX_HEADER", rel, pos,
+                                      f"{name} {value} but the record at {phy} was stored at "
+                                      f"{record.store_timestamp}"))
+        if live_lo is None:
+            return None
+        if not in_order:
+            # not in CommitLog order: cannot be merged with the scan; check entries one by one,
+            # and do not look for the keys of the records it covers (its entries are not pulled)
+            _check_index_entries_slowly(store, rel, _read_entries(fd, entries_start, 0,
+                                                                  min(n, 10_001)),
+                                        entries_start, sink)
+            if inside_lo is not None:
+                blind.append((inside_lo, inside_hi))
+            return None
+    return _IndexInfo(info.name, rel, str(info.path), slots, entries_start, n, live_lo, last_phy)
+
+
+def _check_index_chains(path: str, length: int, rel: str, slots: int, header, n: int,
+                        sink: _Sink) -> None:
+    """The hash slots and chains of an IndexFile of ``n`` readable entries (``header`` already
+    read): slot values and the header's count of used slots, every entry's link and timeDiff,
+    and, when the chains are not the regular shape the broker builds, the entries no lookup of
+    their own key reaches. Memory: the slots, a bitmap and the hash column, 5 bytes an entry."""
+    count = int(header["index_count"])
+    entries_start = idx_fmt.entry_position(slots, 0)
+    with open(path, "rb") as fh:
+        fd = fh.fileno()
+        n_slots = max(0, min(slots, (length - idx_fmt.INDEX_HEADER_SIZE) // 4))
+        slot_values = np.frombuffer(os.pread(fd, 4 * n_slots, idx_fmt.INDEX_HEADER_SIZE),
+                                    ">i4").astype(np.int32)
         nonzero = int((slot_values != 0).sum())
         hsc = int(header["hash_slot_count"])
         if hsc != nonzero:
@@ -105,11 +206,7 @@ def _check_index_structure(store: Store, info, starts, ends, min_offset: int, si
         referenced = np.zeros(n, dtype=bool)
         referenced_count = 0
         regular_chains = True
-        first_phy = last_phy = previous_phy = None
-        in_order = True
-        live_lo = live_hi = inside_lo = inside_hi = None
         listed = collections.Counter()
-        outside_total = 0
         for lo in range(0, n, _INDEX_CHUNK):
             hi = min(n, lo + _INDEX_CHUNK)
             chunk = _read_entries(fd, entries_start, lo, hi)
@@ -151,35 +248,6 @@ def _check_index_structure(store: Store, info, starts, ends, min_offset: int, si
                     # fewer new marks than targets: an entry is the target of two links
                     if np.count_nonzero(referenced) != referenced_count:
                         regular_chains = False
-            phys = chunk["phy_offset"][real].astype(np.int64)
-            if len(phys) == 0:
-                continue
-            if first_phy is None:
-                first_phy = int(phys[0])
-            last_phy = int(phys[-1])
-            if (previous_phy is not None and phys[0] < previous_phy) or np.any(np.diff(phys) < 0):
-                in_order = False
-            previous_phy = last_phy
-            live = phys >= min_offset
-            outside = (phys < 0) | (live & ~_inside_segments(phys, starts, ends))
-            first_number = lo + int(np.argmax(real))
-            for j in np.flatnonzero(outside).tolist():
-                outside_total += 1
-                if outside_total <= _MAX_LISTED_INDEX:
-                    deferred.append(_finding(
-                        "IDX_DANGLING", rel, entry_pos(first_number + j),
-                        f"entry {first_number + j} points at CommitLog offset {int(phys[j])}, "
-                        f"where no CommitLog file is", commitlog_offset=int(phys[j])))
-            if live.any():
-                lo_live, hi_live = int(phys[live].min()), int(phys[live].max())
-                live_lo = lo_live if live_lo is None else min(live_lo, lo_live)
-                live_hi = hi_live if live_hi is None else max(live_hi, hi_live)
-            good = phys[live & ~outside]
-            if len(good):
-                inside_lo = int(good.min()) if inside_lo is None else min(inside_lo, int(good.min()))
-                inside_hi = int(good.max()) if inside_hi is None else max(inside_hi, int(good.max()))
-        if outside_total > _MAX_LISTED_INDEX:
-            sink.add_suppressed("IDX_DANGLING", outside_total - _MAX_LISTED_INDEX)
 
         if n > 1:
             head_slots = np.flatnonzero((slot_values > 0) & (slot_values < n))
@@ -195,40 +263,6 @@ def _check_index_structure(store: Store, info, starts, ends, min_offset: int, si
             if not regular_chains:
                 _report_unreachable(fd, rel, entries_start, slot_values, hashes, n, count, slots,
                                     sink)
-        del hashes, referenced
-
-        if first_phy is not None:
-            checks = ((16, "beginPhyOffset", int(header["begin_phy_offset"]), first_phy, WARNING),
-                      (24, "endPhyOffset", int(header["end_phy_offset"]), last_phy, ERROR))
-            for pos, name, value, actual, severity in checks:
-                if value != actual:
-                    sink.add(_finding("IDX_HEADER", rel, pos,
-                                      f"{name} {value} but the {'first' if pos == 16 else 'last'} "
-                                      f"entry points at {actual}", severity=severity))
-            for pos, name, value, phy in ((0, "beginTimestamp", int(header["begin_timestamp"]),
-                                           first_phy),
-                                          (8, "endTimestamp", int(header["end_timestamp"]),
-                                           last_phy)):
-                try:
-                    record = message_at(store.commitlog, phy, check_crc=False)
-                except ParseError:
-                    continue
-                if record.store_timestamp != value:
-                    sink.add(_finding("IDX_HEADER", rel, pos,
-                                      f"{name} {value} but the record at {phy} was stored at "
-                                      f"{record.store_timestamp}"))
-        if live_lo is None:
-            return None
-        if not in_order:
-            # not in CommitLog order: cannot be merged with the scan; check entries one by one,
-            # and do not look for the keys of the records it covers (its entries are not pulled)
-            _check_index_entries_slowly(store, rel, _read_entries(fd, entries_start, 0,
-                                                                  min(n, 10_001)),
-                                        entries_start, sink)
-            if inside_lo is not None:
-                blind.append((inside_lo, inside_hi))
-            return None
-    return _IndexInfo(info.name, rel, str(info.path), slots, entries_start, n, live_lo, last_phy)
 
 
 def _report_unreachable(fd: int, rel: str, entries_start: int, slot_values, hashes, n: int,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import multiprocessing
 import sys
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..cores import available_cores
 from ..batchcq import check_batch_consume_queues
@@ -63,6 +63,13 @@ class StoreChecks:
     quick: bool
     force_verify_prop_crc: bool
     message_index_safe: bool
+    #: checks that need no CommitLog record and feed no per-file check (IndexFile hash slots and
+    #: chains): run by :meth:`run_later`, while the files are checked elsewhere, else at the merge
+    later: list = field(default_factory=list)
+
+    def run_later(self) -> None:
+        while self.later:
+            self.later.pop(0)()
 
 
 def prepare_checks(store: Store, *, quick: bool = False, broker_version: str = "auto",
@@ -98,10 +105,10 @@ def prepare_checks(store: Store, *, quick: bool = False, broker_version: str = "
             queues[key] = info
     for info in irregular:
         _check_irregular_queue(store, info, min_offset, sink)
-    indexes, blind = [], []
+    indexes, blind, later = [], [], []
     for info in store.index_files:
         checked = _check_index_structure(store, info, starts, ends, min_offset, sink, deferred,
-                                         blind)
+                                         blind, later)
         if checked is not None:
             indexes.append(checked)
 
@@ -112,7 +119,7 @@ def prepare_checks(store: Store, *, quick: bool = False, broker_version: str = "
                    count_queue_ends=store.dledger is None and (
                        mode == "abnormal" or (mode == "auto" and store.abort_exists)))
     return StoreChecks(store, ctx, version, sink, deferred, queues, mode, quick,
-                       force_verify_prop_crc, message_index_safe)
+                       force_verify_prop_crc, message_index_safe, later)
 
 
 def check_file(ctx: _Context, index: int, progress=None,
@@ -128,6 +135,7 @@ def merge_checks(checks: StoreChecks, results: list[_SegmentResult]) -> tuple[_S
     checks that need it (BatchConsumeQueues, the timer store, DLedger, consumer offsets): every
     finding, before the report's listing caps, and the plan."""
     store, ctx, sink = checks.store, checks.ctx, checks.sink
+    checks.run_later()      # before the files' findings: the sink's order is one pass's order
     segments = ctx.segments
     verdicts = {r.verdict.base_offset: r.verdict for r in results}
     plan = predict_recovery(store, mode=checks.mode, broker_version=checks.version,
@@ -174,12 +182,15 @@ def verify_store(store: Store, *, quick: bool = False, progress=None, broker_ver
     checks = prepare_checks(store, quick=quick, broker_version=broker_version, mode=mode,
                             force_verify_prop_crc=force_verify_prop_crc,
                             message_index_safe=message_index_safe, engine=engine)
-    results = _run_segments(store, checks.ctx, progress, workers)
+    results = _run_segments(store, checks.ctx, progress, workers, meanwhile=checks.run_later)
     sink, plan = merge_checks(checks, results)
     return _report(store, sink, plan, results)
 
 
-def _run_segments(store: Store, ctx: _Context, progress, workers: int | None) -> list[_SegmentResult]:
+def _run_segments(store: Store, ctx: _Context, progress, workers: int | None,
+                  meanwhile=None) -> list[_SegmentResult]:
+    """check_file of every CommitLog file, in file order; ``meanwhile`` is called once the
+    workers have their files (here, while they check them)."""
     n = len(ctx.segments)
     count = _auto_workers(n, workers)
     if count <= 1:
@@ -191,7 +202,12 @@ def _run_segments(store: Store, ctx: _Context, progress, workers: int | None) ->
     # which hold the GIL (only the CRC of large buffers releases it).
     with ProcessPoolExecutor(max_workers=count, mp_context=_pool_context(),
                              initializer=_init_worker, initargs=(ctx,)) as pool:
-        for result in pool.map(_worker_check, range(n)):
+        # map() submits every file at once (a fork pool starts all its workers then): the
+        # parent's own checks run while they work
+        checked = pool.map(_worker_check, range(n))
+        if meanwhile is not None:
+            meanwhile()
+        for result in checked:
             if progress is not None:
                 progress.update(result.bytes)
             results.append(result)
