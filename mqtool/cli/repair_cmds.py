@@ -37,8 +37,8 @@ _SAFETY = (
 # a repair needs the whole store: no bare CommitLog directory
 _STORE_HELP = "Store root (commitlog/, consumequeue/, index/, checkpoint, ...)."
 _REBUILD_WORKERS_HELP = ("N processes walk the CommitLog files ahead of the dispatch (default: the "
-                         "number of cores; 1: everything in one process). The files written are "
-                         "the same for every N.")
+                         "cores this process may use; 1: everything in one process). The files "
+                         "written are the same for every N.")
 
 
 def _progress(desc: str, total: int):
@@ -171,9 +171,9 @@ def recover_cmd(
              "end, and restore an unreadable consumerOffset.json / delayOffset.json from its "
              ".bak; backed up and undoable like every change."),
     workers: int = opt.workers("Abnormal recovery: N processes scan and check CommitLog files "
-                               "ahead of the dispatch (default: the number of cores; 1: "
-                               "everything in one process). The result is the same for every "
-                               "N."),
+                               "ahead of the dispatch (default: the cores this process may "
+                               "use; 1: everything in one process). The result is the same for "
+                               "every N."),
     dry_run: bool = opt.dry_run(),
     json_output: bool = opt.json_output(),
     backup_dir: Path = opt.backup_dir(),

@@ -149,8 +149,8 @@ def verify(
     index_entries: int = opt.index_entries(min=1),
     workers: int = typer.Option(None, "--workers", min=1,
                                 help="Processes sharing the CommitLog files, a file each at a "
-                                     "time (default: one per core; 1 checks them in this "
-                                     "process)."),
+                                     "time (default: one per core this process may use; 1 "
+                                     "checks them in this process)."),
 ):
     """Check a store and predict the broker's next start (see ``_HELP``)."""
     from ..passport import store_passport
