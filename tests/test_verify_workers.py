@@ -126,3 +126,20 @@ def test_index_chain_damage_is_reported_alike_by_any_worker_count(forged, tmp_pa
     codes = {f["code"] for f in findings}
     assert {"IDX_DANGLING", "IDX_MISSING_KEY"} <= codes, codes
     assert findings == _one_pass_findings(root)
+
+
+def test_worker_counts_follow_the_cpu_affinity_not_the_machine():
+    """A process confined to one core (taskset, a container's cpuset) defaults to one worker
+    for verify and for the repairs, whatever os.cpu_count() says."""
+    import os
+    import subprocess
+    import sys
+    if not hasattr(os, "sched_setaffinity"):
+        pytest.skip("no CPU affinity on this system")
+    code = ("import os; os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]}); "
+            "from mqtool.verify.run import _auto_workers; "
+            "from mqtool.repair.pipeline import default_workers; "
+            "print(_auto_workers(100, None), default_workers(), os.cpu_count())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out[:2] == ["1", "1"], out
