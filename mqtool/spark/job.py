@@ -23,6 +23,7 @@ and queue offsets that skip or repeat; severities are then the codes' defaults.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import json
 import time
@@ -661,14 +662,19 @@ def audit(spark: SparkSession, sources: list[str], *, broker_names: list[str] | 
     mode = _mode(overwrite)
     label = _labeller(brokers)
     messages_path = session.join(out, "messages") if out else None
-    scanned, rows, records, messages, sides, cutoffs, notes = _scan_audit(
-        spark, splits, check_crc, label, messages_path, mode)
-    phases = {"plan_and_scan": time.perf_counter() - started}
+    # verify's job is submitted alongside the scan's, not after it: its tasks take the slots
+    # the scan's last tasks leave idle, and its driver steps overlap the scan (1.1 M messages
+    # on local[2], one A/B pair at load 3.2: scan plus verify 16.1 s before, 13.7 s after)
+    with concurrent.futures.ThreadPoolExecutor(1, "mqtool-verify") as pool:
+        verifying = pool.submit(store_findings, spark, brokers, check_crc)
+        scanned, rows, records, messages, sides, cutoffs, notes = _scan_audit(
+            spark, splits, check_crc, label, messages_path, mode)
+        phases = {"plan_and_scan": time.perf_counter() - started}
+        verified = verifying.result()
+    phases["verify"] = time.perf_counter() - started - sum(phases.values())
 
     # used twice (findings, per-queue figures): sort the queues once
     gaps = queue_steps(records).persist(StorageLevel.MEMORY_AND_DISK)
-    verified = store_findings(spark, brokers, check_crc)
-    phases["verify"] = time.perf_counter() - started - sum(phases.values())
     # one source per broker: verify's findings for store roots, the scan's for the others
     scanned_only = [b for b in brokers if b.name not in verified]
     driver_rows = [f for b in scanned_only for f in layout_findings(b)] + \
