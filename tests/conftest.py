@@ -107,6 +107,19 @@ def v5_timer_crash_unpacked(unpack_shared) -> Path:
     return unpack_shared("v5-timer-crash", "recovered.tar.gz").parent
 
 
+@pytest.fixture(scope="module")
+def spark(request):
+    """A Spark session on local[2] for one test module: each module builds its own, so that a
+    parallel run can place the Spark modules in different processes."""
+    pytest.importorskip("pyspark")
+    from mqtool.spark.session import build_session
+
+    session = build_session("local[2]", app_name=f"mqtool-tests-{request.module.__name__}",
+                            conf={"spark.sql.shuffle.partitions": "2"})
+    yield session
+    session.stop()
+
+
 @pytest.fixture
 def fixture_store() -> Path:
     """The broker-written clean-small store shipped in fixtures/ (read-only: copy before use)."""
