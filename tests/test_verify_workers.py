@@ -138,8 +138,8 @@ def test_worker_counts_follow_the_cpu_affinity_not_the_machine():
         pytest.skip("no CPU affinity on this system")
     code = ("import os; os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]}); "
             "from mqtool.verify.run import _auto_workers; "
-            "from mqtool.repair.pipeline import default_workers; "
-            "print(_auto_workers(100, None), default_workers(), os.cpu_count())")
+            "from mqtool.cores import available_cores; "
+            "print(_auto_workers(100, None), available_cores(), os.cpu_count())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.split()
     assert out[:2] == ["1", "1"], out

@@ -23,7 +23,6 @@ import traceback
 import numpy as np
 
 from .. import codec as _codec
-from ..cores import available_cores
 from ..formats import codecs
 from ..formats import commitlog as cl_fmt
 from ..recovery import FileJudge
@@ -43,11 +42,6 @@ _ROLLBACK = cl_fmt.TRANSACTION_ROLLBACK_TYPE
 _TYPE_MASK = cl_fmt.TRANSACTION_TYPE_MASK
 _QUEUE_DEPTH = 4          # batches in flight per worker: bounds the memory they take
 _POLL_SECONDS = 1.0
-
-
-def default_workers() -> int:
-    """As many scanning processes as cores this process may run on."""
-    return available_cores()
 
 
 def parse_properties(batch: RecordBatch, names: tuple[str, ...] = PARSED_PROPERTIES,

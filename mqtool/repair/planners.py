@@ -6,6 +6,7 @@ import contextlib
 import itertools
 from pathlib import Path
 
+from ..cores import available_cores
 from ..queue_recovery import BATCH_CONSUME_QUEUE, queue_kinds
 from ..recovery import (VERSION_49, VERSION_532, BrokerRules, FileVerdict, RecoveryPlan,
                         predict_recovery)
@@ -17,7 +18,7 @@ from .transaction import DigestCache, RepairError, RepairPlan, Stage
 from .writers import StagedBatchConsumeQueueWriter, StagedConsumeQueueWriter
 from .dispatching import (DispatchStats, RecordHints, dispatch, iter_records, judged_records,
                           last_record_before)
-from .pipeline import ParallelJudgedRecords, default_workers
+from .pipeline import ParallelJudgedRecords
 from .index import (_count_entries, _finish_index, _last_full_end_timestamp, read_index_states,
                     _setup_index)
 from .queues import (_finish_queues, _fix_queue_file_sizes, _queue_view, queues_with_holes,
@@ -149,7 +150,7 @@ def plan_recover(store: Store, stage: Stage, *, mode: str = "auto", broker_versi
         rules = BrokerRules(version, check_crc, force_verify_prop_crc, True)
         verdicts: dict[int, FileVerdict] = {}
         early = index_from < first.start_offset
-        workers = default_workers() if workers is None else workers
+        workers = available_cores() if workers is None else workers
         with _bar(progress, "scan + dispatch", _commitlog_bytes(store, first.start_offset)) as bar:
             hints = RecordHints(store)
             if workers > 1 and not early and len(usable) - start_index > 1:
@@ -535,7 +536,7 @@ def plan_rebuild_queues(store: Store, stage: Stage, *, topic: str | None = None,
     stats = _dispatch_with_bar(store, store.commitlog.min_offset, po, progress, cq=writer,
                                cq_from=store.commitlog.min_offset, index=None, index_from=po,
                                queues=_Selected(), bcq=batch_writer,
-                               workers=default_workers() if workers is None else workers)
+                               workers=available_cores() if workers is None else workers)
     produced = set()
     for w in (writer, batch_writer):
         w.close()
@@ -586,7 +587,7 @@ def plan_rebuild_index(store: Store, stage: Stage, *, slots: int | None = None,
     stats = _dispatch_with_bar(store, store.commitlog.min_offset, po, progress, cq=None,
                                cq_from=po, index=setup.writer,
                                index_from=store.commitlog.min_offset,
-                               workers=default_workers() if workers is None else workers)
+                               workers=available_cores() if workers is None else workers)
     _finish_index(stage, store, setup.writer)
     _stage_checkpoint(stage, store, version=rp.broker_version,
                       index=setup.writer.index_msg_timestamp, create=False)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import backup as bk
+from ..cores import available_cores
 from ..errors import MqtoolError, StoreLockedError
 from ..recovery import RecoveryPlan
 from ..store import data_extents
@@ -446,9 +447,7 @@ def _back_up(plan: RepairPlan, ops: list, manifest: dict, store_root: Path, back
         # each operation reads its own files and writes its own blob; the digests (sha256) and
         # reads release the GIL, so the cores share them (an IndexFile and a few dozen queue
         # files: ~0.2 s of CPU on the default-geometry benchmark)
-        from .pipeline import default_workers     # pipeline imports this module
-
-        with ThreadPoolExecutor(max_workers=max(1, min(len(ops), default_workers(), 4))) as pool:
+        with ThreadPoolExecutor(max_workers=max(1, min(len(ops), available_cores(), 4))) as pool:
             records = list(pool.map(record_of, enumerate(ops, 1)))
         for i, record in enumerate(records, 1):
             if record["saved"]:
