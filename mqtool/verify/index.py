@@ -93,9 +93,6 @@ def _check_index_structure(store: Store, info, starts, ends, min_offset: int, si
         chains = functools.partial(_check_index_chains, str(info.path), info.length, rel, slots,
                                    header, n, sink)
 
-        def entry_pos(number: int) -> int:
-            return entries_start + idx_fmt.INDEX_ENTRY_SIZE * number
-
         first_phy = last_phy = previous_phy = None
         in_order = True
         live_lo = live_hi = inside_lo = inside_hi = None
@@ -120,7 +117,7 @@ def _check_index_structure(store: Store, info, starts, ends, min_offset: int, si
                 outside_total += 1
                 if outside_total <= _MAX_LISTED_INDEX:
                     deferred.append(_finding(
-                        "IDX_DANGLING", rel, entry_pos(first_number + j),
+                        "IDX_DANGLING", rel, idx_fmt.entry_position(slots, first_number + j),
                         f"entry {first_number + j} points at CommitLog offset {int(phys[j])}, "
                         f"where no CommitLog file is", commitlog_offset=int(phys[j])))
             if live.any():
@@ -199,9 +196,6 @@ def _check_index_chains(path: str, length: int, rel: str, slots: int, header, n:
             sink.add(_finding("IDX_DANGLING", rel, idx_fmt.slot_position(s),
                               f"slot {s} holds {int(slot_values[s])}, past indexCount {count}"))
 
-        def entry_pos(number: int) -> int:
-            return entries_start + idx_fmt.INDEX_ENTRY_SIZE * number
-
         hashes = np.zeros(n, dtype=np.int32)
         referenced = np.zeros(n, dtype=bool)
         referenced_count = 0
@@ -220,14 +214,14 @@ def _check_index_chains(path: str, length: int, rel: str, slots: int, header, n:
             for i in np.flatnonzero(bad_prev).tolist():
                 if listed["prev"] < _MAX_LISTED_INDEX:
                     listed["prev"] += 1
-                    sink.add(_finding("IDX_DANGLING", rel, entry_pos(lo + i),
+                    sink.add(_finding("IDX_DANGLING", rel, idx_fmt.entry_position(slots, lo + i),
                                       f"entry {lo + i} has prev_index {int(prev[i])}: "
                                       + ("the chain loops" if 0 < prev[i] <= count
                                          else "past indexCount")))
             for i in np.flatnonzero(real & (td < 0)).tolist():
                 if listed["td"] < _MAX_LISTED_INDEX:
                     listed["td"] += 1
-                    sink.add(_finding("IDX_DANGLING", rel, entry_pos(lo + i),
+                    sink.add(_finding("IDX_DANGLING", rel, idx_fmt.entry_position(slots, lo + i),
                                       f"entry {lo + i} has a negative timeDiff {int(td[i])}: "
                                       f"lookups stop there"))
             # Every entry referenced exactly once (by its slot or one later entry of the same
