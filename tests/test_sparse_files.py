@@ -65,6 +65,28 @@ def test_hole_skipping_helpers_equal_full_reads(tmp_path):
             os.unlink(copy)
 
 
+def test_diff_ranges_joins_gaps_of_sixteen_bytes_across_chunks(tmp_path):
+    """Differing bytes 16 equal bytes apart make one range, 17 apart two, also where they lie in
+    different 1 MiB read chunks; an IndexFile's rewrite gives tens of thousands of ranges."""
+    rng = random.Random(11)
+    size = (5 << 19) + 123                 # 2.5 MiB: three read chunks
+    old = rng.randbytes(size)
+    new = bytearray(old)
+    pos = 17
+    while pos < size:
+        new[pos] ^= 0xFF
+        pos += rng.choice((1, 15, 16, 17, 18, 40, 3000))
+    for edge in (1 << 20, 2 << 20):        # runs ending and starting at a chunk boundary
+        for at in (edge - 9, edge - 1, edge, edge + 7):
+            new[at] ^= 0x0F
+    a, b = tmp_path / "old", tmp_path / "new"
+    a.write_bytes(old)
+    b.write_bytes(bytes(new))
+    expected = _full_diff(old, bytes(new))
+    assert len(expected) > 1000
+    assert diff_ranges(a, b) == expected
+
+
 def test_save_range_skips_holes_only_when_the_digest_is_known(tmp_path):
     """backup.save_range reads only data extents when it need not hash: the saved segments
     still rebuild the file byte for byte."""

@@ -93,11 +93,18 @@ def diff_ranges(old: Path | None, new: Path | None) -> list[list[int]]:
                 if a != b:
                     diff = np.frombuffer(a, np.uint8) != np.frombuffer(b, np.uint8)
                     idx = np.flatnonzero(diff)
-                    breaks = np.flatnonzero(np.diff(idx) > 16)
-                    starts = np.concatenate(([idx[0]], idx[breaks + 1]))
-                    ends = np.concatenate((idx[breaks], [idx[-1]])) + 1
-                    for s, e in zip(starts.tolist(), ends.tolist()):
-                        add(pos + s, pos + e)
+                    # a gap of at most 16 equal bytes joins two ranges, as in add()
+                    breaks = np.flatnonzero(np.diff(idx) - 1 > 16)
+                    found = np.empty((len(breaks) + 1, 2), dtype=np.int64)
+                    found[0, 0], found[1:, 0] = idx[0], idx[breaks + 1]
+                    found[:-1, 1], found[-1, 1] = idx[breaks], idx[-1]
+                    found += (pos, pos + 1)
+                    # ranges found in one chunk are already more than 16 bytes apart: only the
+                    # first can join the last one found before (an IndexFile's slots give tens
+                    # of thousands of ranges, too many to merge one by one)
+                    first = found[0].tolist()
+                    add(*first)
+                    ranges.extend(found[1:].tolist())
                 pos += n
     if old_size != new_size:
         add(common, max(old_size, new_size))
