@@ -706,9 +706,8 @@ def _recover_plan(store_root: Path, tmp_path: Path, workers: int):
     from mqtool.repair.transaction import Stage
 
     stage_root = tmp_path / f"stage-{workers}"
-    plan = plan_recover(Store(store_root), Stage(store_root, stage_root), workers=workers)
-    plan.digests.close()
-    return plan.recovery
+    return plan_recover(Store(store_root), Stage(store_root, stage_root),
+                        workers=workers).recovery
 
 
 def _verify_plan(store_root: Path, workers: int):

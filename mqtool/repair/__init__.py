@@ -53,7 +53,7 @@ Modules, in the order to read them:
 from __future__ import annotations
 
 from .files import data_end, diff_ranges
-from .transaction import (KILL_ENV, MAX_LISTED_RANGES, DigestCache, FileOp, RepairError, RepairPlan,
+from .transaction import (KILL_ENV, MAX_LISTED_RANGES, FileOp, RepairError, RepairPlan,
                           Stage, apply_plan, refuse_if_locked, remove_stale_stages, resume_pending,
                           sparse_copy)
 from .writers import RepairIndexWriter, StagedBatchConsumeQueueWriter, StagedConsumeQueueWriter
@@ -71,7 +71,7 @@ __all__ = ["RepairPlan", "FileOp", "Stage", "RepairResult", "RepairError", "run_
            "plan_recover", "plan_truncate", "plan_rebuild_queues", "plan_rebuild_index",
            "apply_plan", "resume_pending", "query_index", "query_message_offsets", "dispatch",
            "iter_records", "StagedConsumeQueueWriter", "RepairIndexWriter", "KILL_ENV", "data_end",
-           "diff_ranges", "MAX_LISTED_RANGES", "DigestCache", "refuse_if_locked",
+           "diff_ranges", "MAX_LISTED_RANGES", "refuse_if_locked",
            "remove_stale_stages", "sparse_copy", "StagedBatchConsumeQueueWriter", "DispatchStats",
            "judged_records", "last_record_before", "IndexFileState", "IndexSetup",
            "read_index_states", "QueueState", "queues_with_holes", "commitlog_gaps",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from pathlib import Path
 
 from ..cores import available_cores
 from ..queue_recovery import BATCH_CONSUME_QUEUE, queue_kinds
@@ -14,7 +13,7 @@ from ..passport import store_passport
 from ..scan import MessageRecord, scan_buffer
 from ..store import MappedFile, Segment, Store
 from .files import _queue_rel
-from .transaction import DigestCache, RepairError, RepairPlan, Stage
+from .transaction import RepairError, RepairPlan, Stage
 from .writers import StagedBatchConsumeQueueWriter, StagedConsumeQueueWriter
 from .dispatching import (DispatchStats, RecordHints, dispatch, iter_records, judged_records,
                           last_record_before)
@@ -57,12 +56,6 @@ def _dispatch_with_bar(store: Store, start: int, stop: int, progress, **kwargs) 
 
 
 # --- recover ------------------------------------------------------------------------------------------
-
-def _starts_with_zeros(path: Path) -> bool:
-    with open(path, "rb") as fh:
-        head = fh.read(8)
-    return len(head) == 8 and head == bytes(8)
-
 
 def _unscanned(segment: Segment) -> FileVerdict:
     """A placeholder verdict: lets predict_recovery choose the start file without scanning."""
@@ -110,12 +103,6 @@ def plan_recover(store: Store, stage: Stage, *, mode: str = "auto", broker_versi
         plan.passport = passport
         return plan
 
-    # files the repair will most likely delete (an abnormal load's IndexFiles, preallocated
-    # CommitLog files) are hashed for the backup by a thread while the scan runs
-    digests = DigestCache()
-    if stage.for_apply:
-        digests.prefetch([seg.path for seg in segments[1:] if _starts_with_zeros(seg.path)]
-                         + [store.root / "index" / name for name in first.index_files_deleted])
     ckpt = store.read_checkpoint() if store.checkpoint_path.is_file() else None
     index_ts = ckpt.index_msg_timestamp if ckpt is not None else 0
     min_offset = store.commitlog.min_offset
@@ -222,17 +209,12 @@ def plan_recover(store: Store, stage: Stage, *, mode: str = "auto", broker_versi
         deleted_cl.append(segments[-1].name)
     cl_ops = _commitlog_ops(store, cut=po, delete_names=deleted_cl, erase_tail=not keep_stale,
                             pad=True, reason="recover")
-    if stage.for_apply:
-        digests.prefetch([store.commitlog.directory / name for name in deleted_cl]
-                         + [store.root / "index" / name for name in rp.index_files_deleted])
 
     # abnormal recovery and 5.3.2+ truncate the queues after dispatching into them
     truncate_at = po if max_phy_cq >= po and (abnormal or version == VERSION_532) else None
     _settle_queues(stage, store, cq_writer, states, upf, truncate_at, keep_stale)
     _settle_queues(stage, store, bcq_writer, batch_states, bupf, truncate_at, keep_stale)
     _finish_index(stage, store, setup.writer)
-    if stage.for_apply:
-        digests.prefetch(stage.path(f"index/{name}") for name in setup.writer.created)
     regenerated = _regenerate_queues_with_holes(stage, store, upf, po, notes, progress)
     for start_gap, end_gap in commitlog_gaps(store):
         if start_gap < po:
@@ -295,7 +277,6 @@ def plan_recover(store: Store, stage: Stage, *, mode: str = "auto", broker_versi
     plan = build_plan("recover", store, stage, cl_ops=cl_ops, extra_ops=_abort_op(store),
                       lost=lost, notes=notes, data_loss=data_loss, recovery=rp, options=options,
                       summary_extra=extra)
-    plan.digests = digests
     plan.passport = passport
     _drop_if_only(plan, service)
     return plan

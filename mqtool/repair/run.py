@@ -165,12 +165,8 @@ def _run_repair(command: str, source: Path, *, dry_run: bool, backup_dir: Path |
     except BaseException:
         stage.cleanup()
         raise
-    try:
-        return _finish_repair(plan, stage, target, dry_run=dry_run, out=out,
-                              backup_dir=backup_dir, stamp=stamp, argv=argv, resumed=resumed,
-                              warnings=warnings)
-    finally:
-        plan.digests.close()
+    return _finish_repair(plan, stage, target, dry_run=dry_run, out=out, backup_dir=backup_dir,
+                          stamp=stamp, argv=argv, resumed=resumed, warnings=warnings)
 
 
 def _finish_repair(plan: RepairPlan, stage: Stage, target: Path, *, dry_run: bool,

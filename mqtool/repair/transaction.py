@@ -38,22 +38,6 @@ class RepairError(MqtoolError):
     """A repair that cannot be planned as asked (bad --to offset, unusable --out folder...)."""
 
 
-class DigestCache:
-    """Kept for the planners that still announce the files a repair will most likely delete.
-    Nothing is hashed ahead any more: the backup's digests (backup.DIGEST_FORMAT) read only a
-    file's data extents, so a 1 GiB preallocated file or a 420 MB IndexFile costs what it holds,
-    not a whole-file sha256 on a thread that competes with the scan for the cores."""
-
-    def prefetch(self, paths) -> None:
-        pass
-
-    def get(self, path: Path) -> str | None:
-        return None
-
-    def close(self) -> None:
-        pass
-
-
 # --- the plan --------------------------------------------------------------------------------------
 
 @dataclass
@@ -110,7 +94,6 @@ class RepairPlan:
     recovery: RecoveryPlan | None = None
     stage: Path | None = None
     options: dict = field(default_factory=dict)
-    digests: DigestCache = field(default_factory=DigestCache, repr=False)
     passport: dict | None = None   # recover: what wrote the store, before its rules are applied
 
     @property
