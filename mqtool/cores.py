@@ -1,8 +1,10 @@
 """How many cores mqtool may use: the one answer every parallel step (verify's file checks,
-recover's scan, the backup's digests) sizes its workers by."""
+recover's scan, the backup's digests) sizes its workers by; and the threads that share file
+work out over them."""
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 
 def available_cores() -> int:
@@ -12,3 +14,19 @@ def available_cores() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):
         return max(1, os.cpu_count() or 1)
+
+
+def map_on_cores(fn, items, *, cost=None, limit: int | None = None) -> list:
+    """``[fn(x) for x in items]`` on one thread per core (at most ``limit``), for work that
+    releases the GIL (file reads, digests, numpy compares). With ``cost``, the costliest items
+    start first: a repair's one large IndexFile started last would run alone on one core while
+    the other waits."""
+    items = list(items)
+    workers = min(len(items), available_cores(), limit or len(items))
+    if workers <= 1:
+        return [fn(item) for item in items]
+    order = range(len(items)) if cost is None else \
+        sorted(range(len(items)), key=lambda i: -cost(items[i]))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = {i: pool.submit(fn, items[i]) for i in order}
+        return [futures[i].result() for i in range(len(items))]

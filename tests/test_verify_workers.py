@@ -143,3 +143,29 @@ def test_worker_counts_follow_the_cpu_affinity_not_the_machine():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.split()
     assert out[:2] == ["1", "1"], out
+
+
+def test_threads_on_the_cores_start_the_costliest_item_first_and_keep_the_order():
+    """map_on_cores (the repairs' compares and backup digests) returns results in the items'
+    order whatever order they ran in; the costliest item starts first, so a large IndexFile
+    is not left to run alone at the end."""
+    import threading
+    import time
+    from mqtool.cores import map_on_cores
+
+    started: list[int] = []
+    lock = threading.Lock()
+
+    def work(item: int) -> int:
+        with lock:
+            started.append(item)
+        time.sleep(0.01)
+        return item * item
+
+    items = [3, 1, 40, 2, 7, 5]
+    assert map_on_cores(work, items, cost=lambda item: item) == [x * x for x in items]
+    if available_cores() >= 2:
+        assert 40 in started[:2], started
+    assert map_on_cores(work, []) == []
+    with pytest.raises(ZeroDivisionError):
+        map_on_cores(lambda item: 1 // item, [1, 0, 2], cost=lambda item: item)

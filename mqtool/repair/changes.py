@@ -5,18 +5,17 @@ from __future__ import annotations
 
 import contextlib
 import os
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
 from .. import mapping
-from ..cores import available_cores
+from ..cores import map_on_cores
 from ..queue_recovery import BATCH_CONSUME_QUEUE, CONSUME_QUEUE, QueueKind
 from ..formats import indexfile as idx_fmt
 from ..recovery import RecoveryPlan
 from ..store import Store
-from .files import diff_ranges
+from .files import data_bytes, diff_ranges
 from .transaction import FileOp, RepairPlan, Stage
 from .index import _written_entries
 
@@ -162,10 +161,8 @@ def _diff_all(pairs: list[tuple[str, Path | None, Path | None]]) -> list[list[li
     """diff_ranges of every (old, new) pair, on as many threads as cores: the reads and the
     compares release the GIL, and after a recovery dozens of queue files and an IndexFile of
     tens of MB wait to be compared while nothing else runs."""
-    if len(pairs) <= 1:
-        return [diff_ranges(old, new) for _, old, new in pairs]
-    with ThreadPoolExecutor(max_workers=min(len(pairs), available_cores())) as pool:
-        return list(pool.map(lambda pair: diff_ranges(pair[1], pair[2]), pairs))
+    return map_on_cores(lambda pair: diff_ranges(pair[1], pair[2]), pairs,
+                        cost=lambda pair: data_bytes(pair[1]) + data_bytes(pair[2]))
 
 
 def _file_counts(ops: list[FileOp]) -> dict:

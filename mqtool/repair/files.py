@@ -54,6 +54,16 @@ def data_end(path: Path, start: int = 0) -> int:
     return start
 
 
+def data_bytes(path: Path | None) -> int:
+    """The bytes a file holds on disk (its holes not counted): what reading its data costs."""
+    if path is None:
+        return 0
+    try:
+        return path.stat().st_blocks * 512
+    except FileNotFoundError:
+        return 0
+
+
 def _merged(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """The union of two lists of [lo, hi) ranges, sorted and merged."""
     out: list[list[int]] = []
