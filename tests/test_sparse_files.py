@@ -163,3 +163,42 @@ def test_in_place_content_digests_equal_the_digests_of_the_bytes(tmp_path):
         after.extend(bytes(new_size - len(after)))
         assert backup.in_place_content_digests(path, start, end, new_size) == (
             content_digest(raw), content_digest(bytes(after)))
+
+
+def test_recover_continuing_a_sparse_index_file_keeps_it_sparse(tmp_path):
+    """The broker's IndexFile is a mapping of the whole file holding a few MB; recover that
+    continues it leaves the same bytes as when it continues a dense copy of it, and leaves it
+    sparse instead of writing (and syncing) every zero of the 40 MB."""
+    import shutil
+    import subprocess
+    from mqtool import forge
+    from mqtool.repair import run_repair
+
+    base = tmp_path / "base"
+    forge.make_store(base, forge.ForgeOptions(messages=3000, seed=3, crash=True,
+                                              commitlog_file_size=4 << 20,
+                                              index_slots=500_000, index_entries=2_000_000))
+    # a normal start with the index behind the CommitLog: the last IndexFile is continued
+    (base / "abort").unlink()
+    index_files = sorted((base / "index").iterdir())
+    stores = {}
+    for kind in ("sparse", "dense"):
+        store = tmp_path / kind
+        shutil.copytree(base, store)
+        for path in sorted((store / "index").iterdir()):
+            if kind == "sparse":
+                subprocess.run(["cp", "--sparse=always", str(path), str(path) + ".tmp"],
+                               check=True)
+                os.replace(str(path) + ".tmp", path)
+            else:
+                path.write_bytes(path.read_bytes())     # every block written
+        result = run_repair("recover", store)
+        assert result.status == "repaired"
+        stores[kind] = store
+    for original in index_files:
+        sparse = stores["sparse"] / "index" / original.name
+        dense = stores["dense"] / "index" / original.name
+        assert sparse.read_bytes() == dense.read_bytes()
+        size = sparse.stat().st_size
+        assert size >= 40_000_000
+        assert sparse.stat().st_blocks * 512 < size // 4

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import mmap
 import os
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +13,7 @@ from ..formats import indexfile as idx_fmt
 from ..queue_recovery import BATCH_CONSUME_QUEUE, CONSUME_QUEUE, QueueKind
 from ..writer import BatchConsumeQueueWriter, ConsumeQueueWriter, IndexWriter, offset_file_name
 from .files import _queue_rel
-from .transaction import Stage
+from .transaction import Stage, sparse_copy
 
 
 # --- writers continuing the store's own files -------------------------------------------------------
@@ -116,7 +115,9 @@ class RepairIndexWriter(IndexWriter):
             # than 4 KiB ones (a quarter of putting the keys); only touched pages are allocated
             buf.madvise(mmap.MADV_HUGEPAGE)
         if seed is not None:
-            shutil.copyfile(seed, path)
+            # the broker's IndexFile is a 420 MB mapping holding a few dozen MB: a plain copy
+            # would write (and the backup fsync) all of it, and the store would keep it dense
+            sparse_copy(seed, path)
             with open(path, "rb") as fh:
                 count = max(1, INDEX_HEADER.unpack_from(fh.read(idx_fmt.INDEX_HEADER_SIZE)
                                                         .ljust(idx_fmt.INDEX_HEADER_SIZE,
