@@ -309,7 +309,7 @@ def _apply_one(store_root: Path, record: dict, dirs: set | None = None,
             if err.errno != errno.EXDEV:
                 raise
             tmp = path.with_name(f".{path.name}.mqtool-tmp")
-            shutil.copyfile(staged, tmp)
+            sparse_copy(staged, tmp)   # holes kept, as in the stage
             bk.fsync_file(tmp)
             os.replace(tmp, path)
             staged.unlink()
