@@ -286,3 +286,35 @@ def test_batch_judge_equals_record_judge(ref, tmp_path):
                         assert many.feed_batch(event) == accepted
                         assert dataclasses.asdict(many.verdict) == dataclasses.asdict(one.verdict)
                         assert many.stopped == one.stopped
+
+
+# --- one file's verdict: batches of records judge as the records one by one -------------------------
+
+@pytest.mark.parametrize("kind", ["bit-flip", "torn-tail", "zero-range"])
+def test_file_verdicts_from_batches_equal_record_by_record(tmp_path, kind):
+    """judge_segment feeds the scanner's record batches to FileJudge; fed every record as an
+    object instead, it must reach the same verdict (stop, reason, what lies after) in every file
+    of a damaged store, under each rule set."""
+    import dataclasses
+    from mqtool import forge
+    from mqtool.recovery import VERSION_50, BrokerRules, FileJudge, judge_segment
+    from mqtool.scan import Scanner
+
+    root = tmp_path / kind
+    forge.make_store(root, forge.ForgeOptions(messages=1500, seed=5, broker_version=5,
+                                              commitlog_file_size=128 * 1024))
+    for seed in range(3):
+        forge.damage_store(root, kind, seed=seed)
+    store = Store(root)
+    rules_sets = [BrokerRules(VERSION_49), BrokerRules(VERSION_50),
+                  BrokerRules(VERSION_532, force_verify_prop_crc=True),
+                  BrokerRules(VERSION_532, check_crc=False)]
+    for rules in rules_sets:
+        scanner = Scanner(store.commitlog, check_crc=rules.check_crc, resync=True)
+        for segment in store.commitlog.segments:
+            judge = FileJudge(segment, rules)
+            for event in scanner.scan_segment(segment):
+                judge.feed(event)
+            batched = judge_segment(store.commitlog, segment, rules)
+            assert dataclasses.asdict(batched) == dataclasses.asdict(judge.verdict), \
+                (rules, segment.name)
