@@ -515,3 +515,41 @@ def test_cli_module_registers_commands():
 def test_run_repair_library_dry_run(store_copy):
     result = run_repair("rebuild-index", store_copy, dry_run=True)
     assert result.status == "nothing to do" and result.exit_code == 0
+
+
+# --- the reput walk -----------------------------------------------------------------------------------
+
+def test_reput_walk_from_a_record_with_a_damaged_physical_offset(tmp_path):
+    """The walk the broker's reput makes, started at a record whose PHYSICALOFFSET is damaged:
+    that record is still the first one walked (the file is read from its start to find it),
+    and the records after it are the ones a walk from the file's start reads past it."""
+    from mqtool import forge
+    from mqtool.repair.dispatching import iter_records
+    from mqtool.scan import MessageRecord, scan_segment
+
+    root = tmp_path / "store"
+    forge.make_store(root, forge.ForgeOptions(messages=600, seed=4,
+                                              commitlog_file_size=64 * 1024))
+    store = Store(root)
+    seg = store.commitlog.segments[1]
+
+    def walk_from_start(segment):
+        found = []
+        for event in scan_segment(segment, check_crc=False, resync=False):
+            if type(event) is not MessageRecord:
+                break
+            found.append(event.offset)
+        return found
+
+    offsets = walk_from_start(seg)
+    target = offsets[len(offsets) // 2]
+    with open(seg.path, "r+b") as fh:       # PHYSICALOFFSET: bytes 28-35 of the record
+        fh.seek(target - seg.base_offset + 28)
+        fh.write((target + 12345).to_bytes(8, "big"))
+    store = Store(root)
+    stop = store.commitlog.segments[2].base_offset + 1
+    walked = [r.offset for r in iter_records(store, target, stop)]
+    expected = [o for o in offsets if o >= target] + \
+        [o for o in walk_from_start(store.commitlog.segments[2]) if o < stop]
+    assert walked == expected
+    assert walked[0] == target

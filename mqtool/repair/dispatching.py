@@ -4,7 +4,7 @@ one makes, written through the staged writers."""
 from __future__ import annotations
 
 import itertools
-import mmap
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -14,9 +14,9 @@ from ..formats import commitlog as cl_fmt
 from ..formats import consumequeue as cq_fmt
 from ..queue_recovery import CONSUME_QUEUE, iter_cq_units
 from ..recovery import BrokerRules, FileJudge, FileVerdict
-from ..scan import MessageRecord, RecordBatch, TopicTable, scan_buffer, scan_segment_batches
+from ..scan import RecordBatch, TopicTable, scan_segment_batches
 from ..consumers import QueueEnds
-from ..store import MappedFile, Segment, Store
+from ..store import Segment, Store
 from .writers import RepairIndexWriter, StagedBatchConsumeQueueWriter, StagedConsumeQueueWriter
 from .pipeline import ParallelJudgedRecords, index_keys, parse_properties, tags_codes
 
@@ -26,79 +26,96 @@ _NOT, _COMMIT = cl_fmt.TRANSACTION_NOT_TYPE, cl_fmt.TRANSACTION_COMMIT_TYPE
 _ROLLBACK = cl_fmt.TRANSACTION_ROLLBACK_TYPE
 _TYPE_MASK = cl_fmt.TRANSACTION_TYPE_MASK
 _BLANK_MAGIC = cl_fmt.BLANK_MAGIC_CODE.to_bytes(4, "big")
-_RELEASE_STEP = 64 << 20
 
 
 # --- scanning records to dispatch ------------------------------------------------------------------
 
-def _segment_records(seg: Segment, start: int, stop: int):
-    """Message records of one segment whose offset is in [start, stop), in order; a blank ends
-    the segment (the broker moves to the next file)."""
-    with MappedFile(seg.path) as mf:
-        buf = mf.data
-        pos = max(0, start - seg.base_offset)
-        limit = min(len(buf), max(0, stop - seg.base_offset))
-        if pos >= limit:
+def _segment_batches(seg: Segment, start: int, stop: int, topics: TopicTable):
+    """The message records of one segment whose offset is in [start, stop), in order, as the
+    scanner's record batches (each valid until the next is asked for); a blank, or anything
+    else that is not a record, ends the segment (the broker moves to the next file)."""
+    pos = max(0, start - seg.base_offset)
+    limit = min(seg.length, max(0, stop - seg.base_offset))
+    if pos >= limit:
+        return
+    if not pos:
+        yield from _walk_batches(seg, 0, limit, topics)
+        return
+    with open(seg.path, "rb") as fh:
+        head = os.pread(fh.fileno(), 8, pos)
+    if len(head) < 8 or head[4:8] == _BLANK_MAGIC or head == bytes(8):
+        return
+    walk = _walk_batches(seg, pos, limit, topics)
+    first = next(walk, None)
+    if first is None:
+        return
+    if first.start_offset != seg.base_offset + pos:
+        # the record at the start position failed the resynchronisation test (a damaged
+        # PHYSICALOFFSET): read the file from its start instead
+        walk.close()
+        for batch in _walk_batches(seg, 0, limit, topics):
+            skip = int(np.searchsorted(batch.position, pos))
+            if skip < len(batch):
+                yield batch.rows(skip, len(batch))
+        return
+    yield first
+    yield from walk
+
+
+def _walk_batches(seg: Segment, pos: int, limit: int, topics: TopicTable):
+    """Record batches from file position ``pos`` until the first event that is not a record or
+    the first record at or past ``limit``. No CRC: the reput dispatches what it reads."""
+    for event in scan_segment_batches(seg, seg.base_offset + pos, seg.base_offset + limit,
+                                      check_crc=False, resync=False, topics=topics):
+        if type(event) is not RecordBatch:
             return
-        first_scan = 0
-        if pos:
-            head = bytes(buf[pos:pos + 8])
-            if len(head) < 8 or head[4:8] == _BLANK_MAGIC or head == bytes(8):
-                return
-            first_scan = pos
-        events = scan_buffer(buf, seg.base_offset, name=seg.name, start=first_scan, stop=limit,
-                             check_crc=False, resync=False, layout=seg.layout)
-        first = True
-        released = 0
-        for event in events:
-            done = event.offset - seg.base_offset
-            if done - released >= _RELEASE_STEP and isinstance(buf, mmap.mmap):
-                # pages already read leave the resident set (they stay in the page cache), so a
-                # 1 GiB file does not count as 1 GiB of memory
-                cut = done - done % mmap.PAGESIZE
-                buf.madvise(mmap.MADV_DONTNEED, 0, cut)
-                released = cut
-            if type(event) is not MessageRecord:
-                return
-            if first and first_scan and event.offset != seg.base_offset + pos:
-                # the record at the start position failed the resynchronisation test (a
-                # damaged PHYSICALOFFSET): read the file from its start instead
-                events.close()
-                yield from _records_from_file_start(buf, seg, pos, limit)
-                return
-            first = False
-            if event.offset - seg.base_offset >= limit:
-                return
-            yield event
-
-
-def _records_from_file_start(buf, seg: Segment, pos: int, limit: int):
-    for event in scan_buffer(buf, seg.base_offset, name=seg.name, start=0, stop=limit,
-                             check_crc=False, resync=False, layout=seg.layout):
-        if type(event) is not MessageRecord:
+        keep = int(np.searchsorted(event.position, limit))
+        if keep < len(event):
+            if keep:
+                yield event.head(keep)
             return
-        if event.offset - seg.base_offset >= pos:
-            yield event
+        yield event
 
 
-def iter_records(store: Store, start: int, stop: int, progress=None):
-    """Records in [start, stop) the way the broker's recovery/reput walks them: file by file,
-    a blank record moves to the next file, anything unreadable ends the walk."""
+def reput_batches(store: Store, start: int, stop: int, topics: TopicTable, progress=None):
+    """The records in [start, stop) the way the broker's recovery/reput walks them, as record
+    batches: file by file, a blank record moves to the next file, anything unreadable ends the
+    walk in that file."""
     for seg in store.commitlog.segments:
         if seg.base_offset + seg.length <= start:
             continue
         if seg.base_offset >= stop:
             break
         done = max(start, seg.base_offset)
-        for rec in _segment_records(seg, start, stop):
-            if progress is not None and rec.offset - done >= 1 << 22:
-                progress.update(rec.offset - done)
-                done = rec.offset
-            yield rec
+        for batch in _segment_batches(seg, start, stop, topics):
+            yield batch
+            if progress is not None:
+                last = int(batch.offsets[-1])
+                progress.update(max(0, last - done))
+                done = max(done, last)
         if progress is not None:
             end = min(stop, seg.base_offset + seg.length)
             if end > done:
                 progress.update(end - done)
+
+
+def iter_records(store: Store, start: int, stop: int, progress=None):
+    """:func:`reput_batches`' records one by one."""
+    for batch in reput_batches(store, start, stop, TopicTable(), progress):
+        yield from batch.records()
+
+
+class _ReputWalk:
+    """reput_batches' records for :func:`dispatch` in this process: read as batches."""
+
+    def __init__(self, store: Store, start: int, stop: int, progress):
+        self.store, self.start, self.stop, self.progress = store, start, stop, progress
+
+    def __iter__(self):
+        return iter_records(self.store, self.start, self.stop, self.progress)
+
+    def batches(self, topics: TopicTable):
+        return reput_batches(self.store, self.start, self.stop, topics, self.progress)
 
 
 def reput_records(store: Store, start: int, stop: int, progress=None, workers: int = 1):
@@ -107,7 +124,7 @@ def reput_records(store: Store, start: int, stop: int, progress=None, workers: i
     segments = [seg for seg in store.commitlog.segments
                 if seg.base_offset + seg.length > start and seg.base_offset < stop]
     if workers <= 1 or len(segments) <= 1:
-        return iter_records(store, start, stop, progress)
+        return _ReputWalk(store, start, stop, progress)
     records = ParallelJudgedRecords(segments, 0, None, {}, workers, reput=(start, stop))
     records.progress = progress
     return records
@@ -239,7 +256,7 @@ def dispatch(store: Store, start: int, stop: int, *, cq: StagedConsumeQueueWrite
         batches = records.parsed_batches(topics)
     else:
         batches = ((batch, None) for batch in (
-            records.batches(topics) if isinstance(records, _JudgedRecords)
+            records.batches(topics) if isinstance(records, (_JudgedRecords, _ReputWalk))
             else _record_batches(records, topics)))
     for batch, keys in batches:
         offsets = batch.offsets
@@ -428,8 +445,8 @@ def last_record_before(store: Store, offset: int):
     earlier = [s for s in store.commitlog.segments if s.base_offset < offset]
     for seg in reversed(earlier):
         last = None
-        for rec in _segment_records(seg, seg.base_offset, offset):
-            last = rec
+        for batch in _segment_batches(seg, seg.base_offset, offset, TopicTable()):
+            last = batch.record(len(batch) - 1)
         if last is not None:
             return last
     return None

@@ -15,7 +15,6 @@ dropped. Workers are forked (``python -m mqtool`` cannot be re-imported by a spa
 before the repair starts any thread of its own."""
 from __future__ import annotations
 
-import itertools
 import multiprocessing
 import queue as _queue
 import traceback
@@ -125,18 +124,13 @@ def _reput_files(segments, start: int, stop: int, out, first: int, step: int) ->
     """Worker: the records :func:`~mqtool.repair.dispatching.iter_records` walks in
     segments[first::step] (the same per-file walk), sent as batches; a file's end is sent as
     ("file", None): the walk goes on to the next file whatever ended this one."""
-    from .dispatching import _DISPATCH_CHUNK, _segment_records
+    from .dispatching import _segment_batches
     try:
         topics = TopicTable()
         sent = 0
         for seg in segments[first::step]:
-            records = _segment_records(seg, start, stop)
-            while True:
-                chunk = list(itertools.islice(records, _DISPATCH_CHUNK))
-                if not chunk:
-                    break
-                sent = _send_batch(out, RecordBatch.from_records(chunk, seg.base_offset, topics),
-                                   topics, sent)
+            for batch in _segment_batches(seg, start, stop, topics):
+                sent = _send_batch(out, batch, topics, sent)
             out.put(("file", None))
     except BaseException:   # noqa: BLE001 - reported to the dispatching process
         out.put(("error", traceback.format_exc()))

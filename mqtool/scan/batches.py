@@ -212,12 +212,16 @@ class RecordBatch:
 
     def head(self, n: int) -> RecordBatch:
         """The first ``n`` records as a batch (valid as long as this one is)."""
-        head = RecordBatch.__new__(RecordBatch)
-        head.buf, head.base, head.topics = self.buf, self.base, self.topics
-        head._records = None if self._records is None else self._records[:n]
+        return self.rows(0, n)
+
+    def rows(self, start: int, stop: int) -> RecordBatch:
+        """Records ``start`` to ``stop`` (exclusive) as a batch (valid as long as this one is)."""
+        part = RecordBatch.__new__(RecordBatch)
+        part.buf, part.base, part.topics = self.buf, self.base, self.topics
+        part._records = None if self._records is None else self._records[start:stop]
         for name in _COLUMNS:
-            setattr(head, name, getattr(self, name)[:n])
-        return head
+            setattr(part, name, getattr(self, name)[start:stop])
+        return part
 
     @classmethod
     def from_records(cls, records: list[MessageRecord], base: int,
