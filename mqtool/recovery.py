@@ -19,6 +19,9 @@ is tested against; where they and the spec differ, the stores win (see the comme
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing
+import sys
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -32,7 +35,7 @@ from .formats import checkpoint as ckpt_fmt
 from .formats import commitlog as cl_fmt
 from .formats import indexfile as idx_fmt
 from .scan import (FLAG_FALSE, FLAG_TRUE, BlankRecord, CorruptRegion, MessageRecord, RecordBatch,
-                   Scanner, UnwrittenTail)
+                   UnwrittenTail, scan_segment_batches)
 from .store import ConsumeQueue, MappedFile, Segment, Store, parse_at
 from .vocabulary import BROKER_VERSIONS, MODES, VERSION_49, VERSION_50, VERSION_532  # noqa: F401
 
@@ -228,14 +231,37 @@ def corrupt_end(region: CorruptRegion) -> int:
 def judge_segment(commitlog, segment: Segment, rules: BrokerRules, progress=None) -> FileVerdict:
     """Scan one file as the broker does, and on past its stop with resynchronisation."""
     judge = FileJudge(segment, rules)
-    scanner = Scanner(commitlog, check_crc=rules.check_crc and rules.crc_scanned, resync=True)
     # runs of records as batches: no object per record (a 1 GiB file holds about a million)
-    for event in scanner.scan_segment_batches(segment, progress=progress):
+    for event in scan_segment_batches(segment, check_crc=rules.check_crc and rules.crc_scanned,
+                                      resync=True, progress=progress):
         if type(event) is RecordBatch:
             judge.feed_batch(event)
         else:
             judge.feed(event)
     return judge.verdict
+
+
+def _judge_alone(job: tuple[Segment, BrokerRules]) -> FileVerdict:
+    return judge_segment(None, *job)
+
+
+def judge_segments(segments: list[Segment], rules: BrokerRules, progress=None,
+                   workers: int = 1) -> dict[int, FileVerdict]:
+    """judge_segment of every file (base offset -> verdict), in up to ``workers`` forked
+    processes: files are judged independently, and the broker's scan of a crashed store reads
+    every one of them."""
+    count = min(workers, len(segments))
+    if count <= 1 or sys.platform != "linux":
+        # a spawned child could not re-import ``python -m mqtool``: fork only
+        return {seg.base_offset: judge_segment(None, seg, rules, progress) for seg in segments}
+    verdicts = {}
+    with ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("fork")) as pool:
+        for seg, verdict in zip(segments, pool.map(_judge_alone,
+                                                   [(seg, rules) for seg in segments])):
+            verdicts[seg.base_offset] = verdict
+            if progress is not None:
+                progress.update(seg.length)
+    return verdicts
 
 
 def deleted_on_load(files: list[Segment], segment: Segment, version: str) -> bool:
@@ -396,12 +422,14 @@ def predict_recovery(store: Store, *, mode: str = "auto", broker_version: str = 
                      check_crc: bool = True, message_index_safe: bool = False,
                      force_verify_prop_crc: bool = False,
                      file_verdicts: dict[int, FileVerdict] | None = None,
-                     crc_verified: bool = True, progress=None) -> RecoveryPlan:
+                     crc_verified: bool = True, progress=None,
+                     workers: int = 1) -> RecoveryPlan:
     """Predict the broker's startup recovery of ``store``.
 
     ``file_verdicts`` (base offset -> :class:`FileVerdict`) lets a caller that already scanned the
     CommitLog with the same rules (``verify``) skip the second scan; files missing from it are
-    scanned here. ``crc_verified=False`` says those verdicts were made without CRCs."""
+    scanned here, by ``workers`` processes. ``crc_verified=False`` says those verdicts were made
+    without CRCs."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
     version = resolve_broker_version(store, broker_version)
@@ -508,10 +536,16 @@ def predict_recovery(store: Store, *, mode: str = "auto", broker_version: str = 
 
     # -- the scan
     verdicts = dict(file_verdicts or {})
+    if workers > 1:
+        # every file from the start file on is judged below (up to the stop, then for what the
+        # recovery loses past it): judged here at once, a file per process
+        verdicts.update(judge_segments([seg for seg in segments[index:]
+                                        if seg.base_offset not in verdicts],
+                                       rules, progress, workers))
 
     def verdict_of(seg: Segment) -> FileVerdict:
         if seg.base_offset not in verdicts:
-            verdicts[seg.base_offset] = judge_segment(commitlog, seg, rules, progress)
+            verdicts[seg.base_offset] = judge_segment(None, seg, rules, progress)
         return verdicts[seg.base_offset]
 
     stop_index = index

@@ -318,3 +318,23 @@ def test_file_verdicts_from_batches_equal_record_by_record(tmp_path, kind):
             batched = judge_segment(store.commitlog, segment, rules)
             assert dataclasses.asdict(batched) == dataclasses.asdict(judge.verdict), \
                 (rules, segment.name)
+
+
+@pytest.mark.parametrize("crash", [False, True])
+def test_prediction_is_the_same_with_files_judged_in_worker_processes(tmp_path, crash):
+    """predict_recovery(workers=N) judges the files in forked processes: the plan is the one
+    a single process makes, on a store damaged in several files."""
+    from mqtool import forge
+
+    root = tmp_path / "store"
+    forge.make_store(root, forge.ForgeOptions(messages=1500, seed=8, crash=crash,
+                                              commitlog_file_size=128 * 1024))
+    for seed in range(2):
+        forge.damage_store(root, "bit-flip", seed=seed)
+    forge.damage_store(root, "zero-range", seed=1)
+    store = Store(root)
+    one = predict_recovery(store, mode="abnormal").to_dict()
+    assert one["messages_lost"] > 0
+    for workers in (2, 3):
+        assert predict_recovery(store, mode="abnormal", workers=workers).to_dict() == one
+    assert predict_recovery(store, workers=2).to_dict() == predict_recovery(store).to_dict()

@@ -45,9 +45,11 @@ def _commitlog_bytes(store: Store, start: int = 0, stop: int | None = None) -> i
     return total
 
 
-def _predict(store: Store, progress, **kwargs) -> RecoveryPlan:
+def _predict(store: Store, progress, workers: int | None = None, **kwargs) -> RecoveryPlan:
+    """predict_recovery, the files it has to judge itself judged on every core (``workers``)."""
     with _bar(progress, "scan", _commitlog_bytes(store)) as bar:
-        return predict_recovery(store, progress=bar, **kwargs)
+        return predict_recovery(store, progress=bar, **kwargs,
+                                workers=available_cores() if workers is None else workers)
 
 
 def _dispatch_with_bar(store: Store, start: int, stop: int, progress, **kwargs) -> "DispatchStats":
@@ -158,7 +160,7 @@ def plan_recover(store: Store, stage: Stage, *, mode: str = "auto", broker_versi
             finally:
                 if isinstance(records, ParallelJudgedRecords):
                     records.close()
-        rp = _predict(store, progress, file_verdicts=verdicts, **rules_options)
+        rp = _predict(store, progress, workers, file_verdicts=verdicts, **rules_options)
         po = rp.process_offset
         # the judged walk stops where the recovery does: its records are the re-dispatched ones
         rp.redispatched_ends = stats.queue_ends.for_range(rp.redispatch_from, po)
@@ -172,7 +174,7 @@ def plan_recover(store: Store, stage: Stage, *, mode: str = "auto", broker_versi
                 _dispatch_with_bar(store, index_from, po, progress, cq=None, cq_from=po,
                                    index=setup.writer, index_from=index_from)
     else:
-        rp = _predict(store, progress, **rules_options)
+        rp = _predict(store, progress, workers, **rules_options)
         po = rp.process_offset
         # 4.9 and 5.0-5.3.1 truncate the queues before any dispatch (4.9 reputs in start());
         # 5.3.2+ dispatches inside recoverNormally, before truncating
@@ -493,7 +495,7 @@ def plan_rebuild_queues(store: Store, stage: Stage, *, topic: str | None = None,
                         broker_version: str = "auto", workers: int | None = None,
                         progress=None) -> RepairPlan:
     """ConsumeQueue files regenerated from the CommitLog records up to the recovered end."""
-    rp = _predict(store, progress, broker_version=broker_version)
+    rp = _predict(store, progress, workers, broker_version=broker_version)
     po = rp.process_offset
     upf = cq_units or store.cq_units_per_file
     notes: list[str] = []
@@ -556,7 +558,7 @@ def plan_rebuild_index(store: Store, stage: Stage, *, slots: int | None = None,
                        entries: int | None = None, broker_version: str = "auto",
                        workers: int | None = None, progress=None) -> RepairPlan:
     """Every IndexFile regenerated from the CommitLog records up to the recovered end."""
-    rp = _predict(store, progress, broker_version=broker_version)
+    rp = _predict(store, progress, workers, broker_version=broker_version)
     po = rp.process_offset
     slots_given, entries_given = slots is not None, entries is not None
     slots = slots or store.index_slots
