@@ -364,3 +364,32 @@ def test_check_crc_counts_the_damaged_records(shared_stores):
     clean = store_info(Store(shared_stores / "v5-propcrc-clean" / "store"), check_crc=True)
     assert (clean["commitlog"]["body_crc_mismatches"],
             clean["commitlog"]["prop_crc_mismatches"]) == (0, 0)
+
+
+def test_property_crc_presence_counts_each_records_own_tail(tmp_path):
+    """info counts the records whose properties end with a well-formed property CRC field
+    (codecs.stored_prop_crc) from the batches' bytes: the same count as asking record by
+    record, also where the field's key, a digit or its separator is broken."""
+    from mqtool import forge
+    from mqtool.formats import codecs
+    from mqtool.scan import MessageRecord, scan_segment
+
+    root = tmp_path / "store"
+    forge.make_store(root, forge.ForgeOptions(messages=2000, seed=6, broker_version=5,
+                                              prop_crc=True, commitlog_file_size=256 * 1024))
+    seg = Store(root).commitlog.segments[1]
+    records = [e for e in scan_segment(seg, check_crc=False) if type(e) is MessageRecord]
+    # the field is the last 20 bytes of a record: key, 0x01, ten digits, 0x02
+    for record, where, value in ((records[3], 0, b"X"), (records[7], 12, b"x"),
+                                 (records[11], 19, b"\x03"), (records[15], 8, b"\x02")):
+        with open(seg.path, "r+b") as fh:
+            fh.seek(record.offset + record.total_size - 20 + where - seg.base_offset)
+            fh.write(value)
+    store = Store(root)
+    expected = sum(codecs.stored_prop_crc(event.properties_raw) is not None
+                   for seg in store.commitlog.segments
+                   for event in scan_segment(seg, check_crc=False)
+                   if type(event) is MessageRecord)
+    total = store_info(store)["commitlog"]
+    assert expected == total["messages"] - 4
+    assert total["prop_crc_records"] == expected

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+import numpy as np
+
 from ..config import STORE_CONFIGS, read_store_configs, text_keys
 from ..errors import ParseError
 from ..formats import checkpoint as ckpt_fmt
@@ -13,7 +15,9 @@ from ..formats import commitlog as cl_fmt
 from ..formats import consumequeue as cq_fmt
 from ..formats import indexfile as idx_fmt
 from ..passport import store_passport
-from ..scan import BlankRecord, MessageRecord, Scanner, UnwrittenTail
+from ..codec import gather
+from ..scan import (FLAG_FALSE, BlankRecord, RecordBatch, TopicTable, UnwrittenTail,
+                    scan_segment_batches)
 from ..store import MappedFile, Store
 from .records import ms_to_iso
 from .queues import queue_summary
@@ -59,9 +63,10 @@ def _geometry(store: Store) -> dict:
 
 
 def _scan_summary(store: Store, check_crc: bool, progress=None) -> tuple[dict, dict]:
-    """(CommitLog section, per topic/queue counts) from one scan of every segment."""
+    """(CommitLog section, per topic/queue counts) from one scan of every segment, a batch of
+    records at a time (numpy counts, no object per record)."""
     cl = store.commitlog
-    scanner = Scanner(cl, check_crc=check_crc, resync=False)
+    topics = TopicTable()
     files = []
     per_queue: dict[tuple[str, int], dict] = {}
     by_transaction = Counter()
@@ -77,41 +82,35 @@ def _scan_summary(store: Store, check_crc: bool, progress=None) -> tuple[dict, d
         if previous_end is not None and seg.base_offset != previous_end:
             entry["gap_before"] = seg.base_offset - previous_end
         previous_end = seg.base_offset + cl.file_size
-        for event in scanner.scan_segment(seg, progress=progress):
+        for event in scan_segment_batches(seg, check_crc=check_crc, resync=False,
+                                          progress=progress, topics=topics):
             kind = type(event)
-            if kind is MessageRecord:
-                entry["messages"] += 1
-                messages += 1
-                end_of_data = event.end
-                tx = event.sys_flag & cl_fmt.TRANSACTION_TYPE_MASK
-                by_transaction[cl_fmt.TRANSACTION_NAMES[tx]] += 1
-                compressed += bool(event.sys_flag & cl_fmt.COMPRESSED_FLAG)
-                v2 += event.magic_code == cl_fmt.MESSAGE_MAGIC_CODE_V2
-                crc_bad += event.body_crc_ok is False
-                prop_crc_bad += event.prop_crc_ok is False
+            if kind is RecordBatch:
+                n = len(event)
+                entry["messages"] += n
+                messages += n
+                offsets = event.offsets
+                end_of_data = int(offsets[-1] + event.total_size[-1])
+                sys_flag = event.sys_flag
+                tx = sys_flag & cl_fmt.TRANSACTION_TYPE_MASK
+                for code, count in enumerate(np.bincount(tx, minlength=4).tolist()):
+                    if count:
+                        by_transaction[cl_fmt.TRANSACTION_NAMES[code]] += count
+                compressed += int(np.count_nonzero(sys_flag & cl_fmt.COMPRESSED_FLAG))
+                v2 += int(np.count_nonzero(event.magic_code == cl_fmt.MESSAGE_MAGIC_CODE_V2))
+                crc_bad += int(np.count_nonzero(event.body_crc_ok == FLAG_FALSE))
+                prop_crc_bad += int(np.count_nonzero(event.prop_crc_ok == FLAG_FALSE))
                 # presence, not validity: quick scans leave prop_crc_ok unset
-                prop_crc_records += codecs.stored_prop_crc(event.properties_raw) is not None
-                offset_bad += not event.offset_ok
+                prop_crc_records += int(np.count_nonzero(_stored_prop_crcs(event)))
+                offset_bad += int(np.count_nonzero(event.physical_offset != offsets))
                 ts = event.store_timestamp
                 if first_ts is None:
-                    first_ts = min_ts = max_ts = ts
-                min_ts, max_ts, last_ts = min(min_ts, ts), max(max_ts, ts), ts
-                q = per_queue.get((event.topic, event.queue_id))
-                if q is None:
-                    q = per_queue[(event.topic, event.queue_id)] = {
-                        "messages": 0, "min_queue_offset": None, "max_queue_offset": None,
-                        "prepared": 0, "rollback": 0}
-                if tx in (cl_fmt.TRANSACTION_NOT_TYPE, cl_fmt.TRANSACTION_COMMIT_TYPE):
-                    q["messages"] += 1
-                    qo = event.queue_offset
-                    if q["min_queue_offset"] is None or qo < q["min_queue_offset"]:
-                        q["min_queue_offset"] = qo
-                    if q["max_queue_offset"] is None or qo > q["max_queue_offset"]:
-                        q["max_queue_offset"] = qo
-                elif tx == cl_fmt.TRANSACTION_PREPARED_TYPE:
-                    q["prepared"] += 1
-                else:
-                    q["rollback"] += 1
+                    first_ts = min_ts = max_ts = int(ts[0])
+                min_ts = min(min_ts, int(ts.min()))
+                max_ts = max(max_ts, int(ts.max()))
+                last_ts = int(ts[-1])
+                _count_queues(per_queue, topics, event.topic_id, event.queue_id, tx,
+                              event.queue_offset)
             else:
                 position = event.offset - seg.base_offset
                 if kind is BlankRecord:
@@ -151,6 +150,65 @@ def _scan_summary(store: Store, check_crc: bool, progress=None) -> tuple[dict, d
         "min_store_timestamp": min_ts, "max_store_timestamp": max_ts,
     }
     return section, per_queue
+
+
+_PROP_CRC_PREFIX = np.frombuffer((codecs.PROP_CRC_KEY + codecs.NAME_VALUE_SEPARATOR)
+                                 .encode("ascii"), np.uint8)
+_PROP_CRC_DIGITS = codecs.CRC32_RESERVED_LEN - len(_PROP_CRC_PREFIX) - 1
+
+
+def _stored_prop_crcs(batch: RecordBatch) -> np.ndarray:
+    """codecs.stored_prop_crc(properties) is not None, for every record of a batch: the last
+    20 bytes of the properties are the property CRC's key, ten digits and the separator."""
+    length = batch.properties_length
+    rows = np.flatnonzero(length >= codecs.CRC32_RESERVED_LEN)
+    found = np.zeros(len(batch), dtype=bool)
+    if len(rows) == 0:
+        return found
+    tails = gather(batch.buf, np.dtype((np.uint8, codecs.CRC32_RESERVED_LEN)),
+                   batch.properties_position[rows] + length[rows] - codecs.CRC32_RESERVED_LEN)
+    prefix = len(_PROP_CRC_PREFIX)
+    digits = tails[:, prefix:prefix + _PROP_CRC_DIGITS]
+    found[rows] = ((tails[:, :prefix] == _PROP_CRC_PREFIX).all(axis=1)
+                   & (tails[:, -1] == ord(codecs.PROPERTY_SEPARATOR))
+                   & ((digits >= ord("0")) & (digits <= ord("9"))).all(axis=1))
+    return found
+
+
+def _count_queues(per_queue: dict, topics: TopicTable, topic_ids: np.ndarray,
+                  queue_ids: np.ndarray, tx: np.ndarray, queue_offsets: np.ndarray) -> None:
+    """Add a batch's records to the per topic/queue counts: messages and the queue offset range
+    of the dispatchable ones (NOT/COMMIT), prepared and rolled-back ones apart."""
+    keys = (topic_ids.astype(np.int64) << 32) | (queue_ids.astype(np.int64) & 0xFFFFFFFF)
+    unique, which = np.unique(keys, return_inverse=True)
+    which = which.reshape(-1)
+    size = len(unique)
+    plain = (tx == cl_fmt.TRANSACTION_NOT_TYPE) | (tx == cl_fmt.TRANSACTION_COMMIT_TYPE)
+    counted = np.bincount(which[plain], minlength=size)
+    prepared = np.bincount(which[tx == cl_fmt.TRANSACTION_PREPARED_TYPE], minlength=size)
+    rollback = np.bincount(which[~plain & (tx != cl_fmt.TRANSACTION_PREPARED_TYPE)],
+                           minlength=size)
+    low = np.full(size, np.iinfo(np.int64).max)
+    high = np.full(size, np.iinfo(np.int64).min)
+    np.minimum.at(low, which[plain], queue_offsets[plain])
+    np.maximum.at(high, which[plain], queue_offsets[plain])
+    for k, key in enumerate(unique.tolist()):
+        queue_id = key & 0xFFFFFFFF
+        queue_id -= (queue_id >> 31) << 32          # back to a signed int32
+        name = (topics.names[key >> 32], queue_id)
+        q = per_queue.get(name)
+        if q is None:
+            q = per_queue[name] = {"messages": 0, "min_queue_offset": None,
+                                   "max_queue_offset": None, "prepared": 0, "rollback": 0}
+        if counted[k]:
+            q["messages"] += int(counted[k])
+            lo, hi = int(low[k]), int(high[k])
+            if q["min_queue_offset"] is None or lo < q["min_queue_offset"]:
+                q["min_queue_offset"] = lo
+            if q["max_queue_offset"] is None or hi > q["max_queue_offset"]:
+                q["max_queue_offset"] = hi
+        q["prepared"] += int(prepared[k])
+        q["rollback"] += int(rollback[k])
 
 
 def _index_section(store: Store) -> dict:
