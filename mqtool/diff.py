@@ -22,7 +22,7 @@ import numpy as np
 from . import codec
 from .crc import crc32
 from .formats import consumequeue as cq_fmt
-from .scan import BlankRecord, CorruptRegion, MessageRecord, UnwrittenTail, scan_buffer
+from .scan import BlankRecord, CorruptRegion, RecordBatch, decode_message, scan_segment_batches
 from .store import ConsumeQueue, MappedFile, Segment, Store
 
 _COMPARE_CHUNK = 1 << 22
@@ -30,32 +30,66 @@ _COMPARE_CHUNK = 1 << 22
 
 @dataclass
 class _FileRecords:
-    records: dict[int, tuple[int, int, MessageRecord]]  # offset -> (size, crc32 of bytes, record)
-    data_end: int                                         # global offset past the written data
+    """One CommitLog file's records as columns, ascending offsets: where each is, its size and
+    the crc32 of its bytes (what two sides are compared by)."""
+
+    segment: Segment | None
+    offsets: np.ndarray
+    sizes: np.ndarray
+    crcs: np.ndarray
+    data_end: int                 # global offset past the written data
+
+    def containing(self, offset: int) -> np.ndarray:
+        """Starts of the records whose bytes hold ``offset``."""
+        return self.offsets[(self.offsets <= offset) & (self.offsets + self.sizes > offset)]
+
+    def briefs(self, offsets: np.ndarray) -> list[dict]:
+        """How reports list the records at ``offsets`` (decoded again: only a few are listed)."""
+        if not len(offsets):
+            return []
+        seg = self.segment
+        with MappedFile(seg.path) as mapped:
+            return [decode_message(mapped.data, offset - seg.base_offset, len(mapped.data),
+                                   seg.base_offset, False).brief()
+                    for offset in offsets.tolist()]
+
+
+_NONE = np.zeros(0, dtype=np.int64)
 
 
 def _file_records(seg: Segment | None) -> _FileRecords:
     if seg is None or seg.length == 0:
-        return _FileRecords({}, seg.base_offset if seg is not None else 0)
-    out: dict[int, tuple[int, int, MessageRecord]] = {}
+        return _FileRecords(seg, _NONE, _NONE, _NONE,
+                            seg.base_offset if seg is not None else 0)
+    offsets, sizes, crcs = [], [], []
     data_end = seg.base_offset
-    with MappedFile(seg.path) as mapped:
-        buf = mapped.data
-        for event in scan_buffer(buf, seg.base_offset, name=seg.name, check_crc=False,
-                                 resync=True, layout=seg.layout):
-            kind = type(event)
-            if kind is MessageRecord:
-                pos = event.offset - seg.base_offset
-                out[event.offset] = (event.total_size,
-                                     crc32(buf[pos:pos + event.total_size]), event)
-                data_end = event.end
-            elif kind is CorruptRegion:
-                data_end = event.offset + min(event.length, max(event.total_size, 8))
-            elif kind is BlankRecord:
-                data_end = event.offset + 8
-            elif kind is UnwrittenTail:
-                pass
-    return _FileRecords(out, data_end)
+    for event in scan_segment_batches(seg, check_crc=False, resync=True):
+        kind = type(event)
+        if kind is RecordBatch:
+            buf = memoryview(event.buf)
+            positions, lengths = event.position, event.total_size
+            offsets.append(positions + event.base)
+            sizes.append(lengths)
+            crcs.append(np.fromiter(
+                (crc32(buf[p:p + n]) for p, n in zip(positions.tolist(), lengths.tolist())),
+                dtype=np.int64, count=len(event)))
+            data_end = int(offsets[-1][-1] + lengths[-1])
+            del buf
+        elif kind is CorruptRegion:
+            data_end = event.offset + min(event.length, max(event.total_size, 8))
+        elif kind is BlankRecord:
+            data_end = event.offset + 8
+    if not offsets:
+        return _FileRecords(seg, _NONE, _NONE, _NONE, data_end)
+    return _FileRecords(seg, np.concatenate(offsets), np.concatenate(sizes),
+                        np.concatenate(crcs), data_end)
+
+
+def _rows_besides(count: int, matched: np.ndarray) -> np.ndarray:
+    """The rows 0..count-1 not in ``matched``, ascending."""
+    keep = np.ones(count, dtype=bool)
+    keep[matched] = False
+    return np.flatnonzero(keep)
 
 
 def _first_difference(a: Segment | None, b: Segment | None, start: int, upto: int) -> int | None:
@@ -97,11 +131,13 @@ class RecordSide:
     bytes: int = 0
     first: list[dict] = field(default_factory=list)
 
-    def add(self, record: MessageRecord, limit: int) -> None:
-        self.count += 1
-        self.bytes += record.total_size
-        if len(self.first) < limit:
-            self.first.append(record.brief())
+    def add(self, side: _FileRecords, rows: np.ndarray, limit: int) -> None:
+        """Records ``rows`` of one file of ``side``, in offset order."""
+        self.count += len(rows)
+        self.bytes += int(side.sizes[rows].sum())
+        room = limit - len(self.first)
+        if room > 0:
+            self.first += side.briefs(side.offsets[rows[:room]])
 
 
 def _queue_units(queue: ConsumeQueue | None) -> dict[int, tuple[int, int, int]]:
@@ -173,9 +209,9 @@ def diff_stores(a: Store, b: Store, *, list_limit: int = 20, progress=None) -> d
                 first_byte = base + pos
                 # report the start of the record holding the byte: records that differ can
                 # share their leading bytes (a size field's high zeros)
-                starts = [o for side in (rec_a, rec_b) for o, (size, _, _) in
-                          side.records.items() if o <= first_byte < o + size]
-                first_divergent = min(starts) if starts else first_byte
+                starts = np.concatenate((rec_a.containing(first_byte),
+                                         rec_b.containing(first_byte)))
+                first_divergent = int(starts.min()) if len(starts) else first_byte
         if seg_a is not None and seg_b is not None and seg_a.length == seg_b.length:
             tail = _first_difference(seg_a, seg_b, max(upto, 0), seg_a.length)
             if tail is not None:
@@ -184,17 +220,14 @@ def diff_stores(a: Store, b: Store, *, list_limit: int = 20, progress=None) -> d
         elif (seg_a is None) != (seg_b is None):
             side = "a" if seg_b is None else "b"
             notes.append(f"CommitLog file {base:020d} exists only in {side}")
-        for offset in sorted(set(rec_a.records) | set(rec_b.records)):
-            in_a, in_b = rec_a.records.get(offset), rec_b.records.get(offset)
-            if in_a is not None and in_b is not None:
-                if in_a[:2] == in_b[:2]:
-                    same += 1
-                else:
-                    different.add(in_a[2], list_limit)
-            elif in_a is not None:
-                only_a.add(in_a[2], list_limit)
-            else:
-                only_b.add(in_b[2], list_limit)
+        # records are matched by offset, and the same when their bytes are (size and crc32)
+        _, in_a, in_b = np.intersect1d(rec_a.offsets, rec_b.offsets, assume_unique=True,
+                                       return_indices=True)
+        equal = (rec_a.sizes[in_a] == rec_b.sizes[in_b]) & (rec_a.crcs[in_a] == rec_b.crcs[in_b])
+        same += int(np.count_nonzero(equal))
+        different.add(rec_a, in_a[~equal], list_limit)
+        only_a.add(rec_a, _rows_besides(len(rec_a.offsets), in_a), list_limit)
+        only_b.add(rec_b, _rows_besides(len(rec_b.offsets), in_b), list_limit)
         if progress is not None:
             progress.update((seg_a.length if seg_a else 0) + (seg_b.length if seg_b else 0))
 
