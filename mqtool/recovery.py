@@ -228,7 +228,7 @@ def corrupt_end(region: CorruptRegion) -> int:
     return region.offset + region.length
 
 
-def judge_segment(commitlog, segment: Segment, rules: BrokerRules, progress=None) -> FileVerdict:
+def judge_segment(segment: Segment, rules: BrokerRules, progress=None) -> FileVerdict:
     """Scan one file as the broker does, and on past its stop with resynchronisation."""
     judge = FileJudge(segment, rules)
     # runs of records as batches: no object per record (a 1 GiB file holds about a million)
@@ -242,7 +242,7 @@ def judge_segment(commitlog, segment: Segment, rules: BrokerRules, progress=None
 
 
 def _judge_alone(job: tuple[Segment, BrokerRules]) -> FileVerdict:
-    return judge_segment(None, *job)
+    return judge_segment(*job)
 
 
 def judge_segments(segments: list[Segment], rules: BrokerRules, progress=None,
@@ -253,7 +253,7 @@ def judge_segments(segments: list[Segment], rules: BrokerRules, progress=None,
     count = min(workers, len(segments))
     if count <= 1 or sys.platform != "linux":
         # a spawned child could not re-import ``python -m mqtool``: fork only
-        return {seg.base_offset: judge_segment(None, seg, rules, progress) for seg in segments}
+        return {seg.base_offset: judge_segment(seg, rules, progress) for seg in segments}
     verdicts = {}
     with ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("fork")) as pool:
         for seg, verdict in zip(segments, pool.map(_judge_alone,
@@ -545,7 +545,7 @@ def predict_recovery(store: Store, *, mode: str = "auto", broker_version: str = 
 
     def verdict_of(seg: Segment) -> FileVerdict:
         if seg.base_offset not in verdicts:
-            verdicts[seg.base_offset] = judge_segment(None, seg, rules, progress)
+            verdicts[seg.base_offset] = judge_segment(seg, rules, progress)
         return verdicts[seg.base_offset]
 
     stop_index = index

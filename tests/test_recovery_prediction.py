@@ -315,7 +315,7 @@ def test_file_verdicts_from_batches_equal_record_by_record(tmp_path, kind):
             judge = FileJudge(segment, rules)
             for event in scanner.scan_segment(segment):
                 judge.feed(event)
-            batched = judge_segment(store.commitlog, segment, rules)
+            batched = judge_segment(segment, rules)
             assert dataclasses.asdict(batched) == dataclasses.asdict(judge.verdict), \
                 (rules, segment.name)
 
