@@ -393,3 +393,10 @@ def test_property_crc_presence_counts_each_records_own_tail(tmp_path):
     total = store_info(store)["commitlog"]
     assert expected == total["messages"] - 4
     assert total["prop_crc_records"] == expected
+    # a batch the scanner builds from decoded records (a record off its fast path) answers alike
+    from mqtool.scan import RecordBatch, TopicTable
+    decoded = [e for e in scan_segment(seg, check_crc=False) if type(e) is MessageRecord]
+    batch = RecordBatch.from_records(decoded, seg.base_offset, TopicTable())
+    assert batch.stored_prop_crc_present().tolist() == [
+        codecs.stored_prop_crc(r.properties_raw) is not None for r in decoded]
+    assert batch.stored_prop_crc_present().sum() == len(decoded) - 4

@@ -10,12 +10,10 @@ import numpy as np
 from ..config import STORE_CONFIGS, read_store_configs, text_keys
 from ..errors import ParseError
 from ..formats import checkpoint as ckpt_fmt
-from ..formats import codecs
 from ..formats import commitlog as cl_fmt
 from ..formats import consumequeue as cq_fmt
 from ..formats import indexfile as idx_fmt
 from ..passport import store_passport
-from ..codec import gather
 from ..scan import (FLAG_FALSE, BlankRecord, RecordBatch, TopicTable, UnwrittenTail,
                     scan_segment_batches)
 from ..store import MappedFile, Store
@@ -101,7 +99,7 @@ def _scan_summary(store: Store, check_crc: bool, progress=None) -> tuple[dict, d
                 crc_bad += int(np.count_nonzero(event.body_crc_ok == FLAG_FALSE))
                 prop_crc_bad += int(np.count_nonzero(event.prop_crc_ok == FLAG_FALSE))
                 # presence, not validity: quick scans leave prop_crc_ok unset
-                prop_crc_records += int(np.count_nonzero(_stored_prop_crcs(event)))
+                prop_crc_records += int(np.count_nonzero(event.stored_prop_crc_present()))
                 offset_bad += int(np.count_nonzero(event.physical_offset != offsets))
                 ts = event.store_timestamp
                 if first_ts is None:
@@ -150,29 +148,6 @@ def _scan_summary(store: Store, check_crc: bool, progress=None) -> tuple[dict, d
         "min_store_timestamp": min_ts, "max_store_timestamp": max_ts,
     }
     return section, per_queue
-
-
-_PROP_CRC_PREFIX = np.frombuffer((codecs.PROP_CRC_KEY + codecs.NAME_VALUE_SEPARATOR)
-                                 .encode("ascii"), np.uint8)
-_PROP_CRC_DIGITS = codecs.CRC32_RESERVED_LEN - len(_PROP_CRC_PREFIX) - 1
-
-
-def _stored_prop_crcs(batch: RecordBatch) -> np.ndarray:
-    """codecs.stored_prop_crc(properties) is not None, for every record of a batch: the last
-    20 bytes of the properties are the property CRC's key, ten digits and the separator."""
-    length = batch.properties_length
-    rows = np.flatnonzero(length >= codecs.CRC32_RESERVED_LEN)
-    found = np.zeros(len(batch), dtype=bool)
-    if len(rows) == 0:
-        return found
-    tails = gather(batch.buf, np.dtype((np.uint8, codecs.CRC32_RESERVED_LEN)),
-                   batch.properties_position[rows] + length[rows] - codecs.CRC32_RESERVED_LEN)
-    prefix = len(_PROP_CRC_PREFIX)
-    digits = tails[:, prefix:prefix + _PROP_CRC_DIGITS]
-    found[rows] = ((tails[:, :prefix] == _PROP_CRC_PREFIX).all(axis=1)
-                   & (tails[:, -1] == ord(codecs.PROPERTY_SEPARATOR))
-                   & ((digits >= ord("0")) & (digits <= ord("9"))).all(axis=1))
-    return found
 
 
 def _count_queues(per_queue: dict, topics: TopicTable, topic_ids: np.ndarray,

@@ -223,6 +223,29 @@ class RecordBatch:
             setattr(part, name, getattr(self, name)[start:stop])
         return part
 
+    def stored_prop_crc_present(self) -> np.ndarray:
+        """codecs.stored_prop_crc(properties) is not None, for every record: the last 20 bytes
+        of its properties are the property CRC's key and separator, ten digits and 0x02 (the
+        scanner's prop_crc_ok says whether the CRC is right; this, whether there is one)."""
+        length = self.properties_length
+        rows = np.flatnonzero(length >= codecs.CRC32_RESERVED_LEN)
+        found = np.zeros(len(self), dtype=bool)
+        if len(rows) == 0:
+            return found
+        if self._records is not None:
+            found[rows] = [codecs.stored_prop_crc(self._records[i].properties_raw) is not None
+                           for i in rows.tolist()]
+            return found
+        tails = _codec.gather(self.buf, np.dtype((np.uint8, codecs.CRC32_RESERVED_LEN)),
+                              self.properties_position[rows] + length[rows]
+                              - codecs.CRC32_RESERVED_LEN)
+        prefix = len(_PROP_CRC_PREFIX_CODES)
+        digits = tails[:, prefix:-1]
+        found[rows] = ((tails[:, :prefix] == _PROP_CRC_PREFIX_CODES).all(axis=1)
+                       & (tails[:, -1] == ord(codecs.PROPERTY_SEPARATOR))
+                       & ((digits >= ord("0")) & (digits <= ord("9"))).all(axis=1))
+        return found
+
     @classmethod
     def from_records(cls, records: list[MessageRecord], base: int,
                      topics: TopicTable) -> RecordBatch:
