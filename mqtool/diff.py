@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import codec
-from .crc import crc32
+from .crc import crc32_ranges
 from .formats import consumequeue as cq_fmt
 from .scan import BlankRecord, CorruptRegion, RecordBatch, decode_message, scan_segment_batches
 from .store import ConsumeQueue, MappedFile, Segment, Store
@@ -63,22 +63,21 @@ def _file_records(seg: Segment | None) -> _FileRecords:
                             seg.base_offset if seg is not None else 0)
     offsets, sizes, crcs = [], [], []
     data_end = seg.base_offset
-    for event in scan_segment_batches(seg, check_crc=False, resync=True):
-        kind = type(event)
-        if kind is RecordBatch:
-            buf = memoryview(event.buf)
-            positions, lengths = event.position, event.total_size
-            offsets.append(positions + event.base)
-            sizes.append(lengths)
-            crcs.append(np.fromiter(
-                (crc32(buf[p:p + n]) for p, n in zip(positions.tolist(), lengths.tolist())),
-                dtype=np.int64, count=len(event)))
-            data_end = int(offsets[-1][-1] + lengths[-1])
-            del buf
-        elif kind is CorruptRegion:
-            data_end = event.offset + min(event.length, max(event.total_size, 8))
-        elif kind is BlankRecord:
-            data_end = event.offset + 8
+    # the records' bytes are read from a mapping of our own: a batch the scanner built from a
+    # decoded record (off its fast path) carries no buffer
+    with MappedFile(seg.path) as mapped:
+        for event in scan_segment_batches(seg, check_crc=False, resync=True):
+            kind = type(event)
+            if kind is RecordBatch:
+                positions, lengths = event.position, event.total_size
+                offsets.append(positions + event.base)
+                sizes.append(lengths)
+                crcs.append(crc32_ranges(mapped.data, positions, positions + lengths))
+                data_end = int(offsets[-1][-1] + lengths[-1])
+            elif kind is CorruptRegion:
+                data_end = event.offset + min(event.length, max(event.total_size, 8))
+            elif kind is BlankRecord:
+                data_end = event.offset + 8
     if not offsets:
         return _FileRecords(seg, _NONE, _NONE, _NONE, data_end)
     return _FileRecords(seg, np.concatenate(offsets), np.concatenate(sizes),

@@ -9,7 +9,7 @@ from typing import Iterator
 import numpy as np
 
 from .. import codec as _codec
-from ..crc import crc32 as _crc32
+from ..crc import crc32_ranges
 from ..codec import HOST_FLAGS
 from ..formats import codecs
 from ..formats import commitlog as fmt
@@ -456,15 +456,7 @@ def _fast_batch(buf, pos: int, stop: int, limit: int, base: int, check_crc: bool
         with_body = np.flatnonzero(body_len > 0)
         if len(with_body):
             starts = batch.body_position[with_body]
-            view = memoryview(buf)
-            try:
-                crcs = np.fromiter(
-                    map(_crc32, map(view.__getitem__,
-                                        map(slice, starts.tolist(),
-                                            (starts + body_len[with_body]).tolist()))),
-                    dtype=np.int64, count=len(with_body))
-            finally:
-                view.release()
+            crcs = crc32_ranges(buf, starts, starts + body_len[with_body])
             body_ok[with_body] = (crcs & 0x7FFFFFFF) == batch.body_crc[with_body]
     batch.body_crc_ok = body_ok
 
