@@ -76,3 +76,25 @@ def test_real_bodies_and_records(name):
                     bodies += 1
                 view.release()
     assert bodies > 1000
+
+
+def test_crc32_of_many_ranges_equals_zlib_slice_by_slice():
+    """crc.crc32_ranges (the scanner's body CRCs, diff's record CRCs) gives zlib.crc32 of each
+    range, empty ones and ranges of an mmap included."""
+    import mmap
+    import random
+    import zlib
+
+    import numpy as np
+    from mqtool.crc import crc32_ranges
+
+    rng = random.Random(3)
+    data = rng.randbytes(1 << 16)
+    starts = np.array(sorted(rng.randrange(len(data)) for _ in range(200)), dtype=np.int64)
+    ends = np.minimum(starts + np.array([rng.choice((0, 1, 17, 1400, 9000)) for _ in starts]),
+                      len(data))
+    expected = [zlib.crc32(data[s:e]) for s, e in zip(starts.tolist(), ends.tolist())]
+    assert crc32_ranges(data, starts, ends).tolist() == expected
+    with mmap.mmap(-1, len(data)) as mapped:
+        mapped.write(data)
+        assert crc32_ranges(mapped, starts, ends).tolist() == expected
