@@ -537,6 +537,86 @@ def test_audit_without_out_keeps_the_tables_in_the_session(spark, stores, audite
         assert part == ordered[:len(part)] and part
 
 
+def test_the_table_tasks_write_equals_the_one_spark_writes(spark, stores, tmp_path):
+    """A local --out: the tasks write the messages table with pyarrow. Spark's own partitioned
+    writer, fed the same Arrow batches through mapInArrow, is the reference: the same
+    partition directories and the same rows, damaged and stale stores included."""
+    from mqtool.spark import job, schema
+
+    brokers, splits = job._plan(spark, [str(stores["gamma"]), str(stores["stale"])], None,
+                                SMALL_SPLIT)
+    struct = schema.struct_type(schema.MESSAGE_COLUMNS + (("store_date", "string"),))
+    by_tasks, by_spark = tmp_path / "tasks", tmp_path / "spark"
+    sides, _ = job._write_and_verify(spark, brokers, splits, True, str(by_tasks),
+                                     "errorifexists")
+    _, reports = job._arrow_scan(spark, splits, True, struct, str(by_spark), "errorifexists")
+    def reported(values):     # the worker's peak memory is its own
+        return [{k: v for k, v in side.items() if k != "peak_rss"}
+                for side in job._dedupe_sides(values)]
+
+    assert reported(sides) == reported(reports)
+
+    def folders(root):
+        return sorted(p.relative_to(root).as_posix() for p in root.rglob("*")
+                      if p.is_dir())
+
+    assert folders(by_tasks) == folders(by_spark) and len(folders(by_tasks)) > 2
+    assert not list(by_tasks.rglob(".*inprogress"))
+    columns = [*schema.names(schema.MESSAGE_COLUMNS), "store_date"]
+
+    def rows(root):
+        frame = spark.read.schema(struct).parquet(str(root))
+        return sorted(tuple(r) for r in frame.select(*columns).collect())
+
+    assert rows(by_tasks) == rows(by_spark)
+
+
+def test_partition_folders_are_named_as_spark_names_them(spark, tmp_path):
+    """Spark escapes some characters of a partition value in its folder's name and unescapes
+    them when it reads the table back: the tasks' writer must name folders the same way."""
+    from mqtool.spark.tablewrite import partition_dir
+
+    values = ["plain-0", "a%b", "x:y=z", "q?#*", "sp ace+@.", "br[a]c{e}^'\"", "tab\tnl\n"]
+    spark.createDataFrame([(v, 1) for v in values], "broker string, n int") \
+        .write.partitionBy("broker").parquet(str(tmp_path / "t"))
+    written = {p.name for p in (tmp_path / "t").iterdir() if p.is_dir()}
+    assert written == {partition_dir("broker", v) for v in values}
+    read = spark.read.parquet(str(tmp_path / "t")).select("broker").collect()
+    assert sorted(r[0] for r in read) == sorted(values)
+
+
+def test_a_split_written_twice_leaves_one_copy_of_its_rows(stores, tmp_path):
+    """A retried or speculative task writes the same parts again: the table holds each row
+    once, and no half-written file is left."""
+    import pyarrow.dataset as ds
+
+    from mqtool.spark.tablewrite import audit_write_partition
+
+    brokers = resolve_inputs([str(stores["gamma"])])
+    splits = make_splits(brokers, SMALL_SPLIT)
+    table = tmp_path / "messages"
+    first = list(audit_write_partition(range(len(splits)), splits, True, str(table)))
+
+    def read():
+        return ds.dataset(str(table), format="parquet", partitioning="hive").to_table()
+
+    written = read()
+    # a record per row, and an opened inner batch's messages after it
+    assert written.num_rows >= sum(s["messages"] for s in first) > 0
+    files = sorted(p.relative_to(table) for p in table.rglob("*.parquet"))
+    again = list(audit_write_partition([3, 0], splits, True, str(table)))
+    assert [(s["file"], s["index"]) for s in again] == \
+        [(splits[3].name, splits[3].index), (splits[0].name, splits[0].index)]
+    assert sorted(p.relative_to(table) for p in table.rglob("*.parquet")) == files
+    assert not [p for p in table.rglob("*") if p.name.startswith(".")]
+    def keys(t):
+        return sorted(zip(t.column("commitlog_offset").to_pylist(),
+                          t.column("inner_position").to_pylist(),
+                          t.column("body_crc").to_pylist()), key=repr)
+
+    assert keys(read()) == keys(written)
+
+
 def test_audit_tables_render_on_stdout(audited, capsys):
     from mqtool.cli.spark_cmds import _render_audit
 
@@ -1029,7 +1109,8 @@ def test_a_split_that_cannot_be_read_fails_in_one_line(spark, stores, tmp_path):
     victim = root / "commitlog" / brokers[0].files[0].name
     os.truncate(victim, 1000)
     with pytest.raises(MqtoolError) as caught, session.spark_failures():
-        job._scan_audit(spark, splits, True, job._labeller(brokers), None, "errorifexists")
+        job._scan_audit(spark, brokers, splits, True, job._labeller(brokers), None,
+                        "errorifexists")
     text = str(caught.value)
     assert "\n" not in text and text.startswith("a Spark task failed: ")
     assert f"{victim}: 1000 bytes now, {1 << 20} when the audit was planned" in text

@@ -336,7 +336,7 @@ def split_batches(split: Split, *, check_crc: bool = True, bodies: bool = False,
             reader.close()
 
 
-def _count_opened(batch) -> int:
+def count_opened(batch) -> int:
     import pyarrow.compute as pc
 
     marked = pc.equal(batch.column("inner_position"), OPENED_RECORD)
@@ -358,7 +358,7 @@ def audit_arrow_partition(batches, splits: list[Split], check_crc: bool, sink) -
             for batch in split_batches(split, check_crc=check_crc, side=side, store_date=True,
                                        unwrap=True, keep_records=True):
                 if batch.column("inner_num").null_count < batch.num_rows:
-                    side["opened"] += _count_opened(batch)
+                    side["opened"] += count_opened(batch)
                 yield batch
             note_done(side)
             sink.add([side])

@@ -49,7 +49,9 @@ def verified_by_verify(broker: BrokerInput) -> bool:
     return broker.local and not broker.bare
 
 
-def _check_one(contexts, task):
+def check_one(contexts, task) -> tuple:
+    """Executor side: verify's checks of one CommitLog file; ``task`` is (broker, file index),
+    ``contexts`` the broadcast of every broker's context."""
     from pathlib import Path
 
     from ..store import CommitLog
@@ -69,36 +71,61 @@ def _row(broker: str, f) -> dict:
                    queue_offset=f.queue_offset, count=f.count, details=f.details)
 
 
-def store_findings(spark, brokers: list[BrokerInput], check_crc: bool = True) \
-        -> dict[str, StoreFindings]:
-    """verify's findings of every broker :func:`verified_by_verify` accepts, by broker name;
-    ``check_crc`` False is verify's ``quick``. One Spark job: a task per CommitLog file."""
+def prepare(brokers: list[BrokerInput], check_crc: bool = True) -> dict:
+    """Driver: verify's checks that need no CommitLog record, for every broker
+    :func:`verified_by_verify` accepts, by broker name; ``check_crc`` False is verify's
+    ``quick``."""
     from ..store import Store
-    from ..verify.run import merge_checks, prepare_checks
+    from ..verify.run import prepare_checks
 
-    prepared = {b.name: prepare_checks(Store(local_path(b.root)), quick=not check_crc)
-                for b in brokers if verified_by_verify(b)}
-    if not prepared:
-        return {}
-    tasks = [(name, i) for name, checks in prepared.items()
-             for i in range(len(checks.ctx.segments))]
-    results: dict = {name: [] for name in prepared}
-    if tasks:
-        sc = spark.sparkContext
-        contexts = sc.broadcast({name: checks.ctx for name, checks in prepared.items()})
-        try:
-            for name, result in sc.parallelize(tasks, len(tasks)) \
-                    .map(lambda task: _check_one(contexts, task)).collect():
-                results[name].append(result)
-        finally:
-            contexts.destroy()
+    return {b.name: prepare_checks(Store(local_path(b.root)), quick=not check_crc)
+            for b in brokers if verified_by_verify(b)}
+
+
+def file_tasks(prepared: dict) -> list[tuple[tuple[str, int], int]]:
+    """The per-file checks to run, each ((broker, file index), its file's size)."""
+    return [((name, i), segment.length) for name, checks in prepared.items()
+            for i, segment in enumerate(checks.ctx.segments)]
+
+
+def contexts_of(prepared: dict) -> dict:
+    """What :func:`check_one` needs broadcast."""
+    return {name: checks.ctx for name, checks in prepared.items()}
+
+
+def merge(prepared: dict, results: list[tuple]) -> dict[str, StoreFindings]:
+    """Driver: verify's merge of each broker's per-file results ((broker, result) pairs, in any
+    order) into its findings."""
+    from ..verify.run import merge_checks
+
+    by_broker: dict = {name: [] for name in prepared}
+    for name, result in results:
+        by_broker[name].append(result)
     out = {}
     for name, checks in prepared.items():
         # the merge reads the results in file order, as verify's own pool hands them back
-        ordered = sorted(results[name], key=lambda r: r.index)
+        ordered = sorted(by_broker[name], key=lambda r: r.index)
         sink, _ = merge_checks(checks, ordered)
         found = StoreFindings(name, [_row(name, f) for f in sink.findings])
         found.counts.update((f.code, f.severity) for f in sink.findings)
         found.counts.update(sink.extra)
         out[name] = found
     return out
+
+
+def store_findings(spark, brokers: list[BrokerInput], check_crc: bool = True) \
+        -> dict[str, StoreFindings]:
+    """verify's findings of every broker :func:`verified_by_verify` accepts, by broker name, in
+    a Spark job of its own: a task per CommitLog file."""
+    prepared = prepare(brokers, check_crc)
+    tasks = [task for task, _ in file_tasks(prepared)]
+    results: list = []
+    if tasks:
+        sc = spark.sparkContext
+        contexts = sc.broadcast(contexts_of(prepared))
+        try:
+            results = sc.parallelize(tasks, len(tasks)) \
+                .map(lambda task: check_one(contexts, task)).collect()
+        finally:
+            contexts.destroy()
+    return merge(prepared, results)

@@ -1,14 +1,17 @@
 """The Spark jobs: ``audit`` (messages, findings, files, UNIQ_KEY duplicates and a summary) and
 ``export`` (every message with its body).
 
-One scan pass: tasks (:func:`mqtool.spark.arrow.audit_arrow_partition`, run by ``mapInArrow``)
-turn their byte ranges into Arrow record batches of the scanner's columns, which are cached in
-the session; everything else a task saw (where its records began and ended, blank records,
-corrupt regions, runs of zeros) comes back through an accumulator, which is small. The cached
+One scan pass: each task turns its byte range into Arrow record batches of the scanner's
+columns. With ``--out`` on a file system the executors write by local path, the tasks write them
+to the ``messages`` table themselves (:mod:`mqtool.spark.tablewrite`), in the same job as
+verify's per-file checks (below), and return what else they saw (where their records began and
+ended, blank records, corrupt regions, runs of zeros); otherwise ``mapInArrow``
+(:func:`mqtool.spark.arrow.audit_arrow_partition`) hands the batches to Spark, which writes them
+(``hdfs://``, ``s3a://``) or caches them, and the rest comes back through an accumulator. The
 rows hold the stored records and, after an inner batch's record, its inner messages: the
-``messages`` table written is the message view (as ``spark.read.format("rocketmq")`` gives it),
-the record-level findings, the queue-offset gaps and every figure of the summary are Spark SQL
-over the record view (verify's unit), so they scale with the cluster.
+``messages`` table published is the message view (as ``spark.read.format("rocketmq")`` gives
+it); the record-level findings, the queue-offset gaps and every figure of the summary are Spark
+SQL over the record view (verify's unit), so they scale with the cluster.
 
 Findings of an input that is a store root on a file system every executor reads (local,
 ``file://``, a shared mount) are ``verify``'s own, every code, the same files, offsets, severities
@@ -26,8 +29,11 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 import json
+import os
+import shutil
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from pyspark import AccumulatorParam, StorageLevel
 from pyspark.sql import DataFrame, SparkSession, Window
@@ -38,10 +44,12 @@ from ..formats import commitlog as cl_fmt
 from ..verify import CODES, ERROR, INFO, WARNING
 from . import schema, session
 from .plan import (DEFAULT_SPLIT_SIZE, BrokerInput, Split, check_output, finding,
-                   layout_findings, make_splits, resolve_inputs)
+                   layout_findings, local_path, make_splits, resolve_inputs)
 from .arrow import LAST_MILLI, OPENED_RECORD, audit_arrow_partition
-from .crosscheck import store_findings, verified_by_verify
+from . import crosscheck
+from .crosscheck import verified_by_verify
 from .splits import check_remote_reader, export_partition
+from .tablewrite import audit_task_partition, write_small_table, writes_locally
 
 #: verify's finding codes the audit's scan computes, by verify's rules, from the CommitLog files
 #: alone: what it checks of a bare CommitLog directory or a remote store
@@ -211,12 +219,14 @@ def _finish_scan(spark: SparkSession, frame: DataFrame, sink, out_path: str | No
     return result, sides, cutoffs, notes
 
 
-def _scan_audit(spark: SparkSession, splits: list[Split], check_crc: bool, label,
-                out_path: str | None, mode: str):
-    """The audit's scan: one task per split (``spark.range`` numbers them), each handing Arrow
-    record batches of the scanner's columns to Spark (``mapInArrow``): no Python object per
-    message between the scanner and the JVM. The rows are written once (or cached without
-    ``out_path``) and serve both views:
+def _scan_audit(spark: SparkSession, brokers: list[BrokerInput], splits: list[Split],
+                check_crc: bool, label, out_path: str | None, mode: str):
+    """The audit's scan, and verify's checks of its store roots (:mod:`.crosscheck`): one task
+    per split, each turning its byte range into Arrow record batches of the scanner's columns,
+    no Python object per message. Tasks write those batches to a table on a local or shared
+    file system themselves (:mod:`mqtool.spark.tablewrite`); otherwise they hand them to Spark
+    (``mapInArrow``), which writes them (``hdfs://``, ``s3a://``) or, without ``out_path``,
+    caches them. The rows serve both views:
 
     * ``records``, one row per stored record, what verify checks and counts (an inner batch is
       one record);
@@ -227,27 +237,84 @@ def _scan_audit(spark: SparkSession, splits: list[Split], check_crc: bool, label
     OPENED_RECORD; :func:`_publish_messages` drops those rows (and stale ones) from the written
     table at the end, which costs a rewrite only when there are any.
 
-    Returns (rows, records, messages, side reports, rows cut as stale, notes)."""
+    Returns (rows, records, messages, side reports, rows cut as stale, notes, verify's findings
+    by broker)."""
+    struct = schema.struct_type(schema.MESSAGE_COLUMNS + (("store_date", "string"),))
+    if writes_locally(out_path):
+        reports, verified = _write_and_verify(spark, brokers, splits, check_crc,
+                                              local_path(out_path), mode)
+        rows = spark.read.schema(struct).parquet(out_path)
+    else:
+        # verify's job is submitted alongside the scan's, not after it: its tasks take the
+        # slots the scan's last tasks leave idle, and its driver steps overlap the scan
+        with concurrent.futures.ThreadPoolExecutor(1, "mqtool-verify") as pool:
+            verifying = pool.submit(crosscheck.store_findings, spark, brokers, check_crc)
+            rows, reports = _arrow_scan(spark, splits, check_crc, struct, out_path, mode)
+            verified = verifying.result()
+    sides = _dedupe_sides(reports)
+    cutoffs, notes = chain_check(sides, label)
+    kept = _cut(rows, cutoffs)
+    records, messages = _views(kept)
+    return rows, kept, records, messages, sides, cutoffs, notes, verified
+
+
+def _views(rows: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """The scanned rows as records (verify's unit) and as messages (the published table)."""
+    position = F.col("inner_position")
+    return (rows.filter(position.isNull() | (position == OPENED_RECORD)),
+            rows.filter(position.isNull() | (position >= 0)))
+
+
+def _write_and_verify(spark: SparkSession, brokers: list[BrokerInput], splits: list[Split],
+                      check_crc: bool, table: str, mode: str) -> tuple[list[dict], dict]:
+    """One job whose tasks write the messages table (a task per split) and run verify's
+    per-file checks (a task per CommitLog file of a store root), the largest first so that no
+    big task starts last. Returns the side reports and verify's findings by broker."""
+    if mode == "overwrite":
+        shutil.rmtree(table, ignore_errors=True)
+    os.makedirs(table, exist_ok=True)
+    prepared = crosscheck.prepare(brokers, check_crc)
+    work = [(("scan", n), split.end - split.start) for n, split in enumerate(splits)] + \
+        [(("check", task), size) for task, size in crosscheck.file_tasks(prepared)]
+    work.sort(key=lambda item: -item[1])
+    items = [item for item, _ in work]
+    sc = spark.sparkContext
+    contexts = sc.broadcast(crosscheck.contexts_of(prepared))
+    try:
+        job = sc.parallelize(items, max(1, len(items))).mapPartitions(functools.partial(
+            audit_task_partition, splits=splits, check_crc=check_crc, table=table,
+            contexts=contexts))
+        with concurrent.futures.ThreadPoolExecutor(1, "mqtool-audit") as pool:
+            running = pool.submit(job.collect)
+            # verify's checks that need no record (IndexFile slots and chains), meanwhile
+            for checks in prepared.values():
+                checks.run_later()
+            results = running.result()
+    finally:
+        contexts.destroy()
+    Path(table, "_SUCCESS").touch()
+    sides = [value for kind, value in results if kind == "side"]
+    checked = [value for kind, value in results if kind == "check"]
+    return sides, crosscheck.merge(prepared, checked)
+
+
+def _arrow_scan(spark: SparkSession, splits: list[Split], check_crc: bool, struct,
+                out_path: str | None, mode: str):
+    """The scan handing Arrow batches to Spark: returns the rows (written to ``out_path`` and
+    read back, or cached) and the side reports."""
     sc = spark.sparkContext
     sink = sc.accumulator([], _ListParam())
     fn = functools.partial(audit_arrow_partition, splits=splits, check_crc=check_crc, sink=sink)
-    struct = schema.struct_type(schema.MESSAGE_COLUMNS + (("store_date", "string"),))
     rows = spark.range(0, len(splits), 1, max(1, len(splits))).mapInArrow(fn, struct)
     if out_path is not None:
-        # caching costs more than writing Parquet and reading it back (measured: 9 s against 5 s
-        # for 1.1 M rows)
+        # caching costs more than writing Parquet and reading it back (measured: 9 s against
+        # 5 s for 1.1 M rows)
         rows.write.mode(mode).partitionBy("broker", "store_date").parquet(out_path)
         rows = spark.read.schema(struct).parquet(out_path)
     else:
         rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
         rows.count()
-    sides = _dedupe_sides(sink.value)
-    cutoffs, notes = chain_check(sides, label)
-    kept = _cut(rows, cutoffs)
-    position = F.col("inner_position")
-    records = kept.filter(position.isNull() | (position == OPENED_RECORD))
-    messages = kept.filter(position.isNull() | (position >= 0))
-    return rows, kept, records, messages, sides, cutoffs, notes
+    return rows, sink.value
 
 
 def _publish_messages(spark: SparkSession, path: str, sides: list[dict], cutoffs: dict) -> None:
@@ -282,12 +349,28 @@ def _scan(spark: SparkSession, splits: list[Split], partition_fn, columns, out_p
 
 # --- findings ------------------------------------------------------------------------------------
 
-def _finding_frame(spark: SparkSession, rows: list[dict]) -> DataFrame:
+def _finding_tuples(rows: list[dict]) -> list[tuple]:
+    """Findings as rows of the findings table (details as JSON text)."""
     cols = schema.names(schema.FINDING_COLUMNS)
-    data = [tuple(json.dumps(r[c], sort_keys=True) if c == "details" and r[c] is not None
+    return [tuple(json.dumps(r[c], sort_keys=True) if c == "details" and r[c] is not None
                   else r[c] for c in cols) for r in rows]
-    return spark.createDataFrame(data, schema.struct_type(schema.FINDING_COLUMNS),
+
+
+def _finding_frame(spark: SparkSession, rows: list[dict]) -> DataFrame:
+    return spark.createDataFrame(_finding_tuples(rows), schema.struct_type(schema.FINDING_COLUMNS),
                                  verifySchema=False)
+
+
+def _first_findings(rows: list[dict], limit: int) -> list[dict]:
+    """The first ``limit`` of ``rows`` in the findings table's order (broker, file, offset,
+    code; nulls first, as Spark sorts), each as the table gives it back: its columns, details
+    as their JSON text."""
+    def key(row):
+        return tuple((row[c] is not None, row[c] if row[c] is not None else 0)
+                     for c in ("broker", "file", "offset", "code"))
+
+    cols = schema.names(schema.FINDING_COLUMNS)
+    return [dict(zip(cols, row)) for row in _finding_tuples(sorted(rows, key=key)[:limit])]
 
 
 def _labeller(brokers: list[BrokerInput]):
@@ -662,30 +745,29 @@ def audit(spark: SparkSession, sources: list[str], *, broker_names: list[str] | 
     mode = _mode(overwrite)
     label = _labeller(brokers)
     messages_path = session.join(out, "messages") if out else None
-    # verify's job is submitted alongside the scan's, not after it: its tasks take the slots
-    # the scan's last tasks leave idle, and its driver steps overlap the scan (1.1 M messages
-    # on local[2], one A/B pair at load 3.2: scan plus verify 16.1 s before, 13.7 s after)
-    with concurrent.futures.ThreadPoolExecutor(1, "mqtool-verify") as pool:
-        verifying = pool.submit(store_findings, spark, brokers, check_crc)
-        scanned, rows, records, messages, sides, cutoffs, notes = _scan_audit(
-            spark, splits, check_crc, label, messages_path, mode)
-        phases = {"plan_and_scan": time.perf_counter() - started}
-        verified = verifying.result()
-    phases["verify"] = time.perf_counter() - started - sum(phases.values())
+    scanned, rows, records, messages, sides, cutoffs, notes, verified = _scan_audit(
+        spark, brokers, splits, check_crc, label, messages_path, mode)
+    phases = {"plan_scan_and_verify": time.perf_counter() - started}
 
-    # used twice (findings, per-queue figures): sort the queues once
-    gaps = queue_steps(records).persist(StorageLevel.MEMORY_AND_DISK)
     # one source per broker: verify's findings for store roots, the scan's for the others
     scanned_only = [b for b in brokers if b.name not in verified]
     driver_rows = [f for b in scanned_only for f in layout_findings(b)] + \
         [f for f in _region_findings(sides, cutoffs, label) if f["broker"] not in verified] + \
         [row for found in verified.values() for row in found.rows]
-    rel = _file_label(brokers)
-    not_verified = ~F.col("broker").isin(list(verified)) if verified else F.lit(True)
-    findings = _record_findings(records.filter(not_verified), rel) \
-        .unionByName(_gap_findings(spark, gaps.filter(not_verified), rel)) \
-        .unionByName(_finding_frame(spark, driver_rows))
-    if out is not None:
+    gaps = queue_steps(records)
+    findings = _finding_frame(spark, driver_rows)
+    if scanned_only:
+        # used twice (findings, per-queue figures): sort the queues once
+        gaps = gaps.persist(StorageLevel.MEMORY_AND_DISK)
+        rel = _file_label(brokers)
+        unverified = F.col("broker").isin([b.name for b in scanned_only])
+        findings = _record_findings(records.filter(unverified), rel) \
+            .unionByName(_gap_findings(spark, gaps.filter(unverified), rel)) \
+            .unionByName(findings)
+    if out is not None and not scanned_only and writes_locally(out):
+        write_small_table(session.join(out, "findings"), schema.FINDING_COLUMNS,
+                          _finding_tuples(driver_rows), ("broker",), overwrite=mode == "overwrite")
+    elif out is not None:
         findings_path = session.join(out, "findings")
         # repartition, not coalesce: coalesce would run the scans feeding the findings (the
         # messages table, the queue windows) in as few tasks as there are output files
@@ -696,13 +778,18 @@ def audit(spark: SparkSession, sources: list[str], *, broker_names: list[str] | 
     else:
         findings = findings.persist(StorageLevel.MEMORY_AND_DISK)
     findings_by: dict = {}
-    for row in findings.groupBy("broker", "code", "severity").count().collect():
-        findings_by.setdefault(row["broker"], {})[(row["code"], row["severity"])] = row["count"]
+    if scanned_only:
+        for row in findings.groupBy("broker", "code", "severity").count().collect():
+            findings_by.setdefault(row["broker"], {})[(row["code"], row["severity"])] = \
+                row["count"]
+        listed = [r.asDict() for r in findings.orderBy("broker", "file", "offset", "code")
+                  .limit(LISTED_FINDINGS).collect()]
+    else:
+        # every finding is one of the driver's rows: no query needed to count or list them
+        listed = _first_findings(driver_rows, LISTED_FINDINGS)
     for name, found in verified.items():
         # verify's counts: also what a file's checks counted beyond their listing cap
         findings_by[name] = dict(found.counts)
-    listed = [r.asDict() for r in findings.orderBy("broker", "file", "offset", "code")
-              .limit(LISTED_FINDINGS).collect()]
     for r in listed:
         if r.get("details"):
             r["details"] = json.loads(r["details"])
@@ -716,7 +803,10 @@ def audit(spark: SparkSession, sources: list[str], *, broker_names: list[str] | 
         _publish_messages(spark, messages_path, sides, cutoffs)
         phases["publish"] = time.perf_counter() - started - sum(phases.values())
     file_rows, holes = _file_rows(brokers, sides, cutoffs, splits)
-    if out is not None:
+    if writes_locally(out):
+        write_small_table(session.join(out, "files"), schema.FILE_COLUMNS, file_rows,
+                          overwrite=mode == "overwrite")
+    elif out is not None:
         spark.createDataFrame(file_rows, schema.struct_type(schema.FILE_COLUMNS),
                               verifySchema=False).coalesce(1).write.mode(mode) \
             .parquet(session.join(out, "files"))
