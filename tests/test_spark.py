@@ -541,18 +541,18 @@ def test_the_table_tasks_write_equals_the_one_spark_writes(spark, stores, tmp_pa
     """A local --out: the tasks write the messages table with pyarrow. Spark's own partitioned
     writer, fed the same Arrow batches through mapInArrow, is the reference: the same
     partition directories and the same rows, damaged and stale stores included."""
-    from mqtool.spark import job, schema
+    from mqtool.spark import scanpass, schema
 
-    brokers, splits = job._plan(spark, [str(stores["gamma"]), str(stores["stale"])], None,
+    brokers, splits = scanpass.plan(spark, [str(stores["gamma"]), str(stores["stale"])], None,
                                 SMALL_SPLIT)
     struct = schema.struct_type(schema.MESSAGE_COLUMNS + (("store_date", "string"),))
     by_tasks, by_spark = tmp_path / "tasks", tmp_path / "spark"
-    sides, _ = job._write_and_verify(spark, brokers, splits, True, str(by_tasks),
+    sides, _ = scanpass.write_and_verify(spark, brokers, splits, True, str(by_tasks),
                                      "errorifexists")
-    _, reports = job._arrow_scan(spark, splits, True, struct, str(by_spark), "errorifexists")
+    _, reports = scanpass.arrow_scan(spark, splits, True, struct, str(by_spark), "errorifexists")
     def reported(values):     # the worker's peak memory is its own
         return [{k: v for k, v in side.items() if k != "peak_rss"}
-                for side in job._dedupe_sides(values)]
+                for side in scanpass.dedupe_sides(values)]
 
     assert reported(sides) == reported(reports)
 
@@ -1101,16 +1101,16 @@ def test_a_split_that_cannot_be_read_fails_in_one_line(spark, stores, tmp_path):
     """A CommitLog file that shrank after the audit was planned: the task's error, not a Spark
     stack trace."""
     from mqtool.errors import MqtoolError
-    from mqtool.spark import job, session
+    from mqtool.spark import job, scanpass, session
 
     root = tmp_path / "shrinking"
     shutil.copytree(stores["alpha"], root)
-    brokers, splits = job._plan(spark, [str(root)], None, 1 << 18)
+    brokers, splits = scanpass.plan(spark, [str(root)], None, 1 << 18)
     victim = root / "commitlog" / brokers[0].files[0].name
     os.truncate(victim, 1000)
     with pytest.raises(MqtoolError) as caught, session.spark_failures():
-        job._scan_audit(spark, brokers, splits, True, job._labeller(brokers), None,
-                        "errorifexists")
+        scanpass.scan_audit(spark, brokers, splits, True, job._labeller(brokers), None,
+                            "errorifexists")
     text = str(caught.value)
     assert "\n" not in text and text.startswith("a Spark task failed: ")
     assert f"{victim}: 1000 bytes now, {1 << 20} when the audit was planned" in text

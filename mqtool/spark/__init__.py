@@ -7,11 +7,14 @@ The work is split so that pyspark is imported only where it must be:
 * :mod:`mqtool.spark.splits` (executors, no pyspark): one split scanned with the shared scanner;
 * :mod:`mqtool.spark.arrow` (executors, no pyspark): the scanner's numpy batches as Arrow record
   batches (the audit's ``mapInArrow`` and the data source's reader);
+* :mod:`mqtool.spark.tablewrite` (executors, no pyspark): an audit task writing its split's rows
+  to the ``messages`` table with pyarrow, when the output is on a local or shared file system;
 * :mod:`mqtool.spark.crosscheck` (driver and executors): ``verify`` itself on store roots the
   executors read, a task per CommitLog file, merged on the driver;
 * :mod:`mqtool.spark.source` (pyspark): ``spark.read.format("rocketmq")``, see :func:`register`;
-* :mod:`mqtool.spark.session` and :mod:`mqtool.spark.job` (driver, pyspark): the session, the
-  jobs, the Parquet outputs and the summary.
+* :mod:`mqtool.spark.session`, :mod:`mqtool.spark.scanpass` and :mod:`mqtool.spark.job`
+  (driver, pyspark): the session, the scan pass, then the jobs' findings, figures, outputs and
+  summary.
 
 ``import mqtool.spark`` stays cheap and works without pyspark; :func:`require_pyspark` is what a
 command calls before touching the jobs.
