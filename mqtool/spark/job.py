@@ -186,14 +186,21 @@ def _record_findings(messages: DataFrame, rel) -> DataFrame:
 def queue_steps(messages: DataFrame) -> DataFrame:
     """Dispatched records (NOT/COMMIT) with the queue offset the previous record of their queue
     makes them expect (its queue offset plus its INNER_NUM step), in CommitLog order."""
-    window = Window.partitionBy("broker", "topic", "queue_id").orderBy("commitlog_offset")
+    # the queue's hash leads the window's sort key: Spark sorts on an 8-byte prefix of the
+    # first key, which for the broker's name is the same for a whole broker (every comparison
+    # then goes to the full row); the queue's own columns follow, so a hash collision cannot
+    # merge two queues (4.4 M records, warm: 8.5 s -> 7 s)
+    window = Window.partitionBy("queue_hash", "broker", "topic", "queue_id") \
+        .orderBy("commitlog_offset")
     step = F.coalesce(F.col("inner_num").cast("long"), F.lit(1).cast("long"))
     return messages.filter(F.col("transaction").isin(_DISPATCHED)) \
-        .select("broker", "topic", "queue_id", "file", "file_offset", "commitlog_offset",
+        .select(F.xxhash64("broker", "topic", "queue_id").alias("queue_hash"),
+                "broker", "topic", "queue_id", "file", "file_offset", "commitlog_offset",
                 "queue_offset", (F.col("queue_offset") + step).alias("next_expected")) \
         .withColumn("expected", F.lag("next_expected").over(window)) \
         .withColumn("previous_offset", F.lag("commitlog_offset").over(window)) \
-        .filter(F.col("expected").isNotNull() & (F.col("queue_offset") != F.col("expected")))
+        .filter(F.col("expected").isNotNull() & (F.col("queue_offset") != F.col("expected"))) \
+        .drop("queue_hash")
 
 
 def _gap_findings(spark: SparkSession, gaps: DataFrame, rel) -> DataFrame:
