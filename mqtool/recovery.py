@@ -19,14 +19,13 @@ is tested against; where they and the spec differ, the stores win (see the comme
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing
-import sys
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
 from .codec import numpy_dtype
+from .cores import fork_context
 from .passport import store_passport
 from .queue_recovery import (QueueRecovery, QueueTruncation, queue_kinds, recover_consume_queue,
                              scan_valid_prefix, truncate_dirty_logic)
@@ -251,11 +250,12 @@ def judge_segments(segments: list[Segment], rules: BrokerRules, progress=None,
     processes: files are judged independently, and the broker's scan of a crashed store reads
     every one of them."""
     count = min(workers, len(segments))
-    if count <= 1 or sys.platform != "linux":
+    context = fork_context()
+    if count <= 1 or context is None:
         # a spawned child could not re-import ``python -m mqtool``: fork only
         return {seg.base_offset: judge_segment(seg, rules, progress) for seg in segments}
     verdicts = {}
-    with ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("fork")) as pool:
+    with ProcessPoolExecutor(count, mp_context=context) as pool:
         for seg, verdict in zip(segments, pool.map(_judge_alone,
                                                    [(seg, rules) for seg in segments])):
             verdicts[seg.base_offset] = verdict

@@ -3,11 +3,10 @@ processes when asked), the recovery prediction, the merge into the report."""
 from __future__ import annotations
 
 import multiprocessing
-import sys
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
-from ..cores import available_cores
+from ..cores import available_cores, fork_context
 from ..batchcq import check_batch_consume_queues
 from ..recovery import BrokerRules, RecoveryPlan, predict_recovery, resolve_broker_version
 from ..consumers import consumer_findings, ends_over_files
@@ -40,11 +39,9 @@ def _auto_workers(segments: int, workers: int | None) -> int:
 
 
 def _pool_context():
-    """fork where it exists and is safe: a forked worker starts with mqtool and numpy already
-    imported (a spawned one pays ~0.3 s of imports) and inherits the context without pickling."""
-    if sys.platform == "linux":
-        return multiprocessing.get_context("fork")
-    return multiprocessing.get_context()
+    """fork where it is safe (:func:`mqtool.cores.fork_context`), else the platform's default
+    (the context is pickled to spawned workers)."""
+    return fork_context() or multiprocessing.get_context()
 
 
 @dataclass
