@@ -122,6 +122,13 @@ def _finding_frame(spark: SparkSession, rows: list[dict]) -> DataFrame:
                                  verifySchema=False)
 
 
+def _write_findings(findings: DataFrame, path: str, mode: str, brokers: int) -> None:
+    # repartition, not coalesce: coalesce would run the scans feeding the findings (the
+    # messages table, the queue windows) in as few tasks as there are output files
+    findings.repartition(max(1, min(8, brokers)), "broker").write.mode(mode) \
+        .partitionBy("broker").parquet(path)
+
+
 def _first_findings(rows: list[dict], limit: int) -> list[dict]:
     """The first ``limit`` of ``rows`` in the findings table's order (broker, file, offset,
     code; nulls first, as Spark sorts), each as the table gives it back: its columns, details
@@ -523,7 +530,9 @@ def audit(spark: SparkSession, sources: list[str], *, broker_names: list[str] | 
         [f for f in _region_findings(sides, cutoffs, label) if f["broker"] not in verified] + \
         [row for found in verified.values() for row in found.rows]
     gaps = queue_steps(records)
-    findings = _finding_frame(spark, driver_rows)
+    findings_path = session.join(out, "findings") if out else None
+    findings = None      # the findings as a Spark frame: only when the scan's checks add some
+    findings_by: dict = {}
     if scanned_only:
         # used twice (findings, per-queue figures): sort the queues once
         gaps = gaps.persist(StorageLevel.MEMORY_AND_DISK)
@@ -531,22 +540,13 @@ def audit(spark: SparkSession, sources: list[str], *, broker_names: list[str] | 
         unverified = F.col("broker").isin([b.name for b in scanned_only])
         findings = _record_findings(records.filter(unverified), rel) \
             .unionByName(_gap_findings(spark, gaps.filter(unverified), rel)) \
-            .unionByName(findings)
-    if out is not None and not scanned_only and writes_locally(out):
-        write_small_table(session.join(out, "findings"), schema.FINDING_COLUMNS,
-                          _finding_tuples(driver_rows), ("broker",), overwrite=mode == "overwrite")
-    elif out is not None:
-        findings_path = session.join(out, "findings")
-        # repartition, not coalesce: coalesce would run the scans feeding the findings (the
-        # messages table, the queue windows) in as few tasks as there are output files
-        findings.repartition(max(1, min(8, len(brokers))), "broker").write.mode(mode) \
-            .partitionBy("broker").parquet(findings_path)
-        findings = spark.read.schema(schema.struct_type(schema.FINDING_COLUMNS)) \
-            .parquet(findings_path)
-    else:
-        findings = findings.persist(StorageLevel.MEMORY_AND_DISK)
-    findings_by: dict = {}
-    if scanned_only:
+            .unionByName(_finding_frame(spark, driver_rows))
+        if out is not None:
+            _write_findings(findings, findings_path, mode, len(brokers))
+            findings = spark.read.schema(schema.struct_type(schema.FINDING_COLUMNS)) \
+                .parquet(findings_path)
+        else:
+            findings = findings.persist(StorageLevel.MEMORY_AND_DISK)
         for row in findings.groupBy("broker", "code", "severity").count().collect():
             findings_by.setdefault(row["broker"], {})[(row["code"], row["severity"])] = \
                 row["count"]
@@ -554,6 +554,12 @@ def audit(spark: SparkSession, sources: list[str], *, broker_names: list[str] | 
                   .limit(LISTED_FINDINGS).collect()]
     else:
         # every finding is one of the driver's rows: no query needed to count or list them
+        if writes_locally(out):
+            write_small_table(findings_path, schema.FINDING_COLUMNS, _finding_tuples(driver_rows),
+                              ("broker",), overwrite=mode == "overwrite")
+        elif out is not None:
+            _write_findings(_finding_frame(spark, driver_rows), findings_path, mode,
+                            len(brokers))
         listed = _first_findings(driver_rows, LISTED_FINDINGS)
     for name, found in verified.items():
         # verify's counts: also what a file's checks counted beyond their listing cap
@@ -591,7 +597,8 @@ def audit(spark: SparkSession, sources: list[str], *, broker_names: list[str] | 
         session.write_text(spark, session.join(out, "summary.json"),
                            json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
     else:
-        findings.unpersist()
+        if findings is not None:
+            findings.unpersist()
         scanned.unpersist()
     gaps.unpersist()
     return AuditResult(summary, listed, out, len(splits), sides)

@@ -101,14 +101,21 @@ def cut(frame: DataFrame, cutoffs: dict) -> DataFrame:
     return frame.filter(~spurious)
 
 
+def _replace_table(spark: SparkSession, path: str, frame: DataFrame, fmt: str,
+                   partition_by: list[str]) -> None:
+    """Replace the written table at ``path`` with ``frame`` (a query over it): written beside
+    it first, then swapped in."""
+    fixed = path.rstrip("/") + ".__mqtool_fixed"
+    frame.write.mode("overwrite").partitionBy(*partition_by).format(fmt).save(fixed)
+    session.delete(spark, path)
+    session.rename(spark, fixed, path)
+
+
 def _rewrite_without(spark: SparkSession, path: str, struct, cutoffs: dict, fmt: str,
                      partition_by: list[str]) -> None:
     """Drop the rows past a file's blank record from a written table (rare: see chain_check)."""
-    fixed = path.rstrip("/") + ".__mqtool_fixed"
-    frame = spark.read.schema(struct).format(fmt).load(path)
-    cut(frame, cutoffs).write.mode("overwrite").partitionBy(*partition_by).format(fmt).save(fixed)
-    session.delete(spark, path)
-    session.rename(spark, fixed, path)
+    frame = cut(spark.read.schema(struct).format(fmt).load(path), cutoffs)
+    _replace_table(spark, path, frame, fmt, partition_by)
 
 
 def _finish_scan(spark: SparkSession, frame: DataFrame, sink, out_path: str | None, fmt: str,
@@ -133,8 +140,13 @@ def _finish_scan(spark: SparkSession, frame: DataFrame, sink, out_path: str | No
     return result, sides, cutoffs, notes
 
 
+def _scanned_struct():
+    """The audit's scanned rows: the messages columns and the store_date they are filed by."""
+    return schema.struct_type(schema.MESSAGE_COLUMNS + (("store_date", "string"),))
+
+
 def scan_audit(spark: SparkSession, brokers: list[BrokerInput], splits: list[Split],
-                check_crc: bool, label, out_path: str | None, mode: str):
+               check_crc: bool, label, out_path: str | None, mode: str):
     """The audit's scan, and verify's checks of its store roots (:mod:`.crosscheck`): one task
     per split, each turning its byte range into Arrow record batches of the scanner's columns,
     no Python object per message. Tasks write those batches to a table on a local or shared
@@ -153,10 +165,10 @@ def scan_audit(spark: SparkSession, brokers: list[BrokerInput], splits: list[Spl
 
     Returns (rows, records, messages, side reports, rows cut as stale, notes, verify's findings
     by broker)."""
-    struct = schema.struct_type(schema.MESSAGE_COLUMNS + (("store_date", "string"),))
+    struct = _scanned_struct()
     if writes_locally(out_path):
         reports, verified = write_and_verify(spark, brokers, splits, check_crc,
-                                              local_path(out_path), mode)
+                                             local_path(out_path), mode)
         rows = spark.read.schema(struct).parquet(out_path)
     else:
         # verify's job is submitted alongside the scan's, not after it: its tasks take the
@@ -180,7 +192,7 @@ def views(rows: DataFrame) -> tuple[DataFrame, DataFrame]:
 
 
 def write_and_verify(spark: SparkSession, brokers: list[BrokerInput], splits: list[Split],
-                      check_crc: bool, table: str, mode: str) -> tuple[list[dict], dict]:
+                     check_crc: bool, table: str, mode: str) -> tuple[list[dict], dict]:
     """One job whose tasks write the messages table (a task per split) and run verify's
     per-file checks (a task per CommitLog file of a store root), the largest first so that no
     big task starts last. Returns the side reports and verify's findings by broker."""
@@ -213,7 +225,7 @@ def write_and_verify(spark: SparkSession, brokers: list[BrokerInput], splits: li
 
 
 def arrow_scan(spark: SparkSession, splits: list[Split], check_crc: bool, struct,
-                out_path: str | None, mode: str):
+               out_path: str | None, mode: str):
     """The scan handing Arrow batches to Spark: returns the rows (written to ``out_path`` and
     read back, or cached) and the side reports."""
     sc = spark.sparkContext
@@ -236,18 +248,12 @@ def publish_messages(spark: SparkSession, path: str, sides: list[dict], cutoffs:
     (see chain_check) and opened inner batches' records go. Rare: most audits rewrite nothing."""
     if not cutoffs and not any(side.get("opened") for side in sides):
         return
-    struct = schema.struct_type(schema.MESSAGE_COLUMNS + (("store_date", "string"),))
-    position = F.col("inner_position")
-    fixed = path.rstrip("/") + ".__mqtool_fixed"
-    frame = cut(spark.read.schema(struct).parquet(path), cutoffs)
-    frame.filter(position.isNull() | (position >= 0)).write.mode("overwrite") \
-        .partitionBy("broker", "store_date").parquet(fixed)
-    session.delete(spark, path)
-    session.rename(spark, fixed, path)
+    _, messages = views(cut(spark.read.schema(_scanned_struct()).parquet(path), cutoffs))
+    _replace_table(spark, path, messages, "parquet", ["broker", "store_date"])
 
 
 def scan(spark: SparkSession, splits: list[Split], partition_fn, columns, out_path: str | None,
-          fmt: str, mode: str, partition_by: list[str]):
+         fmt: str, mode: str, partition_by: list[str]):
     """Run the one scan job. Returns the rows as a DataFrame to query (read back from
     ``out_path``, or cached), the tasks' side reports, the rows cut as stale
     ({(broker, file): blank offset}) and notes."""

@@ -19,6 +19,7 @@ No pyspark here.
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
 from typing import Iterator
 
@@ -45,6 +46,13 @@ def part_name(number: int) -> str:
     return f"part-{number:05d}-mqtool.snappy.parquet"
 
 
+def _in_progress(final: str) -> str:
+    """Where a part is written before it is renamed to ``final``: hidden (Spark lists no name
+    that starts with '.') and unique to this attempt."""
+    folder, name = os.path.split(final)
+    return os.path.join(folder, f".{name}.{uuid.uuid4().hex}.inprogress")
+
+
 class SplitTableWriter:
     """The parts one split writes: one Parquet file per store_date the split's rows fall on
     (most splits: one), each renamed into place by :meth:`close`."""
@@ -62,8 +70,7 @@ class SplitTableWriter:
             folder = os.path.join(self._broker_dir, partition_dir("store_date", date))
             os.makedirs(folder, exist_ok=True)
             final = os.path.join(folder, self._name)
-            # hidden (Spark lists no name that starts with '.') and unique to this attempt
-            hidden = os.path.join(folder, f".{self._name}.{uuid.uuid4().hex}.inprogress")
+            hidden = _in_progress(final)
             entry = self._writers[date] = (pq.ParquetWriter(hidden, schema, compression="snappy"),
                                            hidden, final)
         return entry[0]
@@ -112,13 +119,9 @@ def write_small_table(table: str, columns, rows: list[tuple],
     from .arrow import arrow_schema
 
     table_dir = local_path(table)
-    if os.path.exists(table_dir) and not overwrite:
-        raise FileExistsError(table_dir)
     if overwrite:
-        import shutil
-
         shutil.rmtree(table_dir, ignore_errors=True)
-    os.makedirs(table_dir)
+    os.makedirs(table_dir)      # FileExistsError for an earlier table not to be overwritten
     names = [name for name, _ in columns]
     at = [names.index(name) for name in partition_by]
     groups: dict = {} if rows or partition_by else {(): []}
@@ -132,7 +135,7 @@ def write_small_table(table: str, columns, rows: list[tuple],
         data = pa.Table.from_pylist([dict(zip(names, row)) for row in part],
                                     schema=arrow_schema(kept))
         final = os.path.join(folder, part_name(0))
-        hidden = os.path.join(folder, f".{part_name(0)}.{uuid.uuid4().hex}.inprogress")
+        hidden = _in_progress(final)
         pq.write_table(data, hidden, compression="snappy")
         os.replace(hidden, final)
     open(os.path.join(table_dir, "_SUCCESS"), "wb").close()
