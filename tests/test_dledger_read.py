@@ -257,8 +257,8 @@ def test_broker_query_message_on_the_recovered_store_equals_the_brokers(name, un
     recovery left (the IndexFile a crash deletes stays deleted: key lookups lose that tail)."""
     from mqtool import query as q
 
+    store = Store(unpack_shared(name, "recovered.tar.gz"))   # skips without ../shared
     recover = _recover_json(name)
-    store = Store(unpack_shared(name, "recovered.tar.gz"))
     assert store.layout == DLEDGER_LAYOUT
     end = recover["afterRecovery"]["maxPhyOffset"]
     wrong = []
