@@ -34,7 +34,8 @@ from .consumers import is_unconsumed
 from .inspect import message_to_dict, unwrap_message_dict
 from .recovery import (BrokerRules, FileJudge, FileVerdict, RecoveryPlan, predict_recovery,
                        resolve_broker_version)
-from .scan import BlankRecord, CorruptRegion, MessageRecord, Scanner, UnwrittenTail
+from .scan import (BlankRecord, CorruptRegion, MessageRecord, Scanner, UnwrittenTail,
+                   entry_damage)
 from .store import MappedFile, Store, written_extent
 
 SCHEDULE_TOPIC = codecs.SCHEDULE_TOPIC
@@ -69,6 +70,7 @@ class Extracted:
     file_offset: int
     damage: str | None          # None: intact
     beyond_truncation: bool     # at or past the broker's processOffset
+    entry_damage: dict | None = None   # DLedger: the damaged entry header read past (code, detail)
 
 
 def _placeholder_verdicts(store: Store) -> dict[int, FileVerdict]:
@@ -207,7 +209,9 @@ class StorePass:
 
     def records(self) -> Iterator[Extracted]:
         store = self.store
-        scanner = Scanner(store.commitlog, check_crc=True, resync=True)
+        # forensic: a damaged DLedger entry header that still frames an intact record is read
+        # past (the judge still stops there, as the broker's DLedger recovery does)
+        scanner = Scanner(store.commitlog, check_crc=True, resync=True, forensic=True)
         truncated = False
         for index, seg in enumerate(store.commitlog.segments):
             judge = FileJudge(seg, self.rules)
@@ -244,7 +248,10 @@ class StorePass:
                         body = buf[at:at + event.body_length] if event.body_length > 0 else b""
                         beyond = judged and (truncated or (
                             judge.stopped and event.offset >= judge.verdict.stop_offset))
-                        yield Extracted(event, body, name, event.offset - base, damage, beyond)
+                        entry = entry_damage(buf, event.offset - base, base) \
+                            if seg.is_dledger else None
+                        yield Extracted(event, body, name, event.offset - base, damage, beyond,
+                                        entry)
                     elif mapper is None:
                         continue
                     elif kind is CorruptRegion:
@@ -426,6 +433,8 @@ def salvage(store: Store, emit: Callable[[dict], None], *, beyond_truncation_onl
         out["beyond_truncation"] = item.beyond_truncation
         if include_damaged:
             out["damage"] = item.damage
+        if item.entry_damage is not None:
+            out["dledger_entry_damage"] = item.entry_damage
         for message in (unwrap_message_dict(out, record, item.body, body_mode=body_mode)
                         if unwrap else [out]):
             if _consumed_inner(message, out, record, unconsumed):
@@ -544,6 +553,8 @@ def export_messages(store: Store, emit: Callable[[dict], None], *,
                               body_mode=body_mode, decompress=decompress)
         out.update(extra)
         out["beyond_truncation"] = item.beyond_truncation
+        if item.entry_damage is not None:
+            out["dledger_entry_damage"] = item.entry_damage
         if pending is not None:
             timer = pending[record.offset]
             out["pending_timer"] = {k: timer[k] for k in (

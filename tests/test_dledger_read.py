@@ -426,3 +426,54 @@ def test_verify_workers_rebuild_the_dledger_layout(dledger_stores, mqtool):
     one = json.loads(mqtool("verify", "--json", store).stdout)["findings"]
     two = json.loads(mqtool("verify", "--json", "--workers", "2", store).stdout)["findings"]
     assert one == two and [f["code"] for f in two] == ["CL_CRC_MISMATCH"]
+
+
+def test_a_damaged_entry_magic_hides_nothing_from_dump_and_salvage(dledger_stores, tmp_path,
+                                                                    mqtool):
+    """One entry's magic byte flipped, its size and the message inside intact: the broker's
+    DLedger recovery ends the log there (verify still predicts that), but dump and salvage read
+    on and list every message the broker's decoder reads from the files, the one behind the
+    damaged header flagged. Where the entry lies comes from the broker's dump.json."""
+    broker = broker_dump("dledger-clean")["messages"]
+    victim = broker[1000]
+    entry = victim["dledger"]
+    store = sparse_copytree(dledger_stores["dledger-clean"], tmp_path / "store")
+    with open(store / entry["entryFile"], "r+b") as fh:
+        fh.seek(entry["entryFilePos"] + 3)          # the low byte of the magic (1)
+        low = fh.read(1)[0]
+        fh.seek(entry["entryFilePos"] + 3)
+        fh.write(bytes([low ^ 0x04]))
+    expected = [m["commitLogOffset"] for m in broker]
+
+    proc = mqtool("dump", "--json", "--body", "none", store)
+    assert proc.returncode == 0, proc.stderr
+    records = [json.loads(line) for line in proc.stdout.splitlines()]
+    messages = [r for r in records if r["record_type"] == "commitlog/message"]
+    assert [m["commitlog_offset"] for m in messages] == expected
+    flagged = [m for m in messages if "dledger_entry_damage" in m]
+    assert [m["commitlog_offset"] for m in flagged] == [victim["commitLogOffset"]]
+    assert flagged[0]["dledger_entry_damage"]["code"] == "DL_ENTRY_MAGIC"
+    assert flagged[0]["body_crc_ok"] and flagged[0]["offset_ok"]
+    (corrupt,) = [r for r in records if r["record_type"] == "commitlog/corrupt"]
+    assert (corrupt["commitlog_offset"], corrupt["length"], corrupt["code"]) == \
+        (entry["entryOffset"], 48, "DL_ENTRY_MAGIC")
+
+    out = tmp_path / "salvaged.jsonl"
+    proc = mqtool("salvage", "--out", out, "--body", "none", store)
+    assert proc.returncode == 0, proc.stderr
+    salvaged = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [m["commitlog_offset"] for m in salvaged] == expected
+    assert [m["commitlog_offset"] for m in salvaged if "dledger_entry_damage" in m] == \
+        [victim["commitLogOffset"]]
+    report = json.loads(proc.stdout)
+    assert report["truncation"]["process_offset"] == entry["entryOffset"]
+    assert [(h["start"], h["end"]) for h in report["holes"]] == \
+        [(entry["entryOffset"], entry["entryOffset"] + 48)]
+
+    # the broker's recovery is unchanged: it ends the log at the damaged entry
+    proc = mqtool("verify", "--json", store)
+    assert proc.returncode == 1, proc.stderr
+    found = json.loads(proc.stdout)
+    assert [f["code"] for f in found["findings"] if f["code"].startswith("DL_")] == \
+        ["DL_ENTRY_MAGIC"]
+    assert found["recovery"]["process_offset"] == entry["entryOffset"]

@@ -14,8 +14,8 @@ from ..errors import MqtoolError
 from ..formats import codecs
 from ..innerbatch import OpenedBatch, is_inner_batch, open_record
 from ..formats import commitlog as cl_fmt
-from ..scan import (BlankRecord, MessageRecord, Scanner, UnwrittenTail, entry_fields,
-                    read_body)
+from ..scan import (BlankRecord, MessageRecord, Scanner, UnwrittenTail, entry_damage,
+                    entry_fields, read_body)
 from ..store import CommitLog, MappedFile, Segment
 from .records import RT_BLANK, RT_CORRUPT, RT_MESSAGE, RT_UNWRITTEN
 
@@ -361,9 +361,12 @@ def iter_commitlog_records(commitlog: CommitLog, *, segments: list[Segment] | No
     filters then select inner messages; a batch matching them itself gives all of its own).
 
     Without ``resync`` a corrupt region ends its file's scan, as the broker's recovery does; the
-    next file is still scanned."""
+    next file is still scanned. A damaged DLedger entry header whose size still frames an
+    intact record is a corrupt region of 48 bytes, and the scan reads on: the record behind it
+    comes with ``dledger_entry_damage`` (code and detail), though the broker's DLedger recovery
+    ends the log there."""
     filters = filters or MessageFilter()
-    scanner = Scanner(commitlog, check_crc=True, resync=resync)
+    scanner = Scanner(commitlog, check_crc=True, resync=resync, forensic=True)
     start, end = filters.from_offset, filters.to_offset
     if segments is None:
         segments = scanner.segments(start, end)
@@ -390,6 +393,10 @@ def iter_commitlog_records(commitlog: CommitLog, *, segments: list[Segment] | No
                                           decompress=decompress)
                     if seg.is_dledger:
                         out["dledger"] = entry_fields(buf, event.offset - seg.base_offset)
+                        damage = entry_damage(buf, event.offset - seg.base_offset,
+                                              seg.base_offset)
+                        if damage is not None:
+                            out["dledger_entry_damage"] = damage
                     if not opening:
                         yield out
                         continue

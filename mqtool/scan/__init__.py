@@ -36,7 +36,8 @@ from __future__ import annotations
 from ..formats import commitlog as fmt  # noqa: F401  (callers read scan.fmt)
 from .records import (BlankRecord, CorruptRegion, EntryHeader, HEADER, MIDDLE, MIN_MESSAGE_SIZE,
                       MessageRecord, ScanEvent, UnwrittenTail, decode_message, entry_fields,
-                      entry_header_at, entry_problem, explain_corruption, find_sync_point,
+                      entry_damage, entry_header_at, entry_problem, explain_corruption,
+                      find_sync_point, framed_record,
                       first_int, plausible_entry_at, plausible_record_at, scan_buffer)
 from .batches import (FLAG_FALSE, FLAG_NONE, FLAG_TRUE, RecordBatch, TopicTable, _COLUMNS,
                       expand_batches, scan_buffer_batches)

@@ -352,18 +352,75 @@ def _step(buf, pos: int, limit: int, base: int, name: str, check_crc: bool,
     return rec, rec.end - base
 
 
+def framed_record(buf, pos: int, limit: int, base: int,
+                  check_crc: bool = True) -> tuple[CorruptRegion, MessageRecord] | None:
+    """A DLedger entry at file position ``pos`` whose header is damaged (DL_ENTRY_* of the magic,
+    pos or body size) but whose size field still frames an intact record: the header as a
+    48-byte CorruptRegion and the record behind it. None when the header is sound, or when its
+    size frames no intact record (wrong length, PHYSICALOFFSET not its position, bad CRC).
+
+    The broker's DLedger recovery ends the log at such an entry; a forensic read (dump,
+    salvage) lists the record all the same, after the region that says why."""
+    if pos < 0 or pos + 8 > limit:
+        return None
+    first, second = struct.unpack_from(">iI", buf, pos)
+    if first == dl_fmt.BLANK_MAGIC or (first == 0 and second == 0):
+        return None
+    problem = entry_problem(buf, pos, limit, base)
+    if problem is None or not problem[0].startswith("DL_ENTRY") \
+            or problem[0] == "DL_ENTRY_TRUNCATED":
+        return None
+    code, detail, size = problem
+    end = pos + size
+    if size < _DL_HEADER_SIZE + MIN_MESSAGE_SIZE or end > limit:
+        return None
+    try:
+        rec = decode_message(buf, pos + _DL_HEADER_SIZE, end, base, check_crc)
+    except (_Bad, struct.error):
+        return None
+    if rec.total_size != size - _DL_HEADER_SIZE or not rec.offset_ok \
+            or rec.body_crc_ok is False or rec.prop_crc_ok is False:
+        return None
+    header = CorruptRegion(base + pos, _DL_HEADER_SIZE, code,
+                           f"{detail}; its size ({size}) frames an intact record, read on "
+                           "(the broker's DLedger recovery ends the log here)", size)
+    return header, rec
+
+
+def entry_damage(buf, record_pos: int, base: int) -> dict | None:
+    """``{"code", "detail"}`` of the damaged DLedger entry header in front of the record at file
+    position ``record_pos`` (a record :func:`framed_record` read on to); None when it is sound."""
+    problem = entry_problem(buf, record_pos - _DL_HEADER_SIZE, len(buf), base)
+    if problem is None or not problem[0].startswith("DL_ENTRY"):
+        return None
+    return {"code": problem[0], "detail": problem[1]}
+
+
 def scan_buffer(buf, base: int, *, name: str = "", start: int = 0, stop: int | None = None,
                 check_crc: bool = True, resync: bool = False,
-                layout: str = COMMITLOG_LAYOUT) -> Iterator[ScanEvent]:
+                layout: str = COMMITLOG_LAYOUT, forensic: bool = False) -> Iterator[ScanEvent]:
     """Scan one segment's bytes. ``start``/``stop`` are file positions: events that *start* in
     [start, stop) are yielded; a ``start`` other than 0 first resynchronises (Spark splits).
-    ``layout``: the segment's (:attr:`Segment.layout`)."""
+    ``layout``: the segment's (:attr:`Segment.layout`). ``forensic`` (DLedger data): read on
+    past a damaged entry header whose size frames an intact record (:func:`framed_record`):
+    the header comes as a CorruptRegion, then the record; without it the scan treats the
+    entry as the broker's recovery does."""
     limit = len(buf)
     stop = limit if stop is None else min(stop, limit)
     pos = start
     if start > 0:
         pos = find_sync_point(buf, start, limit, base, check_crc, layout)
+    forensic = forensic and layout == DLEDGER_LAYOUT
     while pos < stop:
+        framed = framed_record(buf, pos, limit, base, check_crc) if forensic else None
+        if framed is not None:
+            header, rec = framed
+            yield header
+            if rec.offset >= base + stop:
+                return
+            yield rec
+            pos = rec.end - base
+            continue
         event, pos = _step(buf, pos, limit, base, name, check_crc, resync, layout)
         if type(event) is MessageRecord and event.offset >= base + stop:
             return      # DLedger: the entry starts before stop, its record does not

@@ -23,15 +23,19 @@ _RELEASE_EVERY = 32 * 1024 * 1024
 
 def scan_segment(segment: Segment, start: int | None = None, end: int | None = None, *,
                  check_crc: bool = True, resync: bool = False,
-                 progress=None) -> Iterator[ScanEvent]:
+                 progress=None, forensic: bool = False) -> Iterator[ScanEvent]:
     """Events of one segment; with ``start`` inside the file, from the first record at or
     after it (a record in progress at ``start`` is skipped).
 
     Memory stays flat whatever the file size: only the written extents (plus room for the
     largest record) are mapped, since a preallocated file's unwritten tail is a sparse hole
-    of zeros, and pages behind the scan are handed back to the kernel as it goes."""
-    return _scan_mapped(segment, start, end, progress, scan_buffer,
-                        {"check_crc": check_crc, "resync": resync, "layout": segment.layout})
+    of zeros, and pages behind the scan are handed back to the kernel as it goes.
+    ``forensic``: see :func:`scan_buffer` (dump and salvage read on past a damaged DLedger entry
+    header that still frames an intact record)."""
+    options = {"check_crc": check_crc, "resync": resync, "layout": segment.layout}
+    if forensic:
+        options["forensic"] = True
+    return _scan_mapped(segment, start, end, progress, scan_buffer, options)
 
 
 def scan_segment_batches(segment: Segment, start: int | None = None, end: int | None = None, *,
@@ -90,10 +94,12 @@ def _scan_mapped(segment: Segment, start: int | None, end: int | None, progress,
 class Scanner:
     """Scans a CommitLog (all segments, or an offset range) in order."""
 
-    def __init__(self, commitlog: CommitLog, *, check_crc: bool = True, resync: bool = False):
+    def __init__(self, commitlog: CommitLog, *, check_crc: bool = True, resync: bool = False,
+                 forensic: bool = False):
         self.commitlog = commitlog
         self.check_crc = check_crc
         self.resync = resync
+        self.forensic = forensic     # scan_segment's: the batch scan has no such mode
 
     def segments(self, start: int | None = None, end: int | None = None) -> list[Segment]:
         return [s for s in self.commitlog.segments
@@ -103,7 +109,7 @@ class Scanner:
     def scan_segment(self, segment: Segment, start: int | None = None, end: int | None = None,
                      progress=None) -> Iterator[ScanEvent]:
         return scan_segment(segment, start, end, check_crc=self.check_crc, resync=self.resync,
-                            progress=progress)
+                            progress=progress, forensic=self.forensic)
 
     def scan_segment_batches(self, segment: Segment, start: int | None = None,
                              end: int | None = None, progress=None,
