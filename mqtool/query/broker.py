@@ -132,6 +132,8 @@ def explain(store: Store, result: QueryResult, *, plan: RecoveryPlan | None = No
         if f.inner_position is not None:
             continue  # the start indexes the outer record only
         offset = f.record.offset
+        if not f.record.offset_ok:
+            continue  # indexed again under the offset it states, where it is not
         if index_from <= offset < process_offset and f.record.topic in broker:
             if offset not in broker[f.record.topic]:
                 broker[f.record.topic] = sorted(broker[f.record.topic] + [offset])
@@ -155,6 +157,7 @@ def explain(store: Store, result: QueryResult, *, plan: RecoveryPlan | None = No
             f"recovered end {process_offset}: the broker skips them", stale_past)
 
     beyond, unindexed, lost_index, outside_window, missing_other = [], [], [], [], []
+    misplaced: list = []
     inner = [f for f in result.found if f.inner_position is not None]
     if inner:
         add("inner-batch-message", f"{len(inner)} of the messages found lie inside inner "
@@ -170,6 +173,9 @@ def explain(store: Store, result: QueryResult, *, plan: RecoveryPlan | None = No
             continue
         if offset in broker_seen:
             continue
+        if not f.record.offset_ok:
+            misplaced.append(f.record)
+            continue
         live_hits = [h for h in f.index_hits if h.file not in deleted]
         if f.index_hits and not live_hits:
             lost_index.append(offset)
@@ -179,6 +185,12 @@ def explain(store: Store, result: QueryResult, *, plan: RecoveryPlan | None = No
             outside_window.append(offset)
         else:
             missing_other.append(offset)
+    if misplaced:
+        stated = ", ".join(f"{r.offset} states {r.physical_offset}" for r in misplaced[:5])
+        add("damaged-physical-offset", f"the PHYSICALOFFSET field of these messages is damaged "
+            f"({stated}): the broker's dispatch indexes a message under the offset it states, "
+            f"where no such message starts, so queryMessage does not return it (mqtool found "
+            f"it where it really is)", [r.offset for r in misplaced])
     if beyond:
         add("beyond-truncation", f"the broker's next start truncates the CommitLog at "
             f"{process_offset} ({plan.stop_reason}): these messages are gone for it", beyond)
@@ -208,5 +220,5 @@ def explain(store: Store, result: QueryResult, *, plan: RecoveryPlan | None = No
             [result.details["is_offset_msg_id_of"]])
     out["reasons"] = reasons
     out["broker_finds_all"] = not (beyond or lost_index or unindexed or outside_window
-                                   or missing_other or inner)
+                                   or missing_other or inner or misplaced)
     return out

@@ -16,7 +16,7 @@ from ..store import CommitLog, Store
 from .results import Found, QueryError, QueryResult
 from .ids import check_hex_id, describe_msg_id, describe_uniq_key, uniq_key_windows
 from .reader import RecordReader
-from .index import IndexSet
+from .index import IndexHit, IndexSet
 
 
 # Topics the broker writes itself; their records are indexed under these names too.
@@ -174,6 +174,7 @@ def _lookup(store: Store, topics: list[str], key: str | None, uniq_key: str | No
     scan_ranges: list[tuple[int, int]] = []
     gaps: list[tuple[int, int]] = []
     damaged: list[tuple[int, int]] = []
+    unresolved: list[tuple[str, IndexHit]] = []
     with IndexSet(store) as index, RecordReader(commitlog) as reader:
         usable = [f for f in index.files if f.used]
         for f in index.files:
@@ -216,12 +217,17 @@ def _lookup(store: Store, topics: list[str], key: str | None, uniq_key: str | No
                             result.duplicates += 1
                             continue
                         record, _why = reader.at(hit.phy_offset)
-                        if record is None or not record.offset_ok:
-                            result.stale.append(hit.phy_offset)
+                        if record is None:
+                            unresolved.append((topic, hit))
                         elif record.topic != topic or not _carries(record, key, uniq_key):
-                            result.collisions.append(hit.phy_offset)
+                            if record.offset_ok:
+                                result.collisions.append(hit.phy_offset)
+                            else:
+                                result.stale.append(hit.phy_offset)
                         else:
+                            # the key's record, wherever its PHYSICALOFFSET field says it is
                             found[hit.phy_offset] = Found(record, "index", [hit])
+            _resolve_stated(store, index, unresolved, found, result, key, uniq_key)
             for problem in result.problems:
                 result.notes.append(f"IndexFile {problem.file}: {problem.detail}; the file's "
                                     f"range was scanned instead")
@@ -253,6 +259,52 @@ def _lookup(store: Store, topics: list[str], key: str | None, uniq_key: str | No
                                 else f.inner_position))
     result.found = matches
     return result
+
+
+def _resolve_stated(store: Store, index: IndexSet, unresolved: list[tuple[str, IndexHit]],
+                    found: dict[int, Found], result: QueryResult, key: str | None,
+                    uniq_key: str | None) -> None:
+    """Index entries of the key that point where no message starts: the broker's dispatch
+    writes the offset a record states (PHYSICALOFFSET), so a record whose field is damaged is
+    indexed where it is not. Such an entry is followed to the record stating its offset,
+    looked for between the IndexFiles around the entry's (where the record was dispatched);
+    an entry no record explains is stale."""
+    if not unresolved:
+        return
+    files = [f for f in index.files if f.used]
+    names = [f.name for f in files]
+    commitlog = store.commitlog
+    ranges = []
+    for _topic, hit in unresolved:
+        i = names.index(hit.file) if hit.file in names else -1
+        lo = files[i - 1].end_phy_offset if i > 0 else commitlog.min_offset
+        hi = files[i + 1].begin_phy_offset + 1 if 0 <= i < len(files) - 1 \
+            else commitlog.end_offset
+        ranges.append((min(lo, hit.phy_offset), max(hi, hit.phy_offset + 1)))
+    wanted = {hit.phy_offset for _topic, hit in unresolved}
+    stating: dict[int, MessageRecord] = {}
+    scanner = Scanner(commitlog, check_crc=False, resync=True)
+    for lo, hi in _merge_ranges(ranges):
+        for record in scanner.messages(lo, hi):
+            if not record.offset_ok and record.physical_offset in wanted:
+                stating.setdefault(record.physical_offset, record)
+                if len(stating) == len(wanted):
+                    break
+        if len(stating) == len(wanted):
+            break
+    for topic, hit in unresolved:
+        record = stating.get(hit.phy_offset)
+        if record is None or record.topic != topic or not _carries(record, key, uniq_key):
+            result.stale.append(hit.phy_offset)
+        elif record.offset in found:
+            found[record.offset].index_hits.append(hit)
+            result.duplicates += 1
+        else:
+            found[record.offset] = Found(record, "index-stated-offset", [hit])
+            result.notes.append(
+                f"the message at CommitLog offset {record.offset} states PHYSICALOFFSET "
+                f"{record.physical_offset} (damaged), where IndexFile {hit.file} entry "
+                f"{hit.entry} points: found by the offset it states")
 
 
 def _limit_newest(result: QueryResult, max_results: int | None) -> None:

@@ -26,7 +26,9 @@ class Found:
     """One message of an answer and how it was found."""
 
     record: MessageRecord
-    found_by: str                       # index | scan | msg-id | consume-queue | inner-batch
+    # index | index-stated-offset (an entry at the damaged offset the record states) | scan |
+    # msg-id | consume-queue | inner-batch
+    found_by: str
     index_hits: list[IndexHit] = field(default_factory=list)
     inner_position: int | None = None   # the inner message of an inner batch this answer is
 

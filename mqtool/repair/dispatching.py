@@ -320,8 +320,12 @@ class _DispatchProperties:
 def _dispatch_queues(batch: RecordBatch, offsets: np.ndarray, props: _DispatchProperties,
                      stats: DispatchStats, *, cq, bcq, cq_from: int, queues, batch_topics,
                      schedule_loaded: bool) -> None:
-    """CommitLogDispatcherBuildConsumeQueue for the records of a batch, in order."""
+    """CommitLogDispatcherBuildConsumeQueue for the records of a batch, in order. A unit holds
+    the offset its record states (PHYSICALOFFSET: the dispatch request's commitLogOffset), which
+    only a damaged field makes differ from ``offsets``, the positions that say which records
+    are dispatched."""
     sizes, stamps = batch.total_size, batch.store_timestamp
+    stated = batch.physical_offset
     tran = batch.sys_flag & _TYPE_MASK
     names = batch.topics.names
     queued = (offsets >= cq_from) & ((tran == _NOT) | (tran == _COMMIT))
@@ -359,7 +363,7 @@ def _dispatch_queues(batch: RecordBatch, offsets: np.ndarray, props: _DispatchPr
             if state["write_pos"] is not None:
                 write_pos[u], has_pos[u] = state["write_pos"], True
         inverse = inverse.reshape(-1)
-        covered = (offsets[cq_rows] + sizes[cq_rows] <= max_physic[inverse]) | (
+        covered = (stated[cq_rows] + sizes[cq_rows] <= max_physic[inverse]) | (
             has_pos[inverse] & (batch.queue_offset[cq_rows] * _UNIT < write_pos[inverse]))
         live = live.copy()
         live[cq_rows[~covered]] = True
@@ -371,7 +375,7 @@ def _dispatch_queues(batch: RecordBatch, offsets: np.ndarray, props: _DispatchPr
         i = int(rows[i])
         topic, stamp = names[batch.topic_id[i]], int(stamps[i])
         record_props = props.decoded(i)
-        if bcq.put(topic, int(batch.queue_id[i]), int(offsets[i]), int(sizes[i]),
+        if bcq.put(topic, int(batch.queue_id[i]), int(stated[i]), int(sizes[i]),
                    codecs.tags_code(topic, record_props, stamp), stamp,
                    *codecs.batch_position(record_props, int(batch.queue_offset[i]))):
             stats.cq_written += 1
@@ -402,18 +406,25 @@ def _dispatch_queues(batch: RecordBatch, offsets: np.ndarray, props: _DispatchPr
         members = order[bounds[u]:bounds[u + 1]]
         sel = rows[members]
         topic, queue_id = names[batch.topic_id[sel[0]]], int(batch.queue_id[sel[0]])
-        stats.cq_written += cq.put_run(topic, queue_id, offsets[sel], sizes[sel],
+        stats.cq_written += cq.put_run(topic, queue_id, stated[sel], sizes[sel],
                                        codes[members], batch.queue_offset[sel])
 
 
 def _dispatch_index(batch: RecordBatch, offsets: np.ndarray, props: _DispatchProperties,
                     index: RepairIndexWriter, index_from: int, prefixes: dict[int, int]) -> None:
     """BuildIndex for the records of a batch: UNIQ_KEY then each KEYS item of every record,
-    hashed as ``topic#key`` together and put in that order."""
+    hashed as ``topic#key`` together and put in that order.
+
+    The dispatch request carries the offset the record states (its PHYSICALOFFSET field): that
+    is what an entry holds and what buildIndex compares with the IndexFile's endPhyOffset. Only
+    a damaged field makes it differ from the record's position; the records of such a batch
+    are then judged one by one (``offsets``, the positions, still say which are dispatched)."""
     wanted = (offsets >= index_from) & ((batch.sys_flag & _TYPE_MASK) != _ROLLBACK)
+    stated = batch.physical_offset
+    damaged = not np.array_equal(stated, offsets)
     # offsets grow through the dispatch, so only records before the writer's last one (a
     # seeded file's) are already indexed
-    if index.has_file:
+    if index.has_file and not damaged:
         wanted &= offsets >= index.end_phy_offset
     rows = np.flatnonzero(wanted)
     if len(rows) == 0 or not index.enabled:
@@ -433,11 +444,32 @@ def _dispatch_index(batch: RecordBatch, offsets: np.ndarray, props: _DispatchPro
 
         owner, hashes = index_keys(props.data, props.values, rows, batch.topic_id, prefix_of)
         owners = rows[owner]
+    if damaged:
+        owners, hashes = _stated_guard(rows, owners, hashes, stated, index)
     if len(owners) == 0:
         return
     # keys held back by an earlier build_index go first
     index.put_held()
-    index.put_many(hashes, offsets[owners], batch.store_timestamp[owners])
+    index.put_many(hashes, stated[owners], batch.store_timestamp[owners])
+
+
+def _stated_guard(rows: np.ndarray, owners: np.ndarray, hashes: np.ndarray, stated: np.ndarray,
+                  index: RepairIndexWriter) -> tuple[np.ndarray, np.ndarray]:
+    """buildIndex's ``commitLogOffset < endPhyOffset`` test, record by record in dispatch order,
+    with the offsets the records state: each record that puts a key moves endPhyOffset to its
+    stated offset (a damaged one may move it back, or far ahead of the records after it)."""
+    end = index.end_phy_offset if index.has_file else None
+    putting = set(owners.tolist())
+    kept = set()
+    for row in rows.tolist():
+        offset = int(stated[row])
+        if end is not None and offset < end:
+            continue
+        kept.add(row)
+        if row in putting:
+            end = offset
+    keep = np.fromiter((o in kept for o in owners.tolist()), dtype=bool, count=len(owners))
+    return owners[keep], hashes[keep]
 
 
 def last_record_before(store: Store, offset: int):

@@ -36,7 +36,8 @@ INDEX_PROPERTIES = ("UNIQ_KEY", "KEYS")
 _KEY_SEPARATOR = ord(" ")
 # what the dispatch reads of a batch sent by a worker (the other columns stay None there)
 DISPATCH_COLUMNS = ("position", "total_size", "sys_flag", "topic_id", "queue_id", "queue_offset",
-                    "store_timestamp", "properties_position", "properties_length")
+                    "physical_offset", "store_timestamp", "properties_position",
+                    "properties_length")
 _ROLLBACK = cl_fmt.TRANSACTION_ROLLBACK_TYPE
 _TYPE_MASK = cl_fmt.TRANSACTION_TYPE_MASK
 _QUEUE_DEPTH = 4          # batches in flight per worker: bounds the memory they take
