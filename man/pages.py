@@ -9,7 +9,12 @@ COMMON_EXIT = """\
 
 2 bad usage, or input that cannot be read as a store or a store file (one line on stderr).
 
-3 refused: a live process (a running broker) holds the store's lock file."""
+3 refused: a live process (a running broker) holds the store's lock file.
+
+A reader that stops early (mqtool verify STORE | head -1) changes neither the exit status nor
+stderr: the rest of the output is discarded and the status is the one the command would give
+with every line read (verify: 1 when it found errors), whatever the timing. dump, export and
+salvage stop reading the store at that point."""
 
 SEE_ALSO_EXTRA = []
 
@@ -259,7 +264,10 @@ its evidence, as in mqtool-info(1)).""",
 
 1 errors found, or the findings do not match --expect.
 
-2 bad usage, or input that cannot be read as a store.""",
+2 bad usage, or input that cannot be read as a store.
+
+The status is the same when the reader of stdout stops early (mqtool verify STORE | head -1):
+the rest of the output is discarded, whatever the timing.""",
         "examples": [
             ("Check the example store:", "mqtool verify fixtures/rocketmq-4.9.8/clean-small/store"),
             ("Pin the expected findings of a damaged fixture in CI:",

@@ -122,9 +122,11 @@ and changes nothing when a file was modified since the repair, unless --force.""
                                 "instead, undo names its newest backup)."},
         "output": "What was restored and removed; with --json one JSON document.",
         "exit": """\
-0 restored, or nothing to restore.
+0 restored, or nothing left to restore (the backup was undone already).
 
-2 an unusable backup, or files changed since the repair (without --force).
+2 not a backup: given a store, undo names its newest backup (or says the store has none, so
+there is nothing to undo); given the folder above a store, it names the store; an unusable
+backup, or files changed since the repair (without --force).
 
 3 refused: a live process holds the store's lock file.""",
         "examples": [("Undo the last repair:",

@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import MqtoolError, StoreLayoutError
-from .store import data_extents
+from .formats import dledger as dl_fmt
+from .store import data_extents, store_below
 from .writer import fsync_dir, fsync_path
 
 MANIFEST = "manifest.json"
@@ -415,6 +416,12 @@ def newest_backup(store_root: Path) -> Path | None:
     return max(folders, key=lambda p: p.name) if folders else None
 
 
+def _looks_like_store(folder: Path) -> bool:
+    return any((folder / name).exists() for name in ("commitlog", "consumequeue", "index",
+                                                     "checkpoint", BACKUP_DIR)) \
+        or any(p.name.startswith(dl_fmt.DLEDGER_DIR_PREFIX) for p in folder.iterdir())
+
+
 def load_manifest(backup_dir: Path) -> dict:
     backup_dir = Path(backup_dir)
     path = backup_dir / MANIFEST if backup_dir.is_dir() else backup_dir
@@ -425,6 +432,13 @@ def load_manifest(backup_dir: Path) -> dict:
             # is theirs to say, so the message names the newest one and the command to run.
             raise BackupError(f"{backup_dir} is a store, not a backup; its newest backup is "
                               f"{newest} (mqtool undo {newest})")
+        if backup_dir.is_dir() and _looks_like_store(backup_dir):
+            raise BackupError(f"{backup_dir} is a store, not a backup, and it has no backup "
+                              f"(nothing in {BACKUP_DIR}/): there is nothing to undo")
+        below = store_below(backup_dir) if backup_dir.is_dir() else None
+        if below is not None:
+            raise BackupError(f"{backup_dir}: not a backup: did you mean {below}? (given a "
+                              "store, undo names its newest backup)")
         if backup_dir.is_dir():
             raise BackupError(f"{backup_dir}: no {MANIFEST}: not a backup, or one whose repair was "
                               "interrupted before it changed anything")

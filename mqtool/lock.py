@@ -84,6 +84,12 @@ def _create_then_lock(path: Path) -> int | None:
     return fd
 
 
+# what the refusal suggests: only the repair commands have --out
+_REPAIR_HINT = "stop it, or use --dry-run / --out"
+_LOCKED_HINTS = {"undo": "stop it, or see what would be restored with --dry-run",
+                 "fixture damage": "stop it, or damage a copy"}
+
+
 def _open_and_lock(path: Path, command: str, root: Path) -> tuple[int, bool]:
     """Open (creating it if missing) and lock ``path``; return the descriptor and whether the
     file was created for this run. Retries when the file was replaced between open and lock, so
@@ -108,10 +114,10 @@ def _open_and_lock(path: Path, command: str, root: Path) -> tuple[int, bool]:
         except OSError as err:
             os.close(fd)
             if err.errno in (errno.EACCES, errno.EAGAIN):
+                hint = _LOCKED_HINTS.get(command, _REPAIR_HINT)
                 raise StoreLockedError(
                     f"{root}: a live process (a running broker or another mqtool) holds the "
-                    f"store's lock file; refusing to {command} it (stop it, or use --dry-run / "
-                    "--out)") from None
+                    f"store's lock file; refusing to {command} it ({hint})") from None
             raise MqtoolError(f"{path}: cannot lock the store's lock file ({err.strerror})") \
                 from None
         try:

@@ -36,6 +36,7 @@ from .formats import commitlog as cl_fmt
 from .formats import consumequeue as cq_fmt
 from .formats import dledger as dl_fmt
 from .formats import indexfile as idx_fmt
+from .vocabulary import DLEDGER_INDEX_KIND, DLEDGER_TEXT_KIND, FILE_KINDS  # noqa: F401
 
 OFFSET_NAME = re.compile(r"^\d{20}$")
 INDEX_NAME = re.compile(r"^\d{17}$")
@@ -331,6 +332,21 @@ class DLedgerLog:
         return None
 
 
+def check_file_size(segments: list[Segment], size: int,
+                    option: str = "--commitlog-file-size") -> None:
+    """Refuse (StoreLayoutError) a CommitLog file size that plain CommitLog ``segments``
+    contradict: the broker names each file after its start offset, a multiple of the file size,
+    and no file is longer than it."""
+    for seg in segments:
+        if seg.length > size:
+            raise StoreLayoutError(f"{option} {size}: {seg.name} holds {seg.length:,} bytes, "
+                                   f"more than a file of that size")
+        if seg.base_offset % size:
+            raise StoreLayoutError(f"{option} {size}: {seg.name} starts at an offset that is "
+                                   f"no multiple of it (the broker names files after multiples "
+                                   f"of the file size)")
+
+
 class CommitLog:
     """The CommitLog segments of a store, addressed by global offset.
 
@@ -357,6 +373,10 @@ class CommitLog:
         self.inferred_file_size = _most_common([s.length for s in self.segments], 0)
         self.file_size = file_size or self.inferred_file_size or 1024 ** 3
         self._bases = [s.base_offset for s in self.segments]
+
+    def check_file_size(self, size: int) -> None:
+        """:func:`check_file_size` for the plain CommitLog files."""
+        check_file_size(self.plain_segments, size)
 
     @property
     def min_offset(self) -> int:
@@ -487,8 +507,10 @@ class Store:
         if not self.is_bare_commitlog and self.commitlog.dledger is None and not any(
                 (self.root / p).exists() for p in ("commitlog", "consumequeue", "index", "checkpoint",
                                                    "batchconsumequeue")):
+            below = store_below(self.root)
             raise StoreLayoutError(
-                f"{root}: not a RocketMQ store (no commitlog/, consumequeue/, index/ or checkpoint)")
+                f"{root}: not a RocketMQ store (no commitlog/, consumequeue/, index/ or checkpoint)"
+                + (f": did you mean {below}?" if below is not None else ""))
         self.consume_queues = self._load_queues("consumequeue", cq_fmt.CQ_STORE_UNIT_SIZE)
         self.batch_consume_queues = self._load_queues("batchconsumequeue",
                                                       cq_fmt.BATCH_CQ_STORE_UNIT_SIZE)
@@ -663,6 +685,24 @@ def _known_dledger_layout(root: Path) -> bool:
         all(p.stat().st_size == size for p in plain + data) if size >= 0 else False
 
 
+def store_below(folder: Path) -> Path | None:
+    """The store root one level below ``folder`` (a child holding commitlog/ or a DLedger
+    folder), when ``folder`` is the usual slip: the folder above a store. None otherwise."""
+    try:
+        children = sorted(p for p in Path(folder).iterdir() if p.is_dir())
+    except OSError:
+        return None
+    for child in children:
+        try:
+            if (child / "commitlog").is_dir() or any(
+                    p.is_dir() and p.name.startswith(dl_fmt.DLEDGER_DIR_PREFIX)
+                    for p in child.iterdir()):
+                return child
+        except OSError:
+            continue
+    return None
+
+
 def unexplained_layout(root: Path, command: str | None = None) -> list[str]:
     """What the store root holds that ``command`` (None: any mutating command) does not fully
     understand, one phrase per finding (empty: a plain CommitLog store, a DLedger store for
@@ -706,11 +746,7 @@ def unexplained_layout(root: Path, command: str | None = None) -> list[str]:
 
 
 # -- single files --------------------------------------------------------------------------------
-DLEDGER_INDEX_KIND = "dledger-index"      # dledger-<id>/index/<offset>
-DLEDGER_TEXT_KIND = "dledger-text"        # dledger-<id>/checkpoint, currterm (and .bak)
-FILE_KINDS = ("commitlog", "consumequeue", "batchconsumequeue", "index", "checkpoint", "abort",
-              "lock", "config", "timerlog", "timerwheel", "timercheck", DLEDGER_INDEX_KIND,
-              DLEDGER_TEXT_KIND)
+# the kinds of a single file: mqtool.vocabulary (the command line lists them from there)
 
 
 def identify_file(path: Path) -> str:

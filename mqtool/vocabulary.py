@@ -16,6 +16,15 @@ VERSION_532 = "5.3.2+"
 BROKER_VERSIONS = (VERSION_49, VERSION_50, VERSION_532)
 MODES = ("auto", "normal", "abnormal")
 
+# --- store files (mqtool.store) -------------------------------------------------------------------
+
+DLEDGER_INDEX_KIND = "dledger-index"      # dledger-<id>/index/<offset>
+DLEDGER_TEXT_KIND = "dledger-text"        # dledger-<id>/checkpoint, currterm (and .bak)
+#: the kinds of a single store file: what identify_file answers and ``dump --kind`` accepts
+FILE_KINDS = ("commitlog", "consumequeue", "batchconsumequeue", "index", "checkpoint", "abort",
+              "lock", "config", "timerlog", "timerwheel", "timercheck", DLEDGER_INDEX_KIND,
+              DLEDGER_TEXT_KIND)
+
 # --- verify's findings (mqtool.verify) -----------------------------------------------------------
 
 ERROR, WARNING, INFO = "error", "warning", "info"

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 class Settings:
     progress: bool = True
     debug: bool = False
+    # the reader of stdout went away (`| head`): output is discarded from then on
+    stdout_gone: bool = False
 
 
 SETTINGS = Settings()
@@ -51,12 +53,13 @@ class Commands:
 
 def stdout_console(**options) -> Console:
     """The console tables go to. rich's own answer to a reader that went away (`| head`) is
-    exit 1, which reads as "errors found"; a closed pipe ends the output quietly instead."""
+    exit 1, which reads as "errors found"; a closed pipe discards the rest of the output
+    instead, and the command exits as it would have (see :func:`discard_stdout`)."""
     from rich.console import Console
 
     class StdoutConsole(Console):
         def on_broken_pipe(self) -> None:
-            _quiet_broken_pipe()
+            discard_stdout()
 
     # emoji off: a location such as "consumerOffset.json:100: ..." would print as a 💯
     return StdoutConsole(**{"highlight": False, "soft_wrap": False, "emoji": False, **options})
@@ -89,7 +92,10 @@ def error_boundary(func):
             fail(str(err), err.exit_code)
         except (OSError, ValueError, OverflowError, MemoryError) as err:
             if isinstance(err, BrokenPipeError):
-                _quiet_broken_pipe()
+                # a command that streams to stdout (export, salvage with --out -) stops here:
+                # their status does not depend on what they had not written yet
+                discard_stdout()
+                raise typer.Exit(0) from None
             if SETTINGS.debug:
                 traceback.print_exc()
             text = f"{err.filename}: {err.strerror}" if isinstance(err, OSError) and err.filename \
@@ -100,14 +106,30 @@ def error_boundary(func):
     return wrapper
 
 
-def _quiet_broken_pipe() -> None:
-    # stdout went away (e.g. `| head`): exit quietly, as other dump tools do
+def discard_stdout() -> None:
+    """stdout's reader went away (`mqtool verify STORE | head -1`): send the rest of the output
+    to /dev/null, quietly. The command goes on and exits with the status it would have given
+    with every line read, so the status never depends on when the reader left; commands that
+    stream records (dump) stop early on :attr:`Settings.stdout_gone`."""
+    SETTINGS.stdout_gone = True
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
-    except OSError:
+        os.close(devnull)
+    except (OSError, ValueError):
         pass
-    raise typer.Exit(0)
+
+
+def flush_stdout() -> None:
+    """Flush stdout; a reader that went away is not an error (:func:`discard_stdout`)."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        discard_stdout()
+        try:
+            sys.stdout.flush()      # what was buffered goes to /dev/null now
+        except OSError:
+            pass
 
 
 def emit_json(obj) -> None:
@@ -115,14 +137,14 @@ def emit_json(obj) -> None:
     try:
         sys.stdout.write(json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n")
     except BrokenPipeError:
-        _quiet_broken_pipe()
+        discard_stdout()
 
 
 def emit_json_document(obj) -> None:
     try:
         sys.stdout.write(json.dumps(obj, ensure_ascii=False, indent=2) + "\n")
     except BrokenPipeError:
-        _quiet_broken_pipe()
+        discard_stdout()
 
 
 def progress_bar(total: int, desc: str):

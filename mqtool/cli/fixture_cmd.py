@@ -50,10 +50,10 @@ class Direction(str, Enum):
 @fixture_app.command("make")
 @error_boundary
 def make(
-    directory: Path = typer.Argument(..., help="New (or empty) directory to write the store into."),
+    directory: Path = typer.Argument(..., metavar="STORE", help="New (or empty) directory to write the store into."),
     messages: int = typer.Option(..., "--messages", "-n", help="Number of CommitLog records."),
     seed: int = typer.Option(0, "--seed", help="Same seed and options give byte-identical stores."),
-    topics: str = typer.Option(",".join(DEFAULT_TOPICS), "--topics",
+    topics: str = typer.Option(",".join(DEFAULT_TOPICS), "--topics", metavar="TOPICS",
                                help="Comma-separated topic names."),
     queues: int = typer.Option(4, "--queues", help="Queues per topic."),
     long_topic: bool = typer.Option(False, "--long-topic",
@@ -70,7 +70,7 @@ def make(
                                             help="Share of PREPARED/COMMIT/ROLLBACK records."),
     compress_ratio: float = typer.Option(0.03, "--compress-ratio",
                                          help="Share of zlib-compressed bodies (sysFlag 0x301)."),
-    body_size: str = typer.Option("1024/4096", "--body-size",
+    body_size: str = typer.Option("1024/4096", "--body-size", metavar="MEAN/MAX",
                                   help="MEAN/MAX body bytes (e.g. 1k/4k); 8% of bodies are empty."),
     ipv6: bool = typer.Option(False, "--ipv6", help="IPv6 store host and (some) born hosts."),
     broker_version: int = typer.Option(4, "--broker-version",
@@ -92,12 +92,12 @@ def make(
                                            "mode (a store upgraded from a plain CommitLog)."),
     index: bool = typer.Option(True, "--index/--no-index",
                                help="Build IndexFiles (skip them for benchmark stores)."),
-    commitlog_file_size: str = typer.Option("1m", "--commitlog-file-size",
+    commitlog_file_size: str = typer.Option("1m", "--commitlog-file-size", metavar="SIZE",
                                             help="CommitLog file size: bytes or 1m, 64m, 1g."),
     cq_units: int = typer.Option(300, "--cq-units", help="ConsumeQueue units per file."),
     index_slots: int = typer.Option(1000, "--index-slots", help="Hash slots per IndexFile."),
     index_entries: int = typer.Option(4000, "--index-entries", help="Entries per IndexFile."),
-    batch_cq_topics: str = typer.Option("", "--batch-cq-topics",
+    batch_cq_topics: str = typer.Option("", "--batch-cq-topics", metavar="TOPICS",
                                         help="Comma-separated topics whose queues are 5.x "
                                              "BatchConsumeQueues (queue.type=BatchCQ)."),
     consumer_group: list[str] = typer.Option([], "--consumer-group", metavar="NAME:LAG",
@@ -135,15 +135,15 @@ def make(
 @fixture_app.command("damage")
 @error_boundary
 def damage(
-    directory: Path = typer.Argument(..., help="Store to damage (in place)."),
+    directory: Path = typer.Argument(..., metavar="STORE", help="Store to damage (in place)."),
     kind: DamageKind = typer.Option(..., "--kind", metavar="KIND",
                                     help="Which fault to inject: "
                                          + ", ".join(k.value for k in DamageKind) + "."),
     seed: int = typer.Option(0, "--seed", help="Chooses the file, record, byte and bit."),
-    file: str = typer.Option(None, "--file",
+    file: str = typer.Option(None, "--file", metavar="FILE",
                              help="Aim at this file (path relative to the store; config-* "
                                   "kinds: default config/consumerOffset.json)."),
-    offset: int = typer.Option(None, "--offset",
+    offset: int = typer.Option(None, "--offset", metavar="OFFSET",
                                help="Aim at the record holding this global CommitLog offset "
                                     "(entry-header: the entry holding it; zero-range: start; "
                                     "truncate-file: new end; "

@@ -9,9 +9,10 @@ from typing import Optional
 
 import typer
 
+from ..vocabulary import FILE_KINDS
 from . import options as opt
-from .common import (Commands, emit_json, emit_json_document, error_boundary, progress_bar,
-                     stdout_console)
+from .common import (SETTINGS, Commands, emit_json, emit_json_document, error_boundary,
+                     flush_stdout, progress_bar, stdout_console)
 
 commands = Commands()
 
@@ -69,15 +70,15 @@ def dump_command(
                                         "(record_type says which kind)."),
     topic: Optional[str] = opt.topic(),
     queue: Optional[int] = opt.queue(),
-    from_offset: Optional[int] = typer.Option(None, "--from", help="CommitLog offset: records "
+    from_offset: Optional[int] = typer.Option(None, "--from", metavar="OFFSET", help="CommitLog offset: records "
                                               "starting at or after it."),
-    to_offset: Optional[int] = typer.Option(None, "--to", help="CommitLog offset: records "
+    to_offset: Optional[int] = typer.Option(None, "--to", metavar="OFFSET", help="CommitLog offset: records "
                                             "starting before it."),
     since: Optional[str] = opt.since(),
     until: Optional[str] = opt.until(),
-    key: Optional[str] = typer.Option(None, "--key", help="Only messages with this item in "
+    key: Optional[str] = typer.Option(None, "--key", metavar="KEY", help="Only messages with this item in "
                                       "KEYS."),
-    uniq_key: Optional[str] = typer.Option(None, "--uniq-key", help="Only messages with this "
+    uniq_key: Optional[str] = typer.Option(None, "--uniq-key", metavar="ID", help="Only messages with this "
                                            "UNIQ_KEY."),
     body: Optional[str] = opt.body("text in the table, base64 in JSON"),
     max_body_bytes: Optional[int] = opt.max_body_bytes(),
@@ -87,11 +88,10 @@ def dump_command(
     messages_only: bool = typer.Option(False, "--messages-only", help="Leave out blank, "
                                        "unwritten and corrupt regions."),
     no_unwrap: bool = opt.no_unwrap(),
-    follow_slot: Optional[int] = typer.Option(None, "--follow-slot", help="IndexFile: walk "
+    follow_slot: Optional[int] = typer.Option(None, "--follow-slot", metavar="SLOT", help="IndexFile: walk "
                                               "this hash slot's chain only."),
-    kind: Optional[str] = typer.Option(None, "--kind", help="Force the kind of a single file "
-                                       "(commitlog, consumequeue, batchconsumequeue, index, "
-                                       "checkpoint, abort, lock, config)."),
+    kind: Optional[str] = typer.Option(None, "--kind", metavar="KIND", help="Force the kind of "
+                                       f"a single file: {', '.join(FILE_KINDS)}."),
     limit: Optional[int] = typer.Option(None, "--limit", help="Stop after N records."),
     commitlog_file_size: Optional[int] = opt.commitlog_file_size(),
     cq_units: Optional[int] = opt.cq_units(),
@@ -106,6 +106,9 @@ def dump_command(
     body_mode = opt.body_mode(body, "base64" if json_output else "text")
     opt.check_not_negative(max_body_bytes, "--max-body-bytes")
     opt.check_not_negative(limit, "--limit")
+    for value, name in ((from_offset, "--from"), (to_offset, "--to"), (queue, "--queue"),
+                        (follow_slot, "--follow-slot")):
+        opt.check_not_negative(value, name)
     if not json_output and max_body_bytes is None and body_mode != "none":
         max_body_bytes_effective = 256  # the table shows a preview only
     else:
@@ -129,6 +132,8 @@ def dump_command(
         for record in lib.dump_path(path, options):
             if limit is not None and sum(counts.values()) >= limit:
                 break
+            if SETTINGS.stdout_gone:
+                break       # the reader went away: nothing more to read the store for
             counts[record["record_type"]] += 1
             if renderer is None:
                 emit_json(record)
@@ -136,7 +141,7 @@ def dump_command(
                 renderer.add(record)
     if renderer is not None:
         renderer.flush()
-    sys.stdout.flush()
+    flush_stdout()
     summary = ", ".join(f"{n} {kind_name}" for kind_name, n in counts.items()) or "no records"
     sys.stderr.write(f"mqtool: dumped {summary}\n")
     for warning_kind in (lib.RT_CORRUPT, lib.RT_CQ_PARTIAL, lib.RT_BCQ_PARTIAL):

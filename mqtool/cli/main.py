@@ -18,25 +18,55 @@ from .. import __version__
 from ..errors import EXIT_USAGE
 from . import (consumers_cmd, fixture_cmd, inspect_cmds, query_cmds, repair_cmds, spark_cmds,
                timers_cmd, verify_cmd)
-from .common import SETTINGS
+from .common import SETTINGS, discard_stdout, flush_stdout
 
 
-def _hide_flag_types() -> None:
-    """typer >= 0.2x prints a value type after every option, so an on/off flag such as --json
-    reads "--json <bool>", as if it wanted a value. A flag takes none: show no type for it."""
-    from typer.core import TyperOption
+# What a value placeholder reads when an option declares no metavar: a name, never typer's
+# "<int>", "<str>" or "<list[str]>" (which read as syntax to type).
+_TYPE_METAVARS = {"int": "N", "float": "NUMBER", "str": "TEXT", "path": "PATH",
+                  "bool": "BOOL"}
+
+
+def _plain_metavars() -> None:
+    """typer >= 0.2x prints a value type after every option and argument: "--limit <int>",
+    "--topic <list[str]>", "STORE <path>", and "{STORE}" in the usage line. Options show their
+    metavar (declared, else N, TEXT, PATH ... by type, or the choices), a flag shows none (it
+    takes no value), an argument its name alone."""
+    from typer.core import TyperArgument, TyperOption
 
     typed = getattr(TyperOption, "display_type_rich", None)
     if typed is None:  # older typer shows no types at all
         return
 
-    def display_type_rich(self, ctx):
-        return None if self.is_flag else typed(self, ctx)
+    def option_metavar(self, ctx):
+        if self.is_flag:
+            return None
+        if self.metavar is not None:
+            return self.metavar
+        shown = typed(self, ctx)
+        if not shown or not shown.startswith("<"):
+            return shown
+        label = shown.strip("<>.")
+        repeated = label.startswith("list[")
+        label = label[5:-1] if repeated else label
+        label = label.split(" ")[0]            # "int range": the range is printed apart
+        name = label if "|" in label else _TYPE_METAVARS.get(label, label.upper())
+        return name + ("..." if repeated else "")
 
-    TyperOption.display_type_rich = display_type_rich
+    def argument_type(self, ctx):
+        return None    # the metavar (STORE, PATH, BACKUP) says what it is
+
+    def usage_name(self):
+        name = self.display_name_raw if self.required else f"[{self.display_name_raw}]"
+        return name + ("..." if self.nargs != 1 else "")
+
+    TyperOption.display_type_rich = option_metavar
+    TyperArgument.display_type_rich = argument_type
+    if hasattr(TyperArgument, "_usage_display_name"):
+        TyperArgument._usage_display_name = usage_name
 
 
-_hide_flag_types()
+_plain_metavars()
 
 app = typer.Typer(
     name="mqtool",
@@ -71,6 +101,7 @@ def main(
     file for writing."""
     SETTINGS.progress = not no_progress
     SETTINGS.debug = debug
+    SETTINGS.stdout_gone = False
 
 
 # The commands, in the order the help lists them; the groups come after them.
@@ -82,9 +113,11 @@ app.add_typer(spark_cmds.spark_app, name="spark")
 
 def run(argv: list[str] | None = None) -> None:
     """Console entry point. Usage errors become one line on stderr and exit 2, like every other
-    error (click would otherwise draw a box)."""
+    error (click would otherwise draw a box). A reader of stdout that went away changes
+    neither the status nor stderr (see common.discard_stdout)."""
     try:
         code = app(args=argv, prog_name="mqtool", standalone_mode=False)
+        flush_stdout()
     except click_exceptions.UsageError as err:
         if type(err).__name__ == "NoArgsIsHelpError" and err.ctx is not None:
             sys.stdout.write(err.ctx.get_help() + "\n")
@@ -97,5 +130,6 @@ def run(argv: list[str] | None = None) -> None:
         sys.stderr.write("mqtool: interrupted\n")
         sys.exit(130)
     except BrokenPipeError:
+        discard_stdout()
         sys.exit(0)
     sys.exit(code if isinstance(code, int) else 0)

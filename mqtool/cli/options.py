@@ -30,8 +30,9 @@ def store(help: str = STORE_HELP):
 
 
 def commitlog_file_size(**limits):
-    return typer.Option(None, "--commitlog-file-size",
-                        help="Override the inferred CommitLog file size.", **limits)
+    return typer.Option(None, "--commitlog-file-size", metavar="BYTES",
+                        help="Override the inferred CommitLog file size (it must agree with "
+                             "the files: their names are offsets that far apart).", **limits)
 
 
 def cq_units(**limits):
@@ -63,8 +64,11 @@ def open_store(path: Path, commitlog_file_size=None, cq_units=None, index_slots=
     from ..store import Store
 
     check_geometry(commitlog_file_size, cq_units, index_slots, index_entries)
-    return Store(path, commitlog_file_size=commitlog_file_size, cq_units_per_file=cq_units,
-                 index_slots=index_slots, index_entries=index_entries)
+    store = Store(path, commitlog_file_size=commitlog_file_size, cq_units_per_file=cq_units,
+                  index_slots=index_slots, index_entries=index_entries)
+    if commitlog_file_size is not None:
+        store.commitlog.check_file_size(commitlog_file_size)
+    return store
 
 
 # --- output --------------------------------------------------------------------------------------
@@ -74,7 +78,7 @@ def json_output(help: str = "One JSON document on stdout."):
 
 
 def body(default: str):
-    return typer.Option(None, "--body", help=f"text|hex|base64|none (default: {default}; text "
+    return typer.Option(None, "--body", metavar="FORM", help=f"text|hex|base64|none (default: {default}; text "
                                              f"falls back to base64 for bytes that are not UTF-8).")
 
 
@@ -87,7 +91,7 @@ def body_mode(value: Optional[str], default: str) -> str:
 
 
 def max_body_bytes():
-    return typer.Option(None, "--max-body-bytes",
+    return typer.Option(None, "--max-body-bytes", metavar="N",
                         help="Truncate bodies to N bytes (body_truncated says so).")
 
 
@@ -109,11 +113,11 @@ def check_not_negative(value: Optional[int], name: str) -> None:
 # --- which messages ------------------------------------------------------------------------------
 
 def topic(help: str = "Only this topic."):
-    return typer.Option(None, "--topic", help=help)
+    return typer.Option(None, "--topic", metavar="TOPIC", help=help)
 
 
 def queue(help: str = "Only this queue id.", **limits):
-    return typer.Option(None, "--queue", help=help, **limits)
+    return typer.Option(None, "--queue", metavar="ID", help=help, **limits)
 
 
 def _only_with(text: str, option: Optional[str]) -> str:
@@ -121,23 +125,23 @@ def _only_with(text: str, option: Optional[str]) -> str:
 
 
 def since(only_with: Optional[str] = None):
-    return typer.Option(None, "--since", help=_only_with(
+    return typer.Option(None, "--since", metavar="TIME", help=_only_with(
         "Store time lower bound (epoch ms or ISO-8601; no zone means UTC).", only_with))
 
 
 def until(only_with: Optional[str] = None):
-    return typer.Option(None, "--until", help=_only_with(
+    return typer.Option(None, "--until", metavar="TIME", help=_only_with(
         "Store time upper bound, inclusive.", only_with))
 
 
 def workers(help: str):
-    return typer.Option(None, "--workers", min=1, help=help)
+    return typer.Option(None, "--workers", min=1, metavar="N", help=help)
 
 
 # --- the broker's recovery -----------------------------------------------------------------------
 
 def broker_version():
-    return typer.Option("auto", "--broker-version",
+    return typer.Option("auto", "--broker-version", metavar="VERSION",
                         help=f"Recovery rules: auto, {', '.join(BROKER_VERSIONS)} (auto: 5.3.2+ "
                              f"when the store has 5.x-only files, else 4.9).")
 
@@ -149,7 +153,7 @@ def check_broker_version(value: str) -> str:
 
 
 def mode():
-    return typer.Option("auto", "--mode", help=f"Recovery branch: {', '.join(MODES)} (auto: "
+    return typer.Option("auto", "--mode", metavar="MODE", help=f"Recovery branch: {', '.join(MODES)} (auto: "
                                                f"abnormal when the abort file exists).")
 
 
@@ -196,19 +200,19 @@ def spark_paths():
 
 
 def master():
-    return typer.Option(None, "--master",
+    return typer.Option(None, "--master", metavar="URL",
                         help="Spark master URL (default local[*]; under spark-submit: "
                              "spark-submit's).")
 
 
 def split_size():
-    return typer.Option("128m", "--split-size", help=(
+    return typer.Option("128m", "--split-size", metavar="SIZE", help=(
         "Bytes of CommitLog per task: 128m (the default) reads a 1 GiB file with 8 tasks. Records "
         "cut by a split boundary are read once, by the task they start in."))
 
 
 def broker_name():
-    return typer.Option(None, "--broker-name",
+    return typer.Option(None, "--broker-name", metavar="NAME",
                         help="Broker name for the PATH at the same position (give it once per "
                              "PATH).")
 

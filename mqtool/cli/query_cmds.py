@@ -13,8 +13,8 @@ import typer
 from ..errors import EXIT_FINDINGS, MqtoolError
 from ..vocabulary import BROKER_VERSIONS
 from . import options as opt
-from .common import (Commands, emit_json, emit_json_document, error_boundary, progress_bar,
-                     stdout_console)
+from .common import (Commands, emit_json, emit_json_document, error_boundary, flush_stdout,
+                     progress_bar, stdout_console)
 
 if TYPE_CHECKING:
     from ..store import Store
@@ -69,19 +69,20 @@ def _render_explanation(explanation: dict, console) -> None:
 @error_boundary
 def query_command(
     store_path: Path = opt.store(),
-    msg_id: Optional[str] = typer.Option(None, "--msg-id", help="offsetMsgId (32 or 56 hex "
+    msg_id: Optional[str] = typer.Option(None, "--msg-id", metavar="ID", help="offsetMsgId (32 or 56 hex "
                                          "digits: store host + CommitLog offset)."),
-    uniq_key: Optional[str] = typer.Option(None, "--uniq-key", help="UNIQ_KEY, the client's "
+    uniq_key: Optional[str] = typer.Option(None, "--uniq-key", metavar="ID", help="UNIQ_KEY, the client's "
                                            "message id (32 or 56 hex digits)."),
-    key: Optional[str] = typer.Option(None, "--key", help="One item of the messages' KEYS."),
+    key: Optional[str] = typer.Option(None, "--key", metavar="KEY",
+                                     help="One item of the messages' KEYS."),
     topic: Optional[str] = opt.topic("Topic (needed with --offset, --time and "
                                      "--broker-compatible; without it --key and --uniq-key "
                                      "search every topic the store knows)."),
     queue: Optional[int] = opt.queue("Queue id (with --offset or --time)."),
-    offset: Optional[int] = typer.Option(None, "--offset", help="Queue offset: the message the "
+    offset: Optional[int] = typer.Option(None, "--offset", metavar="N", help="Queue offset: the message the "
                                          "ConsumeQueue unit points at (on a BatchCQ queue the "
                                          "whole batch record holding that offset)."),
-    time: Optional[str] = typer.Option(None, "--time", help="Store time (epoch ms or ISO-8601): "
+    time: Optional[str] = typer.Option(None, "--time", metavar="TIME", help="Store time (epoch ms or ISO-8601): "
                                        "the queue offset nearest it, as the broker's "
                                        "getOffsetInQueueByTime."),
     since: Optional[str] = opt.since(only_with="--key"),
@@ -212,7 +213,7 @@ def query_command(
             emit_json({"record_type": "query/explanation", **explanation})
     elif explanation is not None:
         _render_explanation(explanation, stdout_console())
-    sys.stdout.flush()
+    flush_stdout()
     for text in result.notes:
         _note(text)
     if result.collisions:
@@ -320,7 +321,7 @@ EXPORT_FORMATS = ("jsonl",)
 @error_boundary
 def export_command(
     store_path: Path = opt.store(),
-    output_format: str = typer.Option("jsonl", "--format", help="jsonl (one JSON object per "
+    output_format: str = typer.Option("jsonl", "--format", metavar="FORMAT", help="jsonl (one JSON object per "
                                       "message)."),
     topic: Optional[List[str]] = opt.topic("Only this topic (stored or real topic of a "
                                            "delayed/half message); repeatable."),

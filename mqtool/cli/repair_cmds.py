@@ -268,8 +268,9 @@ def rebuild_index_cmd(
     "Put a store back exactly as it was before the repair that made BACKUP: files the repair "
     "created are removed, changed and deleted files restored byte for byte. Refuses (exit 3) a "
     "store in use, and changes nothing when a file was modified since the repair unless --force."
-    "\n\nExit status: 0 restored (or nothing to restore), 2 unusable backup or conflict, "
-    "3 refused."))
+    "\n\nExit status: 0 restored, or nothing left to restore (the backup was undone "
+    "already); 2 not a backup (given a store, undo names its newest backup, or says it has "
+    "none: nothing to undo), an unusable backup, or a conflict; 3 refused."))
 @error_boundary
 def undo_cmd(
     backup: Path = typer.Argument(..., metavar="BACKUP",

@@ -237,7 +237,7 @@ def audit(
 def export(
     paths: List[str] = opt.spark_paths(),
     out: str = typer.Option(..., "--out", metavar="DIR", help="Where to write the dataset."),
-    fmt: str = typer.Option("parquet", "--format", help="parquet or json."),
+    fmt: str = typer.Option("parquet", "--format", metavar="FORMAT", help="parquet or json."),
     master: Optional[str] = opt.master(),
     split_size: str = opt.split_size(),
     broker_name: Optional[List[str]] = opt.broker_name(),

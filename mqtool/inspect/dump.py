@@ -9,7 +9,8 @@ from typing import Iterator
 from .. import dledger, timer
 from ..errors import MqtoolError, StoreLayoutError, StoreNotFoundError
 from ..formats import checkpoint as ckpt_fmt
-from ..store import INDEX_NAME, OFFSET_NAME, CommitLog, Segment, Store, identify_file
+from ..store import (FILE_KINDS, INDEX_NAME, OFFSET_NAME, CommitLog, Segment, Store,
+                     check_file_size, identify_file)
 from .messages import BODY_MODES, MessageFilter, iter_commitlog_records
 from .queues import _file_base, iter_batch_consume_queue_file, iter_consume_queue_file
 from .index import iter_index_file
@@ -36,17 +37,21 @@ class DumpOptions:
     progress: object = None            # a tqdm-like bar fed with scanned CommitLog bytes
 
 
-DUMPABLE_KINDS = ("commitlog", "consumequeue", "batchconsumequeue", "index", "checkpoint",
-                  "abort", "lock", "config", "timerlog", "timerwheel", "timercheck",
-                  dledger.DLEDGER_INDEX_KIND, dledger.DLEDGER_TEXT_KIND)
+# every kind identify_file knows can be dumped (and forced with --kind)
+DUMPABLE_KINDS = FILE_KINDS
 
 
 def path_kind(path: Path, kind: str | None = None) -> str:
     """``store`` for a directory holding a store (or a bare CommitLog directory), ``queue-dir`` /
-    ``index-dir`` for a directory of such files, else the kind of the single file."""
+    ``index-dir`` for a directory of such files, else the kind of the single file (``kind``
+    forces it; it applies to a single file only)."""
     path = Path(path)
+    if kind is not None and kind not in DUMPABLE_KINDS:
+        raise MqtoolError(f"--kind must be one of {', '.join(DUMPABLE_KINDS)}; got {kind!r}")
     if not path.exists():
         raise StoreNotFoundError(f"{path}: no such file or directory")
+    if kind is not None and path.is_dir():
+        raise MqtoolError(f"--kind applies to a single file; {path} is a directory")
     if path.is_dir():
         parts = path.resolve().parts
         offset_files = any(OFFSET_NAME.match(p.name) for p in path.iterdir() if p.is_file())
@@ -56,8 +61,6 @@ def path_kind(path: Path, kind: str | None = None) -> str:
             return "index-dir"
         return "store"
     if kind:
-        if kind not in DUMPABLE_KINDS:
-            raise MqtoolError(f"--kind must be one of {', '.join(DUMPABLE_KINDS)}")
         return kind
     return identify_file(path)
 
@@ -82,6 +85,8 @@ def dump_path(path: Path, options: DumpOptions | None = None) -> Iterator[dict]:
         store = Store(path, commitlog_file_size=options.commitlog_file_size,
                       cq_units_per_file=options.cq_units, index_slots=options.index_slots,
                       index_entries=options.index_entries)
+        if options.commitlog_file_size is not None:
+            store.commitlog.check_file_size(options.commitlog_file_size)
         yield from iter_commitlog_records(
             store.commitlog, file_name=lambda seg: store.relative(seg.path),
             filters=options.filters, resync=options.resync, messages_only=options.messages_only,
@@ -100,6 +105,8 @@ def dump_path(path: Path, options: DumpOptions | None = None) -> Iterator[dict]:
         base = _file_base(path)
         commitlog = CommitLog(path.parent, options.commitlog_file_size)
         segment = Segment(path, base, path.stat().st_size)
+        if options.commitlog_file_size is not None:
+            check_file_size([segment], options.commitlog_file_size)
         yield from iter_commitlog_records(
             commitlog, segments=[segment], filters=options.filters, resync=options.resync,
             messages_only=options.messages_only, unwrap=options.unwrap, progress=options.progress,
