@@ -110,7 +110,10 @@ body_decompress_error says why.
 A record the broker would not accept (bad magic, lengths that do not add up, a record running
 past the file end) ends that file's scan, as it ends the broker's; the dump goes on with the
 next file. --resync instead continues at the next plausible record (magic, self-recorded offset
-equal to its position, consistent lengths, matching body CRC).""",
+equal to its position, consistent lengths, matching body CRC). In DLedger data, an entry header
+the broker's DLedger recovery refuses (magic, pos or body size) whose size still frames an
+intact record is a 48-byte commitlog/corrupt record, and the dump reads on: the record behind it
+is listed with dledger_entry_damage (code and detail). salvage and export do the same.""",
         "arguments": {"path": "A store root or a single store file."},
         "output": """\
 A table on a terminal; with --json one JSON object per line. Every object starts with

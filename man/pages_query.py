@@ -47,7 +47,9 @@ The IndexFiles are read through a read-only memory map; a lookup touches the hea
 slot and that slot's chain, never the whole file. The key itself is not stored in an IndexFile,
 only its hash, so every entry is checked against the real record: entries of other keys with the
 same hash (collisions) and entries pointing at no such record (stale after a truncation) are
-left out and counted. Where no IndexFile covers part of the CommitLog (no index, an index that
+left out and counted; but an entry pointing where a record with a damaged PHYSICALOFFSET field
+says it lies (the broker's dispatch indexes a record under the offset it states) is followed to
+that record, found by index-stated-offset. Where no IndexFile covers part of the CommitLog (no index, an index that
 stops before the end of the data, IndexFiles deleted by an abnormal recovery) or a hash chain is
 damaged (a loop, a pointer past indexCount or past the file, a pointer to a newer entry), that
 part of the CommitLog is scanned instead, and a note on stderr says so. --scan skips the
@@ -57,7 +59,9 @@ IndexFiles altogether. ROLLBACK records are never indexed by the broker and are 
 queryMessage would return on a broker started on this store (its recovery predicted as verify
 does); messages past the CommitLog offset where that recovery truncates; messages whose only
 index entries sit in IndexFiles an abnormal recovery deletes and does not rebuild; messages no
-IndexFile holds; hash collisions, which the broker returns and which count toward its cap; the
+IndexFile holds; messages whose PHYSICALOFFSET field is damaged (damaged-physical-offset: the
+broker indexes them where they are not); hash collisions, which the broker returns and which
+count toward its cap; the
 64-entry cap; an index time outside the query's window (for --uniq-key: mqadmin searches from
 the id's approximate time minus one second, read in the zone and month of the machine running
 it); a chain the broker would walk forever; an offsetMsgId given where a UNIQ_KEY is meant, and
@@ -78,8 +82,8 @@ windows, the ConsumeQueue unit and queue bounds), then with --explain one query/
 object (recovery, broker_offsets per topic, reasons: each with reason, detail and offsets,
 broker_finds_all).
 
-""" + _MESSAGE_FIELDS + """, plus found_by (index, scan, msg-id, consume-queue or
-broker-compatible) and index_entries (file, entry number, index time) for messages found through
+""" + _MESSAGE_FIELDS + """, plus found_by (index, index-stated-offset, scan, msg-id,
+consume-queue or broker-compatible) and index_entries (file, entry number, index time) for messages found through
 an IndexFile.
 
 Notes (the index was not usable, a range was scanned, collisions were dropped) go to stderr.""",
