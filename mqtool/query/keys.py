@@ -11,7 +11,7 @@ from ..formats import codecs
 from ..formats import commitlog as cl_fmt
 from ..formats import timer as timer_fmt
 from ..innerbatch import batch_carries, is_inner_batch, open_record
-from ..scan import MessageRecord, Scanner, read_body
+from ..scan import MessageRecord, RecordBatch, Scanner, TopicTable, read_body
 from ..store import CommitLog, Store
 from .results import Found, QueryError, QueryResult
 from .ids import check_hex_id, describe_msg_id, describe_uniq_key, uniq_key_windows
@@ -284,12 +284,20 @@ def _resolve_stated(store: Store, index: IndexSet, unresolved: list[tuple[str, I
     wanted = {hit.phy_offset for _topic, hit in unresolved}
     stating: dict[int, MessageRecord] = {}
     scanner = Scanner(commitlog, check_crc=False, resync=True)
+    topics = TopicTable()
     for lo, hi in _merge_ranges(ranges):
-        for record in scanner.messages(lo, hi):
-            if not record.offset_ok and record.physical_offset in wanted:
-                stating.setdefault(record.physical_offset, record)
-                if len(stating) == len(wanted):
-                    break
+        for seg in scanner.segments(lo, hi):
+            start = lo if lo > seg.base_offset else None
+            for batch in scanner.scan_segment_batches(seg, start, hi, topics=topics):
+                if type(batch) is not RecordBatch:
+                    continue
+                # records whose field is not their position, a run of records at a time
+                for i in np.flatnonzero(batch.physical_offset != batch.offsets).tolist():
+                    if int(batch.physical_offset[i]) in wanted:
+                        record = batch.record(i)
+                        stating.setdefault(record.physical_offset, record)
+            if len(stating) == len(wanted):
+                break
         if len(stating) == len(wanted):
             break
     for topic, hit in unresolved:
