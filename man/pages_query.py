@@ -49,8 +49,9 @@ only its hash, so every entry is checked against the real record: entries of oth
 same hash (collisions) and entries pointing at no such record (stale after a truncation) are
 left out and counted; but an entry pointing where a record with a damaged PHYSICALOFFSET field
 says it lies (the broker's dispatch indexes a record under the offset it states) is followed to
-that record, found by index-stated-offset. Where no IndexFile covers part of the CommitLog (no index, an index that
-stops before the end of the data, IndexFiles deleted by an abnormal recovery) or a hash chain is
+that record, found by index-stated-offset. Where no IndexFile covers part of the CommitLog
+(no index, an index that stops before the end of the data, IndexFiles deleted by an abnormal
+recovery) or a hash chain is
 damaged (a loop, a pointer past indexCount or past the file, a pointer to a newer entry), that
 part of the CommitLog is scanned instead, and a note on stderr says so. --scan skips the
 IndexFiles altogether. ROLLBACK records are never indexed by the broker and are not returned.
@@ -83,8 +84,8 @@ object (recovery, broker_offsets per topic, reasons: each with reason, detail an
 broker_finds_all).
 
 """ + _MESSAGE_FIELDS + """, plus found_by (index, index-stated-offset, scan, msg-id,
-consume-queue or broker-compatible) and index_entries (file, entry number, index time) for messages found through
-an IndexFile.
+consume-queue or broker-compatible) and index_entries (file, entry number, index time) for
+messages found through an IndexFile.
 
 Notes (the index was not usable, a range was scanned, collisions were dropped) go to stderr.""",
         "exit": """\

@@ -118,7 +118,8 @@ _HELP = ("Show every consumer group's committed offsets (config/consumerOffset.j
 def consumers(
     store_path: Path = opt.store(),
     json_output: bool = opt.json_output(),
-    group: Optional[str] = typer.Option(None, "--group", metavar="GROUP", help="Only this consumer group."),
+    group: Optional[str] = typer.Option(None, "--group", metavar="GROUP",
+                                        help="Only this consumer group."),
     topic: Optional[str] = opt.topic(),
     broker_version: str = opt.broker_version(),
     mode: str = opt.mode(),

@@ -50,7 +50,8 @@ class Direction(str, Enum):
 @fixture_app.command("make")
 @error_boundary
 def make(
-    directory: Path = typer.Argument(..., metavar="STORE", help="New (or empty) directory to write the store into."),
+    directory: Path = typer.Argument(..., metavar="STORE",
+                                     help="New (or empty) directory to write the store into."),
     messages: int = typer.Option(..., "--messages", "-n", help="Number of CommitLog records."),
     seed: int = typer.Option(0, "--seed", help="Same seed and options give byte-identical stores."),
     topics: str = typer.Option(",".join(DEFAULT_TOPICS), "--topics", metavar="TOPICS",

@@ -64,22 +64,26 @@ def _scan_size(path: Path) -> int:
 def dump_command(
     path: Path = typer.Argument(..., metavar="PATH",
                                 help="A store root (dumps its CommitLog) or one store file: "
-                                "CommitLog segment, ConsumeQueue/BatchConsumeQueue file, "
-                                "IndexFile, checkpoint, abort, lock, config."),
+                                     "CommitLog segment, ConsumeQueue/BatchConsumeQueue file, "
+                                     "IndexFile, checkpoint, abort, lock, config."),
     json_output: bool = opt.json_output("JSON lines on stdout, one object per record "
                                         "(record_type says which kind)."),
     topic: Optional[str] = opt.topic(),
     queue: Optional[int] = opt.queue(),
-    from_offset: Optional[int] = typer.Option(None, "--from", metavar="OFFSET", help="CommitLog offset: records "
-                                              "starting at or after it."),
-    to_offset: Optional[int] = typer.Option(None, "--to", metavar="OFFSET", help="CommitLog offset: records "
-                                            "starting before it."),
+    from_offset: Optional[int] = typer.Option(None, "--from", metavar="OFFSET",
+                                              help="CommitLog offset: records "
+                                                   "starting at or after it."),
+    to_offset: Optional[int] = typer.Option(None, "--to", metavar="OFFSET",
+                                            help="CommitLog offset: records "
+                                                 "starting before it."),
     since: Optional[str] = opt.since(),
     until: Optional[str] = opt.until(),
-    key: Optional[str] = typer.Option(None, "--key", metavar="KEY", help="Only messages with this item in "
-                                      "KEYS."),
-    uniq_key: Optional[str] = typer.Option(None, "--uniq-key", metavar="ID", help="Only messages with this "
-                                           "UNIQ_KEY."),
+    key: Optional[str] = typer.Option(None, "--key", metavar="KEY",
+                                      help="Only messages with this item in "
+                                           "KEYS."),
+    uniq_key: Optional[str] = typer.Option(None, "--uniq-key", metavar="ID",
+                                           help="Only messages with this "
+                                                "UNIQ_KEY."),
     body: Optional[str] = opt.body("text in the table, base64 in JSON"),
     max_body_bytes: Optional[int] = opt.max_body_bytes(),
     no_decompress: bool = opt.no_decompress(),
@@ -88,8 +92,9 @@ def dump_command(
     messages_only: bool = typer.Option(False, "--messages-only", help="Leave out blank, "
                                        "unwritten and corrupt regions."),
     no_unwrap: bool = opt.no_unwrap(),
-    follow_slot: Optional[int] = typer.Option(None, "--follow-slot", metavar="SLOT", help="IndexFile: walk "
-                                              "this hash slot's chain only."),
+    follow_slot: Optional[int] = typer.Option(None, "--follow-slot", metavar="SLOT",
+                                              help="IndexFile: walk "
+                                                   "this hash slot's chain only."),
     kind: Optional[str] = typer.Option(None, "--kind", metavar="KIND", help="Force the kind of "
                                        f"a single file: {', '.join(FILE_KINDS)}."),
     limit: Optional[int] = typer.Option(None, "--limit", help="Stop after N records."),

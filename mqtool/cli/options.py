@@ -78,8 +78,9 @@ def json_output(help: str = "One JSON document on stdout."):
 
 
 def body(default: str):
-    return typer.Option(None, "--body", metavar="FORM", help=f"text|hex|base64|none (default: {default}; text "
-                                             f"falls back to base64 for bytes that are not UTF-8).")
+    return typer.Option(None, "--body", metavar="FORM",
+                        help=f"text|hex|base64|none (default: {default}; text "
+                             f"falls back to base64 for bytes that are not UTF-8).")
 
 
 def body_mode(value: Optional[str], default: str) -> str:
@@ -153,8 +154,9 @@ def check_broker_version(value: str) -> str:
 
 
 def mode():
-    return typer.Option("auto", "--mode", metavar="MODE", help=f"Recovery branch: {', '.join(MODES)} (auto: "
-                                               f"abnormal when the abort file exists).")
+    return typer.Option("auto", "--mode", metavar="MODE",
+                        help=f"Recovery branch: {', '.join(MODES)} (auto: "
+                             f"abnormal when the abort file exists).")
 
 
 def check_mode(value: str) -> str:

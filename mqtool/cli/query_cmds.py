@@ -69,22 +69,26 @@ def _render_explanation(explanation: dict, console) -> None:
 @error_boundary
 def query_command(
     store_path: Path = opt.store(),
-    msg_id: Optional[str] = typer.Option(None, "--msg-id", metavar="ID", help="offsetMsgId (32 or 56 hex "
-                                         "digits: store host + CommitLog offset)."),
-    uniq_key: Optional[str] = typer.Option(None, "--uniq-key", metavar="ID", help="UNIQ_KEY, the client's "
-                                           "message id (32 or 56 hex digits)."),
+    msg_id: Optional[str] = typer.Option(None, "--msg-id", metavar="ID",
+                                         help="offsetMsgId (32 or 56 hex "
+                                              "digits: store host + CommitLog offset)."),
+    uniq_key: Optional[str] = typer.Option(None, "--uniq-key", metavar="ID",
+                                           help="UNIQ_KEY, the client's "
+                                                "message id (32 or 56 hex digits)."),
     key: Optional[str] = typer.Option(None, "--key", metavar="KEY",
                                      help="One item of the messages' KEYS."),
     topic: Optional[str] = opt.topic("Topic (needed with --offset, --time and "
                                      "--broker-compatible; without it --key and --uniq-key "
                                      "search every topic the store knows)."),
     queue: Optional[int] = opt.queue("Queue id (with --offset or --time)."),
-    offset: Optional[int] = typer.Option(None, "--offset", metavar="N", help="Queue offset: the message the "
-                                         "ConsumeQueue unit points at (on a BatchCQ queue the "
-                                         "whole batch record holding that offset)."),
-    time: Optional[str] = typer.Option(None, "--time", metavar="TIME", help="Store time (epoch ms or ISO-8601): "
-                                       "the queue offset nearest it, as the broker's "
-                                       "getOffsetInQueueByTime."),
+    offset: Optional[int] = typer.Option(None, "--offset", metavar="N",
+                                         help="Queue offset: the message the "
+                                              "ConsumeQueue unit points at (on a BatchCQ queue the "
+                                              "whole batch record holding that offset)."),
+    time: Optional[str] = typer.Option(None, "--time", metavar="TIME",
+                                       help="Store time (epoch ms or ISO-8601): "
+                                            "the queue offset nearest it, as the broker's "
+                                            "getOffsetInQueueByTime."),
     since: Optional[str] = opt.since(only_with="--key"),
     until: Optional[str] = opt.until(only_with="--key"),
     max_results: Optional[int] = typer.Option(None, "--max", help="--key: at most N messages, "
@@ -321,8 +325,9 @@ EXPORT_FORMATS = ("jsonl",)
 @error_boundary
 def export_command(
     store_path: Path = opt.store(),
-    output_format: str = typer.Option("jsonl", "--format", metavar="FORMAT", help="jsonl (one JSON object per "
-                                      "message)."),
+    output_format: str = typer.Option("jsonl", "--format", metavar="FORMAT",
+                                      help="jsonl (one JSON object per "
+                                           "message)."),
     topic: Optional[List[str]] = opt.topic("Only this topic (stored or real topic of a "
                                            "delayed/half message); repeatable."),
     since: Optional[str] = opt.since(),

@@ -31,9 +31,11 @@ def timers_command(
     json_output: bool = opt.json_output("One JSON document on stdout: checkpoint, TimerLog "
                                         "files, pending slots with their timers, delivered "
                                         "timers, the next start's prediction."),
-    at: Optional[str] = typer.Option(None, "--at", metavar="TIME", help="When the broker is assumed to start "
-                                     "again (epoch ms or ISO-8601; default: now): decides which "
-                                     "pending timers are overdue and which slots are skipped."),
+    at: Optional[str] = typer.Option(None, "--at", metavar="TIME",
+                                     help="When the broker is assumed to start "
+                                          "again (epoch ms or ISO-8601; default: now): decides "
+                                          "which pending timers are overdue and which slots are "
+                                          "skipped."),
     show_delivered: bool = typer.Option(False, "--delivered", help="Also list the delivered "
                                         "timers in the table (always in --json)."),
     broker_version: str = opt.broker_version(),
