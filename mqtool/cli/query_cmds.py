@@ -95,6 +95,11 @@ def query_command(
                                            "most 64, no collision filter, duplicates kept)."),
     scan: bool = typer.Option(False, "--scan", help="Ignore the IndexFiles: scan the whole "
                               "CommitLog."),
+    traces: bool = typer.Option(False, "--traces", help="Also list the trace records of the "
+                                "messages found (RMQ_SYS_TRACE_TOPIC messages whose KEYS name "
+                                "their UNIQ_KEY or offsetMsgId), decoded; found_by says 'trace'."),
+    trace_topic: str = typer.Option("RMQ_SYS_TRACE_TOPIC", "--trace-topic", help="--traces: "
+                                    "the trace topic the clients were configured with."),
     json_output: bool = opt.json_output("JSON lines: one object per message, then a "
                                         "query/summary object (and query/explanation)."),
     body: Optional[str] = opt.body("text in the table, base64 in JSON"),
@@ -202,6 +207,16 @@ def query_command(
         result = q.query_queue_time(store, topic, queue, lib.parse_time(time))
     for found in result.found:
         show(found.record, found.annotations(), found.inner_position)
+    trace_found = []
+    if traces:
+        ids = [uniq_key] if uniq_key else []
+        for found in result.found:
+            if found.record.topic != trace_topic:
+                ids += q.trace_ids(found.record)
+        trace_found = q.query_traces(store, ids, trace_topic, reader)
+        for found in trace_found:
+            show(found.record, found.annotations())
+        result.details["traces"] = [f.record.offset for f in trace_found]
     reader.close()
     if renderer is not None:
         renderer.flush()
@@ -218,7 +233,8 @@ def query_command(
     if result.collisions:
         _note(f"{len(set(result.collisions))} index entr(ies) with the key's hash belong to other "
               f"keys (hash collisions); left out")
-    sys.stderr.write(f"mqtool: {len(result.found)} message(s) found\n")
+    sys.stderr.write(f"mqtool: {len(result.found)} message(s) found"
+                     + (f", {len(trace_found)} trace record(s)" if traces else "") + "\n")
     if not result.found:
         raise typer.Exit(EXIT_FINDINGS)
 
