@@ -83,6 +83,11 @@ def geometry_findings(store: Store) -> tuple[dict, list[str]]:
     if index_sizes and expected_index not in index_sizes:
         problems.append(f"no IndexFile has the size of {store.index_slots:,} slots x "
                         f"{store.index_entries:,} entries ({expected_index:,} bytes)")
+    if not cl.segments and not getattr(store, "commitlog_dirs_given", False) and any(
+            q.segments for q in store.consume_queues):
+        problems.append("no CommitLog file in commitlog/ but ConsumeQueues point into one: a "
+                        "CommitLog kept elsewhere (storePathCommitLog)? give --broker-config or "
+                        "--commitlog-dirs")
     geometry = {
         "commitlog_file_size": cl.file_size,
         "commitlog_file_sizes_seen": cl_sizes,

@@ -107,6 +107,8 @@ def query_command(
     broker_version: str = opt.broker_version(),
     force_verify_prop_crc: bool = opt.force_verify_prop_crc(),
     commitlog_file_size: Optional[int] = opt.commitlog_file_size(),
+    commitlog_dirs: Optional[str] = opt.commitlog_dirs(),
+    broker_config: Optional[Path] = opt.broker_config(),
     cq_units: Optional[int] = opt.cq_units(),
     index_slots: Optional[int] = opt.index_slots(),
     index_entries: Optional[int] = opt.index_entries(),
@@ -131,7 +133,8 @@ def query_command(
         raise MqtoolError("--since, --until and --max go with --key")
     if broker_compatible and (mode not in ("--key", "--uniq-key") or topic is None):
         raise MqtoolError("--broker-compatible needs --key or --uniq-key, and --topic")
-    store = opt.open_store(store_path, commitlog_file_size, cq_units, index_slots, index_entries)
+    store = opt.open_store(store_path, commitlog_file_size, cq_units, index_slots, index_entries,
+                           commitlog_dirs=commitlog_dirs, broker_config=broker_config)
     since_ms = lib.parse_time(since) if since is not None else None
     until_ms = lib.parse_time(until) if until is not None else None
     plan = None
@@ -291,6 +294,8 @@ def salvage_command(
     broker_version: str = opt.broker_version(),
     force_verify_prop_crc: bool = opt.force_verify_prop_crc(),
     commitlog_file_size: Optional[int] = opt.commitlog_file_size(),
+    commitlog_dirs: Optional[str] = opt.commitlog_dirs(),
+    broker_config: Optional[Path] = opt.broker_config(),
 ):
     """Get every intact message off a damaged store, past any damage, with a map of what is
     lost. Read-only."""
@@ -298,7 +303,8 @@ def salvage_command(
 
     _check_version(broker_version)
     body_mode = opt.body_mode(body, "base64")
-    store = opt.open_store(store_path, commitlog_file_size)
+    store = opt.open_store(store_path, commitlog_file_size,
+                           commitlog_dirs=commitlog_dirs, broker_config=broker_config)
     if map_path is not None:
         check_output_outside(store, map_path)
     positions = None
@@ -359,6 +365,8 @@ def export_command(
     no_unwrap: bool = opt.no_unwrap(),
     broker_version: str = opt.broker_version(),
     commitlog_file_size: Optional[int] = opt.commitlog_file_size(),
+    commitlog_dirs: Optional[str] = opt.commitlog_dirs(),
+    broker_config: Optional[Path] = opt.broker_config(),
 ):
     """Export every intact message for replay (JSON lines), delayed, timer and transaction-half
     messages marked with their real topic. Read-only."""
@@ -370,7 +378,8 @@ def export_command(
                           f"{output_format!r}")
     _check_version(broker_version)
     body_mode = opt.body_mode(body, "base64")
-    store = opt.open_store(store_path, commitlog_file_size)
+    store = opt.open_store(store_path, commitlog_file_size,
+                           commitlog_dirs=commitlog_dirs, broker_config=broker_config)
     since_ms = parse_time(since) if since is not None else None
     until_ms = parse_time(until) if until is not None else None
     positions = None

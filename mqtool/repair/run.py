@@ -79,6 +79,27 @@ def _check_backup_dir(store_root: Path, backup_dir: Path) -> Path:
     return backup_dir
 
 
+def refuse_commitlog_dirs(store_path: Path, command: str, dirs: list[Path] | None) -> None:
+    """Raise RepairError (exit 2, nothing changed) when the CommitLog lies in directories other
+    than ``STORE/commitlog`` (a multi-path CommitLog, storePathCommitLog elsewhere): the repairs
+    stage, back up and write CommitLog files inside the store root only, so they refuse rather
+    than cut a CommitLog whose other files they would not see or could not put back."""
+    if not dirs:
+        return
+    own = (Path(store_path) / "commitlog").absolute()
+    if [Path(d).absolute() for d in dirs] == [own]:
+        return
+    for d in dirs:
+        if not Path(d).is_dir():
+            raise RepairError(f"{d}: CommitLog directory not found (named by the CommitLog path "
+                              "list)")
+    raise RepairError(f"{store_path}: {command} refused: the CommitLog lies in "
+                      f"{len(dirs)} director{'y' if len(dirs) == 1 else 'ies'} "
+                      f"({', '.join(map(str, dirs))}), not only in {own}; mqtool repairs a "
+                      "CommitLog that lies in the store's own commitlog/ (read commands and "
+                      "verify take --commitlog-dirs / --broker-config); nothing was changed")
+
+
 def run_repair(command: str, store_path: Path, *, dry_run: bool = False,
                backup_dir: Path | None = None, out: Path | None = None,
                store_options: dict | None = None, progress=None, argv=None,

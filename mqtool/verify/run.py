@@ -115,7 +115,8 @@ def prepare_checks(store: Store, *, quick: bool = False, broker_version: str = "
                    not quick, rules, queues, unchecked, indexes, blind, engine,
                    frozenset(topic for topic, _ in batch_keys),
                    count_queue_ends=store.dledger is None and (
-                       mode == "abnormal" or (mode == "auto" and store.abort_exists)))
+                       mode == "abnormal" or (mode == "auto" and store.abort_exists)),
+                   extra_commitlog_dirs=tuple(str(d) for d in commitlog.extra_dirs))
     return StoreChecks(store, ctx, version, sink, deferred, queues, mode, quick,
                        force_verify_prop_crc, message_index_safe, later)
 
