@@ -48,6 +48,39 @@ that share no epoch (the rejoin finds no consistent point).""",
             ("The lost messages for replay:",
              "mqtool failover --export lost.jsonl OLD_STORE NEW_STORE"),
         ],
-        "see_also": ["mqtool-verify", "mqtool-export", "mqtool-diff"],
+        "see_also": ["mqtool-verify", "mqtool-export", "mqtool-diff", "mqtool-fixture-layout"],
+    },
+    ("fixture", "layout"): {
+        "summary": "write a small store of a 5.x production layout",
+        "description": """\
+Writes, through the same writer as mqtool-fixture-make(1), a small store of a layout production
+5.x brokers leave and that no reference store holds, laid out by the rules read from Apache
+RocketMQ's source:
+
+failover: DIR/old and DIR/new, two brokers of one group in controller mode after an automatic
+master switch: both hold the messages replicated before it (epoch 1, from offset 0); the new
+master appended epoch 2 at its end and stored the producers' retries (same UNIQ_KEY) and new
+messages; the old master kept storing messages the new one never got. epochFileCheckpoint (and
+the .bak string2File leaves) and brokerIdentity as the broker writes them. Try mqtool-failover(1)
+on them.
+
+system-topics: DIR/store with a message and its trace records (RMQ_SYS_TRACE_TOPIC, one of them
+no trace), pop checkpoint, ack and batch-ack records (rmq_sys_REVIVE_LOG_DefaultCluster, the
+checkpoint also as it waits in rmq_sys_wheel_timer), a retry delayed through
+SCHEDULE_TOPIC_XXXX, a dead letter, a timer message and a 5.4 priority message.
+
+multi-path: DIR/store whose CommitLog lies in DIR/disk1 and DIR/disk2 (storePathCommitLog
+"disk1,disk2": file n in the (n % 2)-th) with its oldest file moved to DIR/readonly
+(readOnlyCommitLogStorePaths), and DIR/broker.conf naming them; read it with --broker-config.""",
+        "arguments": {"kind": "failover, system-topics or multi-path.",
+                      "directory": "A new or empty directory."},
+        "output": """\
+One JSON object on stdout: what was written (offsets, UNIQ_KEYs, epochs, which messages are
+resent or lost, files per directory), the expectation the tests check the commands against.""",
+        "examples": [
+            ("Two brokers after a failover, and what the old one would lose:",
+             "mqtool fixture layout failover /tmp/fo && mqtool failover /tmp/fo/old /tmp/fo/new"),
+        ],
+        "see_also": ["mqtool-fixture-make", "mqtool-failover"],
     },
 }

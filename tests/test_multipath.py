@@ -78,3 +78,14 @@ def test_repairs_refuse_and_change_nothing(spread):
         assert proc.returncode == 2, proc.stderr
         assert "refused" in proc.stderr and "nothing was changed" in proc.stderr
     assert tree_digests(base) == before
+
+
+def test_a_new_user_forges_and_reads_the_layout(tmp_path):
+    proc = run_mqtool("fixture", "layout", "multi-path", "lay", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    proc = run_mqtool("info", "--json", "--broker-config", "lay/broker.conf", "lay/store",
+                      cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    commitlog = json.loads(proc.stdout)["commitlog"]
+    assert commitlog["end_of_data"] == summary["end_offset"]

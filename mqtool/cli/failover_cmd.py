@@ -33,8 +33,7 @@ def failover_command(
     limit: int = typer.Option(50, "--limit", help="List at most N messages in the table "
                               "(--json lists all)."),
 ):
-    """Which messages did the old master have that the new master never got? (5.x controller
-    mode.)
+    """List the old master's messages the new master never got (5.x controller mode).
 
     Computes the consistent point from both stores' epochFileCheckpoint as the old master's
     rejoin computes it (the newest epoch both have with the same start offset, cut at the

@@ -53,9 +53,10 @@ def make_multipath_store(root: Path, dirs: list[Path], readonly_dir: Path | None
             shutil.move(str(path), str(Path(readonly_dir) / path.name))
             moved.append(path.name)
     config = Path(config) if config is not None else root.parent / "broker.conf"
-    lines = [f"storePathRootDir={root}", "storePathCommitLog=" + ",".join(map(str, dirs))]
+    lines = [f"storePathRootDir={root.absolute()}",
+             "storePathCommitLog=" + ",".join(str(d.absolute()) for d in dirs)]
     if readonly_dir is not None:
-        lines.append(f"readOnlyCommitLogStorePaths={readonly_dir}")
+        lines.append(f"readOnlyCommitLogStorePaths={Path(readonly_dir).absolute()}")
     config.write_text("\n".join(lines) + "\n")
     layout = {str(d): sorted(p.name for p in d.iterdir())
               for d in dirs + ([Path(readonly_dir)] if readonly_dir else [])}
