@@ -252,8 +252,10 @@ that does not match them (EPOCH_CRC), on which the broker loads the .bak; epochs
 offsets that do not increase (EPOCH_ORDER); an epoch starting past the CommitLog's end after
 recovery (EPOCH_PAST_END) or where no message record starts (EPOCH_NOT_RECORD); an epoch that
 ends before the first CommitLog file (EPOCH_EXPIRED, info); a .bak giving an epoch another
-start offset (EPOCH_BAK, a warning). A repair that would cut the CommitLog below an epoch's
-start refuses (exit 2, nothing changed): the broker's truncation would cut the epoch file too.
+start offset (EPOCH_BAK, a warning). A repair that cuts the CommitLog below an epoch's start
+cuts the epoch file as the broker's own truncation does (truncateSuffixByOffset; the old content
+becomes the .bak, backed up like every change), and refuses (exit 2, nothing changed) where no
+epoch would be left or the file is unusable.
 
 A CommitLog spread over several directories (storePathCommitLog with ','-separated paths,
 readOnlyCommitLogStorePaths) is read with --broker-config or --commitlog-dirs; the repairs

@@ -287,29 +287,3 @@ def _check_bak(main: list[tuple[int, int]], bak: list[tuple[int, int]], bak_name
     return [_finding("EPOCH_BAK", bak_name, f"epoch {e} starts at {s:,} in {bak_name} but at "
                      f"{m:,} in {epoch_fmt.EPOCH_FILE} ({len(differ)} epoch(s) differ): one of "
                      "them was edited or belongs to another store")]
-
-
-# --- mutating commands -------------------------------------------------------------------------------
-
-def refuse_epoch_cut(root: Path, cut: int | None, data_loss: bool, command: str) -> None:
-    """Raise MqtoolError (exit 2) when a repair that cuts the CommitLog at ``cut`` would leave
-    the epoch file naming epochs that start past the cut: the broker's own truncation
-    (truncateSuffixByOffset) rewrites the file then, which this version of mqtool does not do.
-    An epoch starting exactly at the cut is empty; it counts only when data is lost."""
-    if cut is None:
-        return
-    epochs = EpochFile.read(root)
-    if not epochs.present:
-        return
-    entries, _source, _fatal = epochs.loaded()
-    for text in (epochs.main, epochs.bak):
-        if text is not None:
-            entries = entries + text.entries
-    hit = sorted({(e, s) for e, s in entries if s > cut or (s == cut and data_loss)})
-    if hit:
-        e, s = hit[0]
-        raise MqtoolError(f"{root}: {command} refused: it cuts the CommitLog at {cut:,} but "
-                          f"{epoch_fmt.EPOCH_FILE} has {len(hit)} epoch(s) starting at or past "
-                          f"it (epoch {e} at {s:,}); the broker would cut the epoch file too "
-                          "(truncateSuffixByOffset), which mqtool does not do yet; nothing was "
-                          "changed")

@@ -171,10 +171,30 @@ def test_failover_bad_input(pair, new_copy, fixture_store):
     assert proc.returncode == 2 and "no consistent point" in proc.stderr
 
 
-def test_truncate_below_an_epoch_start_is_refused(pair, new_copy):
+def test_truncate_cuts_the_epoch_file_as_the_broker_does(pair, new_copy):
+    """truncateFiles + truncateSuffixByOffset: epoch 2 starts past the cut and goes; the file is
+    rewritten through string2File, so the old content becomes the .bak; undo restores both."""
     switch = pair[2]["switch_offset"]
     before = tree_digests(new_copy)
-    proc = run_mqtool("truncate", "--to", switch - 219, new_copy)
-    assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert "epochFileCheckpoint" in proc.stderr and "nothing was changed" in proc.stderr
+    old_text = (new_copy / "epochFileCheckpoint").read_text()
+    proc = run_mqtool("truncate", "--to", switch - 219, "--json", new_copy)
+    assert proc.returncode == 1, proc.stderr          # messages dropped
+    assert (new_copy / "epochFileCheckpoint").read_text() == f"1\n{_crc('1-0' + chr(10))}\n1-0\n"
+    assert (new_copy / "epochFileCheckpoint.bak").read_text() == old_text
+    _rc, found = _codes(new_copy)
+    assert not [c for c in found if c.startswith("EPOCH_")]
+    backup = json.loads(proc.stdout)["backup"]
+    proc = run_mqtool("undo", backup)
+    assert proc.returncode == 0, proc.stderr
     assert tree_digests(new_copy) == before
+
+
+def test_truncate_before_every_epoch_is_refused(pair, tmp_path):
+    store = tmp_path / "old"
+    shutil.copytree(pair[0], store)
+    (store / "epochFileCheckpoint").write_text(f"1\n{_crc('1-434' + chr(10))}\n1-434\n")
+    before = tree_digests(store)
+    proc = run_mqtool("truncate", "--to", 217, store)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "empty epoch file" in proc.stderr and "nothing was changed" in proc.stderr
+    assert tree_digests(store) == before

@@ -11,12 +11,12 @@ from pathlib import Path
 
 from .. import backup as bk
 from ..errors import StoreLockedError
-from ..controller import refuse_epoch_cut
-from ..store import OFFSET_NAME, Store
+from ..store import Store
 from ..lock import store_lock
 from .transaction import (RepairError, RepairPlan, Stage, apply_plan, remove_stale_stages,
                           resume_pending, sparse_copy)
 from .planners import PLANNERS
+from .epoch import plan_epoch_cut
 from .heap import retained_heap
 
 
@@ -184,26 +184,12 @@ def _run_repair(command: str, source: Path, *, dry_run: bool, backup_dir: Path |
     try:
         store = Store(target, **store_options)
         plan = PLANNERS[command](store, stage, progress=progress, **options)
-        refuse_epoch_cut(target, _commitlog_cut(plan), plan.data_loss, command)
+        plan_epoch_cut(store, stage, plan)
     except BaseException:
         stage.cleanup()
         raise
     return _finish_repair(plan, stage, target, dry_run=dry_run, out=out, backup_dir=backup_dir,
                           stamp=stamp, argv=argv, resumed=resumed, warnings=warnings)
-
-
-def _commitlog_cut(plan: RepairPlan) -> int | None:
-    """The lowest CommitLog offset the plan changes (a file deleted, a tail cut or zeroed)."""
-    cuts = []
-    for op in plan.ops:
-        name = Path(op.path).name
-        if op.kind != "commitlog" or not OFFSET_NAME.match(name):
-            continue
-        if op.op == "delete":
-            cuts.append(int(name))
-        elif op.ranges:
-            cuts.append(int(name) + min(r[0] for r in op.ranges))
-    return min(cuts) if cuts else None
 
 
 def _finish_repair(plan: RepairPlan, stage: Stage, target: Path, *, dry_run: bool,
