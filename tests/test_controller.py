@@ -78,11 +78,12 @@ def test_info_and_passport_show_epochs_and_identity(pair):
 
 
 def test_verify_clean_controller_store(pair):
-    for store in pair[:2]:
-        proc = run_mqtool("verify", "--json", store)
-        assert proc.returncode == 0, proc.stdout[-2000:]
-        codes = {f["code"] for f in json.loads(proc.stdout)["findings"]}
-        assert not {c for c in codes if c.startswith("EPOCH_")}
+    proc = run_mqtool("verify", "--json", pair[1])
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    codes = {f["code"] for f in json.loads(proc.stdout)["findings"]}
+    assert not {c for c in codes if c.startswith("EPOCH_")}
+    rc, found = _codes(pair[0])
+    assert rc == 0 and not [c for c in found if c.startswith("EPOCH_")]
 
 
 def _codes(store):
@@ -111,11 +112,9 @@ def test_verify_epoch_file_damage(pair, new_copy, name, text, code):
     rc, found = _codes(new_copy)
     assert rc == 1 and code in found, (name, sorted(found))
     assert found[code]["file"].startswith("epochFileCheckpoint")
-    if name in ("torn-header", "not-a-number"):
-        for command in ("info", "verify"):       # no traceback, one screen
-            proc = run_mqtool(command, new_copy)
-            assert proc.returncode in (0, 1), proc.stderr
-            assert code in proc.stdout or command == "info"
+    if name == "not-a-number":               # the CLI: no traceback, the finding listed
+        proc = run_mqtool("verify", new_copy)
+        assert proc.returncode == 1 and code in proc.stdout, proc.stderr
 
 
 def test_verify_bak_disagreement(pair, new_copy):
