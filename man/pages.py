@@ -251,7 +251,7 @@ reads them): a count, CRC or entry line that is not a number, on which the broke
 that does not match them (EPOCH_CRC), on which the broker loads the .bak; epochs or start
 offsets that do not increase (EPOCH_ORDER); an epoch starting past the CommitLog's end after
 recovery (EPOCH_PAST_END) or where no message record starts (EPOCH_NOT_RECORD); an epoch that
-ends before the first CommitLog file (EPOCH_EXPIRED, info); a .bak giving an epoch another
+ends before the first CommitLog file (EPOCH_EXPIRED, a warning); a .bak giving an epoch another
 start offset (EPOCH_BAK, a warning). A repair that cuts the CommitLog below an epoch's start
 cuts the epoch file as the broker's own truncation does (truncateSuffixByOffset; the old content
 becomes the .bak, backed up like every change), and refuses (exit 2, nothing changed) where no

@@ -99,7 +99,7 @@ CODES: dict[str, tuple[str, str]] = {
     "EPOCH_ORDER": (ERROR, "epochs or their start offsets do not increase"),
     "EPOCH_PAST_END": (ERROR, "an epoch starts past the CommitLog's end after recovery"),
     "EPOCH_NOT_RECORD": (ERROR, "an epoch's start offset is not where a message record starts"),
-    "EPOCH_EXPIRED": (INFO, "an epoch ends before the first CommitLog file (dropped on the "
+    "EPOCH_EXPIRED": (WARNING, "an epoch ends before the first CommitLog file (dropped on the "
                             "broker's next file deletion)"),
     "EPOCH_BAK": (WARNING, "epochFileCheckpoint.bak gives an epoch another start offset than "
                            "epochFileCheckpoint"),
