@@ -18,10 +18,19 @@ from .formats import indexfile as idx_fmt
 from .formats import dledger as dl_fmt
 from .controller import controller_claim, controller_section
 from .dledger import ledger_extent
-from .store import UPGRADED_LAYOUT, Store, properties_int
+from .store import (COMBINE_CQ, ROCKSDB_CQ, ROCKSDB_METADATA, UPGRADED_LAYOUT, Store,
+                    properties_int)
 
 FAMILY_4 = "4.x"
 FAMILY_5 = "5.x"
+#: what each kind of RocksDB database says about the writer
+ROCKSDB_CLAIMS = {
+    ROCKSDB_CQ: "5.2+ RocksDB ConsumeQueue (storeType=defaultRocksDB): queue units are RocksDB "
+                "keys, not files",
+    COMBINE_CQ: "5.3.2+ CombineConsumeQueue (rocksdbCQDoubleWriteEnable): file and RocksDB "
+                "ConsumeQueues",
+    ROCKSDB_METADATA: "5.x RocksDB metadata under config/",
+}
 
 
 def five_x_evidence(store: Store) -> list[str]:
@@ -204,6 +213,11 @@ def store_passport(store: Store, *, v2_records: int | None = None,
                                    "__CRC32#"})
     if evidence:
         claims.append({"claim": FAMILY_5, "evidence": "; ".join(evidence)})
+    rocksdb = [{"kind": part.kind, "folder": part.folder + "/", "evidence": part.evidence}
+               for part in store.rocksdb]
+    for part in store.rocksdb:
+        claims.insert(0, {"claim": ROCKSDB_CLAIMS[part.kind], "evidence":
+                          f"{part.folder}/: {part.evidence}"})
     family = FAMILY_5 if claims else FAMILY_4
     if family == FAMILY_4:
         claims.append({"claim": FAMILY_4, "evidence": "no 5.x-only file, field or record"
@@ -230,4 +244,6 @@ def store_passport(store: Store, *, v2_records: int | None = None,
         passport["dledger"] = dledger
     if controller is not None:
         passport["controller"] = controller
+    if rocksdb:
+        passport["rocksdb"] = rocksdb
     return passport
