@@ -125,6 +125,7 @@ def export_lost(old: Store, report: FailoverReport, emit: Callable[[dict], None]
     for lost in report.lost:
         offset = lost["commitlog_offset"]
         for rec in iter_commitlog_records(old.commitlog,
+                                          file_name=lambda seg: old.relative(seg.path),
                                           filters=MessageFilter(from_offset=offset,
                                                                 to_offset=offset + 1),
                                           body_mode=body_mode, messages_only=True):
