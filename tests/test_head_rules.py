@@ -1,0 +1,122 @@
+"""The 5.3.4+ family (RocketMQ's store code after 5.3.3) against the stores that code wrote and
+recovered (``head-*``, shipped as tarballs), and 5.3.3's recovery of the same stores against the
+5.3.2+ rules.
+
+Expectations come from the brokers' own files: recover.json.gz / recovered/ (the newest code),
+recover-5.3.3.json.gz / recovered-5.3.3/ (5.3.3), damage.json, dump.json.gz."""
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import SHARED_STORES
+from mqtool.passport import store_passport
+from mqtool.recovery import VERSION_532, VERSION_534, predict_recovery
+from mqtool.repair import run_repair
+from mqtool.store import Store
+from test_recovery_prediction import assert_prediction_equals_broker
+from test_repair_conformance import assert_keep_stale_identical, assert_recover_equals_broker
+
+FIRSTREC = "head-clean-damaged-firstrec"
+BATCHCQ_TIMER = "head-batchcq-timer-crash"
+HEAD_STORES = (FIRSTREC, BATCHCQ_TIMER)
+# (family, the broker's recover.json, the recovered/ tarball)
+RECOVERIES = {VERSION_534: ("recover.json.gz", "recovered.tar.gz"),
+              VERSION_532: ("recover-5.3.3.json.gz", "recovered-5.3.3.tar.gz")}
+
+
+def _load(name: str, file: str):
+    path = SHARED_STORES / name / file
+    if not path.is_file():
+        pytest.skip(f"{path} is absent")
+    opener = gzip.open if file.endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def _options(recover: dict, version: str) -> dict:
+    config = recover.get("storeConfig") or {}
+    return dict(broker_version=version, check_crc=recover.get("checkCRCOnRecover", True),
+                force_verify_prop_crc=config.get("forceVerifyPropCRC", False),
+                message_index_safe=config.get("messageIndexSafe", False))
+
+
+@pytest.fixture(scope="module")
+def head_store(unpack_shared):
+    """name -> the unpacked store/ of a head-* store (read-only: copy before changing)."""
+    return lambda name: unpack_shared(name, "store.tar.gz")
+
+
+@pytest.mark.parametrize("version", sorted(RECOVERIES))
+@pytest.mark.parametrize("name", HEAD_STORES)
+def test_prediction_equals_each_brokers_recovery(head_store, name, version):
+    recover = _load(name, RECOVERIES[version][0])
+    assert_prediction_equals_broker(head_store(name), recover, _options(recover, version), True)
+
+
+@pytest.mark.parametrize("version", sorted(RECOVERIES))
+@pytest.mark.parametrize("name", HEAD_STORES)
+def test_recover_equals_each_brokers_recovery(head_store, unpack_shared, tmp_path, name,
+                                              version):
+    recover_file, recovered_tar = RECOVERIES[version]
+    recover = _load(name, recover_file)
+    broker = unpack_shared(name, recovered_tar)
+    options = _options(recover, version)
+    store = assert_recover_equals_broker(head_store(name), recover, broker, options,
+                                         tmp_path / "plain")
+    assert_keep_stale_identical(head_store(name), recover, broker, options, tmp_path / "stale")
+    again = run_repair("recover", store, **options).plan.recovery
+    if name == FIRSTREC and version == VERSION_532:
+        # 5.3.3 cut the queues back below the last file, so its next start begins one file
+        # earlier and meets the older damage the newest code found at once
+        assert again.process_offset == 2_599_700
+    else:
+        assert again.process_offset == recover["afterRecovery"]["maxPhyOffset"]
+        assert not again.truncates
+
+
+def test_firstrec_start_file_and_truncation_per_family(head_store):
+    """The damaged first record of the last data file: the newest code starts one file earlier
+    and meets the older damage there; 5.3.3 starts in the last file and cuts at its start."""
+    damage = _load(FIRSTREC, "damage.json")
+    store = Store(head_store(FIRSTREC))
+    newest = predict_recovery(store, broker_version=VERSION_534)
+    assert newest.start_file == "00000000000002097152"
+    assert "00000000000003145728" in newest.start_reason
+    assert newest.process_offset == 2_599_700
+    assert newest.stop_reason == "body-crc"
+    assert newest.commitlog_files_deleted == ["00000000000003145728"]
+    older = predict_recovery(store, broker_version=VERSION_532)
+    assert older.start_file == "00000000000003145728"
+    assert older.process_offset == 3_145_728
+    assert older.commitlog_files_deleted == []
+    records = {f["name"]: f for f in _load(FIRSTREC, "recover.json.gz")["after"]["commitlogFiles"]}
+    assert sorted(records) == newest.commitlog_files_kept
+    # 406 more records are lost under the newest rules (README)
+    dump = _load(FIRSTREC, "dump.json.gz")["messages"]
+    kept = {v: sum(1 for m in dump if m["commitLogOffset"] < p.process_offset)
+            for v, p in ((VERSION_534, newest), (VERSION_532, older))}
+    assert kept == {VERSION_534: 1_973, VERSION_532: 2_379}
+    assert damage  # the store's own account of the two damaged records exists
+
+
+def test_checking_the_first_record_needs_the_crc_check(head_store):
+    """Without checkCRCOnRecover the damaged first record decodes: the newest code starts in
+    the last file as 5.3.3 does."""
+    plan = predict_recovery(Store(head_store(FIRSTREC)), broker_version=VERSION_534,
+                            check_crc=False)
+    assert plan.start_file == "00000000000003145728"
+
+
+def test_passport_tells_the_newest_classic_batches_apart(head_store, shared_stores):
+    """head-batchcq-timer-crash holds classic batches whose messages carry their own UNIQ_KEY
+    and no CLUSTER: evidence for 5.3.4+. 5.3.3's classic batches (v5-batchcq-clean) are not."""
+    head = store_passport(Store(head_store(BATCHCQ_TIMER)), own_property_batch_records=100)
+    assert head["recovery_rules"] == VERSION_534
+    assert any(c["claim"] == VERSION_534 and "100" in c["evidence"] for c in head["claims"])
+    older = store_passport(Store(shared_stores / "v5-batchcq-clean" / "store"),
+                           own_property_batch_records=0)
+    assert older["recovery_rules"] == VERSION_532
