@@ -13,10 +13,12 @@ from pathlib import Path
 import pytest
 
 from conftest import SHARED_STORES
+from mqtool.inspect import store_info
 from mqtool.passport import store_passport
 from mqtool.recovery import VERSION_532, VERSION_534, predict_recovery
 from mqtool.repair import run_repair
 from mqtool.store import Store
+from mqtool.verify import verify_store
 from test_recovery_prediction import assert_prediction_equals_broker
 from test_repair_conformance import assert_keep_stale_identical, assert_recover_equals_broker
 
@@ -111,12 +113,44 @@ def test_checking_the_first_record_needs_the_crc_check(head_store):
     assert plan.start_file == "00000000000003145728"
 
 
+def _own_property_batch_records(name: str) -> int:
+    """From the broker's own decode (dump.json): producer messages (with a UNIQ_KEY) lacking the
+    CLUSTER every send gets, outside inner batches and the broker's own topics."""
+    return sum(1 for m in _load(name, "dump.json.gz")["messages"]
+               if "UNIQ_KEY" in (m["properties"] or {}) and "CLUSTER" not in m["properties"]
+               and not m["sysFlag"] & 0x80
+               and not m["topic"].startswith(("rmq_sys_", "RMQ_SYS_", "SCHEDULE_TOPIC")))
+
+
 def test_passport_tells_the_newest_classic_batches_apart(head_store, shared_stores):
     """head-batchcq-timer-crash holds classic batches whose messages carry their own UNIQ_KEY
-    and no CLUSTER: evidence for 5.3.4+. 5.3.3's classic batches (v5-batchcq-clean) are not."""
-    head = store_passport(Store(head_store(BATCHCQ_TIMER)), own_property_batch_records=100)
-    assert head["recovery_rules"] == VERSION_534
-    assert any(c["claim"] == VERSION_534 and "100" in c["evidence"] for c in head["claims"])
-    older = store_passport(Store(shared_stores / "v5-batchcq-clean" / "store"),
-                           own_property_batch_records=0)
-    assert older["recovery_rules"] == VERSION_532
+    and no CLUSTER: evidence for 5.3.4+, which info's passport and verify's automatic rules
+    follow. 5.3.3's classic batches (v5-batchcq-clean) are no such evidence."""
+    expected = _own_property_batch_records(BATCHCQ_TIMER)
+    assert expected == 100      # the README's 28 classic batches on TopicTest: 100 records
+    store = Store(head_store(BATCHCQ_TIMER))
+    info = store_info(store)
+    assert info["commitlog"]["own_property_batch_records"] == expected
+    passport = info["passport"]
+    assert passport["recovery_rules"] == VERSION_534
+    assert any(c["claim"] == VERSION_534 and f"{expected:,}" in c["evidence"]
+               for c in passport["claims"])
+    for engine in ("batches", "records"):
+        report = verify_store(store, workers=1, engine=engine)
+        assert report.summary["own_property_batch_records"] == expected
+        assert report.recovery.broker_version == VERSION_534
+    older = Store(shared_stores / "v5-batchcq-clean" / "store")
+    assert _own_property_batch_records("v5-batchcq-clean") == 0
+    assert store_info(older)["passport"]["recovery_rules"] == VERSION_532
+    assert verify_store(older, workers=1).recovery.broker_version == VERSION_532
+    # without records to go on (no scan), the passport cannot tell 5.3.4+ from 5.3.2+
+    assert store_passport(store)["recovery_rules"] == VERSION_532
+
+
+def test_broker_version_option_accepts_the_new_family(head_store, mqtool, tmp_path):
+    proc = mqtool("verify", head_store(FIRSTREC), "--broker-version", VERSION_534, "--json")
+    doc = json.loads(proc.stdout)
+    assert doc["recovery"]["broker_version"] == VERSION_534
+    assert doc["recovery"]["process_offset"] == 2_599_700
+    bad = mqtool("verify", head_store(FIRSTREC), "--broker-version", "5.3.5")
+    assert bad.returncode == 2 and VERSION_534 in bad.stderr

@@ -168,7 +168,9 @@ def verify(
     # --quick checks no CRC, so it cannot tell whether records carry a property CRC
     passport = store_passport(store, v2_records=report.summary["v2_records"],
                               prop_crc_records=None if quick
-                              else report.summary["prop_crc_records_checked"])
+                              else report.summary["prop_crc_records_checked"],
+                              own_property_batch_records=report.summary[
+                                  "own_property_batch_records"])
     if expectation is not None:
         try:
             missing, unexpected = compare_findings(report, expectation)

@@ -13,7 +13,7 @@ from ..formats import checkpoint as ckpt_fmt
 from ..formats import commitlog as cl_fmt
 from ..formats import consumequeue as cq_fmt
 from ..formats import indexfile as idx_fmt
-from ..passport import store_passport
+from ..passport import own_property_batch_rows, store_passport
 from ..scan import (FLAG_FALSE, BlankRecord, RecordBatch, TopicTable, UnwrittenTail,
                     scan_segment_batches)
 from ..store import MappedFile, Store
@@ -69,6 +69,7 @@ def _scan_summary(store: Store, check_crc: bool, progress=None) -> tuple[dict, d
     per_queue: dict[tuple[str, int], dict] = {}
     by_transaction = Counter()
     messages = compressed = v2 = crc_bad = offset_bad = prop_crc_bad = prop_crc_records = 0
+    own_batch = 0
     first_ts = last_ts = min_ts = max_ts = None
     end_of_data = None
     corrupt = []
@@ -100,6 +101,7 @@ def _scan_summary(store: Store, check_crc: bool, progress=None) -> tuple[dict, d
                 prop_crc_bad += int(np.count_nonzero(event.prop_crc_ok == FLAG_FALSE))
                 # presence, not validity: quick scans leave prop_crc_ok unset
                 prop_crc_records += int(np.count_nonzero(event.stored_prop_crc_present()))
+                own_batch += own_property_batch_rows(event)
                 offset_bad += int(np.count_nonzero(event.physical_offset != offsets))
                 ts = event.store_timestamp
                 if first_ts is None:
@@ -138,6 +140,7 @@ def _scan_summary(store: Store, check_crc: bool, progress=None) -> tuple[dict, d
         "compressed": compressed,
         "v2_records": v2,
         "prop_crc_records": prop_crc_records,
+        "own_property_batch_records": own_batch,
         "crc_checked": check_crc,
         "body_crc_mismatches": crc_bad if check_crc else None,
         "prop_crc_mismatches": prop_crc_bad if check_crc else None,
@@ -339,7 +342,9 @@ def store_info(store: Store, *, check_crc: bool = False, progress=None) -> dict:
         "layout": "bare-commitlog" if store.is_bare_commitlog else "store",
         "geometry": _geometry(store),
         "passport": store_passport(store, v2_records=commitlog["v2_records"],
-                                   prop_crc_records=commitlog["prop_crc_records"]),
+                                   prop_crc_records=commitlog["prop_crc_records"],
+                                   own_property_batch_records=commitlog.get(
+                                       "own_property_batch_records")),
         "commitlog": commitlog,
         "consume_queues": {"queues": len(store.consume_queues), "files": cq_files,
                            "bytes": sum(s.length for q in store.consume_queues
