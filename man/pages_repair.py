@@ -34,8 +34,10 @@ Runs what an Apache RocketMQ broker does when it starts on the store, without th
 normal recovery, or abnormal recovery when an abort file says the last shutdown was not clean
 (--mode); the start-file choice (the third-to-last file for a normal start on 4.9 to 5.3.1, the
 last file the ConsumeQueues point into on 5.3.2+, the checkpoint-matched file for an abnormal
-start); the scan with CRC checks; the CommitLog truncation at processOffset (later files
-deleted); ConsumeQueue recovery and truncation; re-dispatch into ConsumeQueues and IndexFiles
+start; on 5.3.4+, for both, walking back from the last file, the first whose first record
+passes the CRC check and then the rule, so that a damaged first record moves the start one
+file earlier); the scan with CRC checks; the CommitLog truncation at processOffset (later files
+deleted); ConsumeQueue recovery and truncation (always on 5.3.4+); re-dispatch into ConsumeQueues and IndexFiles
 from the right offset; the IndexFiles an abnormal load deletes; the checkpoint update and the
 removal of the abort file. On a 5.x store it also leaves what a 5.x start and clean shutdown
 leave: abort.bak holding the crashed broker's PID (the old content of abort) and the persisted

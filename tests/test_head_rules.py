@@ -154,3 +154,104 @@ def test_broker_version_option_accepts_the_new_family(head_store, mqtool, tmp_pa
     assert doc["recovery"]["process_offset"] == 2_599_700
     bad = mqtool("verify", head_store(FIRSTREC), "--broker-version", "5.3.5")
     assert bad.returncode == 2 and VERSION_534 in bad.stderr
+
+
+# --- classic batches both ways, fixture make, config files --------------------------------------
+
+def _names(raw: bytes) -> list[bytes]:
+    """Property names of a stored property string, in order, repeats kept (split by hand)."""
+    return [pair.split(b"\x01", 1)[0] for pair in raw.split(b"\x02") if pair]
+
+
+@pytest.fixture(scope="module")
+def made_both_ways(tmp_path_factory):
+    """The same forged mix (seed, classic batches, a consumer group) as 5.3.3 and as 5.3.4+."""
+    from mqtool import forge
+    out = {}
+    for version in ("5", VERSION_534):
+        major, newest = forge.parse_forge_version(version)
+        root = tmp_path_factory.mktemp("made") / "store"
+        summary = forge.make_store(root, forge.ForgeOptions(
+            messages=400, seed=7, broker_version=major, newest=newest,
+            classic_batch_ratio=0.3, consumer_groups=(("GroupA", 3),)))
+        out[version] = (root, summary)
+    return out
+
+
+def _stored_properties(root: Path) -> list[bytes]:
+    from mqtool.scan import Scanner
+    return [rec.properties_raw for rec in Scanner(Store(root).commitlog).messages()]
+
+
+def test_fixture_make_lays_classic_batches_out_both_ways(made_both_ways):
+    (old_root, old), (new_root, new) = made_both_ways["5"], made_both_ways[VERSION_534]
+    assert old["classic_batch_records"] == new["classic_batch_records"] > 20
+    assert old["messages"] == new["messages"] == 400
+    old_props, new_props = _stored_properties(old_root), _stored_properties(new_root)
+    # 5.3.3: every message of a classic batch carries the batch's map after its own (a second
+    # UNIQ_KEY, WAIT, and the CLUSTER no message of the batch has itself)
+    twice = [p for p in old_props if _names(p).count(b"UNIQ_KEY") == 2]
+    assert len(twice) == old["classic_batch_records"]
+    assert all(_names(p)[-3:] in ([b"UNIQ_KEY", b"CLUSTER", b"WAIT"],
+                                  [b"CLUSTER", b"UNIQ_KEY", b"WAIT"],
+                                  [b"CLUSTER", b"WAIT", b"UNIQ_KEY"],
+                                  [b"UNIQ_KEY", b"WAIT", b"CLUSTER"],
+                                  [b"WAIT", b"CLUSTER", b"UNIQ_KEY"],
+                                  [b"WAIT", b"UNIQ_KEY", b"CLUSTER"]) for p in twice)
+    assert all(b"CLUSTER" in _names(p) for p in old_props)
+    # 5.3.4+: the same messages with their own properties only
+    own = [p for p in new_props if b"CLUSTER" not in _names(p)]
+    assert len(own) == new["classic_batch_records"]
+    assert all(_names(p).count(b"UNIQ_KEY") == 1 for p in new_props)
+    assert sum(map(len, old_props)) > sum(map(len, new_props))
+    # both stores are consistent (queues and index built from what each record decodes to)
+    for root in (old_root, new_root):
+        report = verify_store(Store(root), workers=1)
+        assert report.summary["errors"] == 0, report.summary["by_code"]
+    # the records name the family
+    assert store_info(Store(new_root))["passport"]["recovery_rules"] == VERSION_534
+    assert store_info(Store(old_root))["passport"]["recovery_rules"] == VERSION_532
+
+
+def test_fixture_make_cli_accepts_the_new_family(mqtool, tmp_path):
+    proc = mqtool("fixture", "make", tmp_path / "s", "-n", "50", "--broker-version", VERSION_534,
+                  "--classic-batch-ratio", "0.5")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["classic_batch_layout"].endswith("(5.3.4+)")
+    bad = mqtool("fixture", "make", tmp_path / "t", "-n", "5", "--broker-version", "6")
+    assert bad.returncode == 2 and "5.3.4+" in bad.stderr
+
+
+def _torn_consumer_offsets(root: Path, tmp_path: Path) -> Path:
+    """A copy of ``root`` whose consumerOffset.json a crash mid-persist left torn (the .bak, the
+    previous version, is whole)."""
+    import shutil
+    copy = tmp_path / "torn"
+    shutil.copytree(root, copy)
+    main = copy / "config" / "consumerOffset.json"
+    assert (copy / "config" / "consumerOffset.json.bak").is_file()
+    main.write_bytes(main.read_bytes()[:len(main.read_bytes()) // 2])
+    return copy
+
+
+def test_newest_family_deletes_a_torn_config_file_on_load(made_both_ways, tmp_path):
+    from mqtool.config import read_store_configs
+    from mqtool.consumers import consumer_report
+    root = _torn_consumer_offsets(made_both_ways[VERSION_534][0], tmp_path)
+    store = Store(root)
+    for version, deletes in ((VERSION_534, True), (VERSION_532, False)):
+        plan = predict_recovery(store, broker_version=version)
+        report = consumer_report(store, plan)
+        load = report.to_dict()["configs"]["files"]["consumerOffset.json"]
+        loads = read_store_configs(root, family=version).loads["consumerOffset.json"]
+        assert loads.outcome == "bak" and loads.used == "consumerOffset.json.bak"
+        assert loads.deletes_main is deletes
+        assert ("deletes consumerOffset.json" in loads.reason) is deletes
+        assert load["deletes_main"] is deletes
+        # either way the offsets come from the .bak
+        assert {r.group for r in report.rows} == {"GroupA"}
+    # info follows the family its passport names (5.3.4+ here: the records show it)
+    entry = store_info(store)["config"]["consumerOffset.json"]
+    assert entry["source"] == "consumerOffset.json.bak" and entry["deleted_on_load"] is True
+    assert "deletes consumerOffset.json" in entry["reason"]

@@ -261,13 +261,13 @@ def _config_summary(name: str, data) -> dict:
     return out
 
 
-def _config_section(store: Store) -> dict:
+def _config_section(store: Store, family: str | None = None) -> dict:
     """Each config file present (main or .bak) as the broker's ConfigManager.load would take
     it: ``source`` is the file whose content it loads (None: none), ``outcome`` one of
     :class:`mqtool.config.ConfigLoad`'s (``refuses``: the broker would not start), ``reason``
     why, when that is not simply the main file."""
     out = {}
-    for name, load in read_store_configs(store.root, STORE_CONFIGS).loads.items():
+    for name, load in read_store_configs(store.root, STORE_CONFIGS, family).loads.items():
         if load.outcome == "absent":
             continue
         entry = {"source": load.used, "fallback_to_bak": load.outcome == "bak",
@@ -276,6 +276,8 @@ def _config_section(store: Store) -> dict:
             entry.update(_config_summary(name, text_keys(load.document)))
         if load.outcome != "main" or load.tmp is not None:
             entry["reason"] = load.reason
+        if load.deletes_main:
+            entry["deleted_on_load"] = True
         out[name] = entry
     return out
 
@@ -308,12 +310,12 @@ def _lock_section(store: Store) -> dict:
             "content": _read_small(path).decode("utf-8", errors="replace") if present else None}
 
 
-def _consumer_groups(store: Store) -> list[dict]:
+def _consumer_groups(store: Store, family: str | None = None) -> list[dict]:
     """Per consumer group: queues, lag against the queues as they are (no recovery prediction:
-    ``mqtool consumers`` has the next start's effect)."""
+    ``mqtool consumers`` has the next start's effect), from the config files ``family`` loads."""
     from ..consumers import consumer_report, group_summary_lines
 
-    report = consumer_report(store, None)
+    report = consumer_report(store, None, read_store_configs(store.root, family=family))
     return [{**group, "line": line} for group, line in zip(report.groups(),
                                                             group_summary_lines(report))]
 
@@ -337,14 +339,17 @@ def store_info(store: Store, *, check_crc: bool = False, progress=None) -> dict:
     batch = [{"topic": q.topic, "queue_id": q.queue_id, **queue_summary(q, cl_end)}
              for q in store.batch_consume_queues]
     cq_files = sum(len(q.segments) for q in store.consume_queues)
+    passport = store_passport(store, v2_records=commitlog["v2_records"],
+                              prop_crc_records=commitlog["prop_crc_records"],
+                              own_property_batch_records=commitlog.get(
+                                  "own_property_batch_records"))
+    # the config files as the family the passport names loads them (5.3.4+ deletes torn ones)
+    family = passport["recovery_rules"]
     return {
         "root": str(store.root),
         "layout": "bare-commitlog" if store.is_bare_commitlog else "store",
         "geometry": _geometry(store),
-        "passport": store_passport(store, v2_records=commitlog["v2_records"],
-                                   prop_crc_records=commitlog["prop_crc_records"],
-                                   own_property_batch_records=commitlog.get(
-                                       "own_property_batch_records")),
+        "passport": passport,
         "commitlog": commitlog,
         "consume_queues": {"queues": len(store.consume_queues), "files": cq_files,
                            "bytes": sum(s.length for q in store.consume_queues
@@ -357,7 +362,7 @@ def store_info(store: Store, *, check_crc: bool = False, progress=None) -> dict:
         "checkpoint": _checkpoint_section(store),
         "abort": _abort_section(store),
         "lock": _lock_section(store),
-        "config": _config_section(store),
-        "consumer_groups": _consumer_groups(store),
+        "config": _config_section(store, family),
+        "consumer_groups": _consumer_groups(store, family),
         "stray_files": _stray_root_entries(store),
     }
