@@ -440,6 +440,8 @@ def head_start_file(segments: list[Segment], rules: BrokerRules, branch: str, ma
                     f"stored at {ts} <= checkpoint minTimestamp {min_ts}")
             return i, _with_skipped(f"first record decodes with the CRC check and {rule} "
                                     f"({VERSION_534})", skipped)
+    if len(segments) == 1:
+        return 0, f"the only CommitLog file ({VERSION_534})"
     return 0, _with_skipped(f"no later file's first record qualifies: file 0 ({VERSION_534})",
                             skipped)
 
