@@ -51,7 +51,8 @@ leave: abort.bak holding the crashed broker's PID (the old content of abort) and
 compaction/position-checkpoint (its previous version in .bak); a store that needs no recovery is
 left alone. The report starts with the store passport (the geometry and the writer family, each
 with its evidence); the rules follow --broker-version, by default the family the passport
-detects (see mqtool-info(1)), and the report says which rules were used and where they came from.
+detects (see mqtool-info(1); recover scans no record for it, so a store of the code after 5.3.3
+needs --broker-version 5.3.4+), and the report says which rules were used and where they came from.
 
 The end state equals what the real broker leaves: the same CommitLog files, bytes identical up
 to processOffset, byte-identical ConsumeQueue files and the same answers to index queries. By
