@@ -342,7 +342,8 @@ def store_info(store: Store, *, check_crc: bool = False, progress=None) -> dict:
     passport = store_passport(store, v2_records=commitlog["v2_records"],
                               prop_crc_records=commitlog["prop_crc_records"],
                               own_property_batch_records=commitlog.get(
-                                  "own_property_batch_records"))
+                                  "own_property_batch_records"),
+                              max_offset=cl_end)
     # the config files as the family the passport names loads them (5.3.4+ deletes torn ones)
     family = passport["recovery_rules"]
     return {

@@ -33,7 +33,8 @@ class StoreWriter:
                  bcq_units_per_file: int | None = None,
                  property_insertion: PropertyInsertion = PRODUCER_UNIQ_KEY_FIRST,
                  dledger_self_id: str | None = None, dledger_term: int = 0,
-                 classic_batches: str = APPENDED_BATCH_PROPERTIES):
+                 classic_batches: str = APPENDED_BATCH_PROPERTIES,
+                 commitlog_dirs: list[Path] | None = None):
         if classic_batches not in CLASSIC_BATCH_LAYOUTS:
             raise ValueError(f"classic_batches must be one of {', '.join(CLASSIC_BATCH_LAYOUTS)}, "
                              f"not {classic_batches!r}")
@@ -47,7 +48,8 @@ class StoreWriter:
         # enableDLegerCommitLog: the records go into DLedger entries (data files as large as
         # CommitLog files, mappedFileSizeCommitLog) instead of commitlog/
         self.commitlog: CommitLogWriter | DLedgerWriter = (
-            CommitLogWriter(self.root / "commitlog", commitlog_file_size)
+            CommitLogWriter(self.root / "commitlog", commitlog_file_size,
+                            directories=commitlog_dirs)
             if dledger_self_id is None else
             DLedgerWriter(self.root / f"{dl_fmt.DLEDGER_DIR_PREFIX}{dledger_self_id}",
                           commitlog_file_size, term=dledger_term))
