@@ -486,7 +486,8 @@ class Store:
         self.is_bare_commitlog = commitlog_dir == self.root
         if not self.is_bare_commitlog and self.commitlog.dledger is None and not any(
                 (self.root / p).exists() for p in ("commitlog", "consumequeue", "index", "checkpoint",
-                                                   "batchconsumequeue")):
+                                                   "batchconsumequeue")) and not rocksdb_parts(
+                self.root):
             raise StoreLayoutError(
                 f"{root}: not a RocketMQ store (no commitlog/, consumequeue/, index/ or checkpoint)")
         self.consume_queues = self._load_queues("consumequeue", cq_fmt.CQ_STORE_UNIT_SIZE)

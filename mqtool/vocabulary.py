@@ -101,8 +101,8 @@ CONSUMER_CODES: dict[str, tuple[str, str]] = {
                               "an empty table, or refuses to start)"),
     "CFG_BAD_VALUE": (WARNING, "a config entry is not what the broker writes (wrong type, out of "
                                "range); mqtool skips it and does not predict its decoding"),
-    "CFG_IN_ROCKSDB": (WARNING, "5.x metadata kept in RocksDB under config/: mqtool does not "
-                               "read it, so those offsets are not checked"),
+    "CFG_IN_ROCKSDB": (WARNING, "5.x metadata kept in RocksDB under config/ that mqtool does "
+                               "not read (or RocksDB cannot read), so it is not checked"),
     # a warning: the store is sound and the broker corrects the offset itself; what it costs
     # the group (re-delivery or skipped messages) is the finding's sentence
     "CONSUMER_OFFSET_AHEAD": (WARNING, "a committed consumer offset is past its queue's end "
