@@ -295,3 +295,51 @@ def test_a_damaged_database_gives_one_line_and_stays_untouched(how, stores, tmp_
         assert len(lines) == 1 and lines[0].startswith("mqtool: error: ") and \
             "RocksDB cannot" in lines[0], (argv, proc.stderr)
     assert file_states(root, digest=True) == before
+
+
+# --- verify: every unit against its record, and the broker's recovery predicted ------------------
+
+@pytest.mark.parametrize("name", CQ_STORES)
+def test_the_predicted_recovery_is_the_brokers(name, stores):
+    """Start file (the one holding the CQ checkpoint), processOffset, and every unit the start
+    leaves in RocksDB equal the real broker's recovery (recover.json, recovered/)."""
+    from mqtool.recovery import predict_recovery
+    from mqtool.rocksdb_recovery import predict_rocksdb_units
+    store = Store(stores[name, "store"])
+    plan = predict_recovery(store)
+    after = predict_rocksdb_units(store, plan)
+    answers = _json(name, "recover.json.gz")
+    expected = {(topic, int(qid)): [tuple(u[:4]) for u in q["units"]]
+                for topic, queues in answers["consumeQueues"].items()
+                for qid, q in queues.items()}
+    assert after.queues == expected
+    assert after.stale == {}
+    recovered = load_rocksdb_cq(Store(stores[name, "recovered"]))
+    assert plan.process_offset == answers["afterRecovery"]["maxPhyOffset"] == recovered.checkpoint
+    start = {"rocks-cq-crash": "00000000000000000000",
+             "rocks-cq-restart-crash": "00000000000001048576"}[name]   # README: the broker's
+    assert (plan.start_file, plan.redispatch_from) == (start, int(start))
+
+
+@pytest.mark.parametrize("name", CQ_STORES)
+def test_verify_checks_every_unit_and_reports_the_start(name, stores):
+    for part in ("store", "recovered"):
+        proc = run_mqtool("verify", "--json", stores[name, part])
+        assert proc.returncode == 0, proc.stderr
+        report = json.loads(proc.stdout)
+        codes = {f["code"] for f in report["findings"]}
+        assert not codes & {"CQ_MISSING", "CQ_MISMATCH", "CQ_DANGLING"}, codes
+        rocks = report["recovery"]["rocksdb"]
+        units = len(_json(name, "rocksdb-cq.json.gz")["recovered"]["entries"]["default"])
+        assert (rocks["units_after_start"], rocks["stale_units_after_start"]) == (units, 0)
+
+
+def test_verify_reports_a_forged_database(forged):
+    proc = run_mqtool("verify", "--json", forged)
+    assert proc.returncode == 1, proc.stderr
+    findings = json.loads(proc.stdout)["findings"]
+    undecodable = [f for f in findings if f["code"] == "CQ_MISMATCH" and "cannot read" in
+                   f["message"]]
+    assert len(undecodable) == 2
+    rocks = json.loads(proc.stdout)["recovery"]["rocksdb"]
+    assert rocks["stale_units_now"] == 1

@@ -11,6 +11,7 @@ from ..batchcq import check_batch_consume_queues
 from ..recovery import BrokerRules, RecoveryPlan, predict_recovery, resolve_broker_version
 from ..consumers import consumer_findings, ends_over_files
 from ..dledger import check_dledger
+from ..rocksdb_recovery import check_rocksdb_cq
 from ..timer import check_timer_store
 from ..store import CommitLog, Store
 from .findings import Finding, _Sink, VerifyReport, _finding
@@ -152,8 +153,9 @@ def merge_checks(checks: StoreChecks, results: list[_SegmentResult]) -> tuple[_S
     for r in results:
         for key, found in r.batch_records.items():
             batch_records.setdefault(key, []).extend(o for o in found if o < plan.process_offset)
+    rocksdb = check_rocksdb_cq(store, plan) if store.queues_in_rocksdb else []
     for found in (check_batch_consume_queues(store, batch_records, plan.redispatch_from)
-                  + check_timer_store(store, plan=plan) + check_dledger(store)):
+                  + check_timer_store(store, plan=plan) + check_dledger(store) + rocksdb):
         extra = {k: found[k] for k in ("commitlog_offset", "topic", "queue_id", "count")
                  if k in found}
         sink.add(_finding(found["code"], found["file"], found["offset"], found["message"],
