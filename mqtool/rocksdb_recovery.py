@@ -12,6 +12,7 @@ past the CQ checkpoint after a clean stop), computed by the one offline dispatch
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -213,3 +214,40 @@ def check_rocksdb_cq(store: Store, plan: RecoveryPlan, progress=None) -> list[di
                    f"leaves {after.units:,} served unit(s), {after.stale_units:,} stale past "
                    f"their queue's max entry, and the CQ checkpoint at {after.checkpoint_after:,}"})
     return findings
+
+
+# --- export to file ConsumeQueues (rebuild-queues --out on a RocksDB store) -----------------------
+
+def export_file_queues(store: Store, out: Path, *, units_per_file: int | None = None,
+                       progress=None) -> dict:
+    """Write the units each queue holds after the broker's next start (what
+    :func:`predict_rocksdb_units` predicts) as file ConsumeQueues under ``out``
+    (``out/<topic>/<queueId>/<20-digit>``, the broker's names, pre-blank units where a queue does
+    not start at 0): a ``consumequeue/`` for an operator moving the store back to the file
+    ConsumeQueue. ``out`` must be a new or empty folder outside the store; the store is only
+    read."""
+    from .errors import MqtoolError
+    from .formats import consumequeue as cq_fmt
+    from .recovery import predict_recovery
+    from .writer.queues import ConsumeQueueWriter
+    out = Path(out).absolute()
+    root = store.root.resolve()
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise MqtoolError(f"--out {out}: exists and is not an empty folder")
+    if out.resolve() == root or root in out.resolve().parents:
+        raise MqtoolError("--out must be outside the store")
+    plan = predict_recovery(store, progress=progress)
+    after = predict_rocksdb_units(store, plan, progress)
+    upf = units_per_file or cq_fmt.DEFAULT_CQ_UNITS_PER_FILE
+    out.mkdir(parents=True, exist_ok=True)
+    writer = ConsumeQueueWriter(out, upf)
+    try:
+        for (topic, queue_id), units in sorted(after.queues.items()):
+            array = np.array(units, dtype=np.int64).reshape(-1, 4)
+            writer.put_run(topic, queue_id, array[:, 1], array[:, 2], array[:, 3], array[:, 0])
+    finally:
+        writer.close()
+    return {"out": str(out), "queues": len(after.queues), "units": after.units,
+            "units_per_file": upf, "process_offset": plan.process_offset,
+            "redispatched_units": after.redispatched, "stale_units_left_out": after.stale_units,
+            "start_file": plan.start_file}

@@ -577,6 +577,16 @@ class Store:
         """The RocksDB ConsumeQueue database (pure RocksDB or a CombineConsumeQueue's), if any."""
         return next((p for p in self.rocksdb if p.kind in (ROCKSDB_CQ, COMBINE_CQ)), None)
 
+    @staticmethod
+    def queues_live_in_rocksdb(root: Path) -> bool:
+        """True when ``root`` is a store whose ConsumeQueues live only in RocksDB and which
+        holds nothing else mqtool cannot explain (RocksDB metadata under config/ aside)."""
+        parts = rocksdb_parts(root)
+        if not any(p.kind == ROCKSDB_CQ for p in parts):
+            return False
+        phrases = {p.phrase for p in parts}
+        return all(f in phrases for f in unexplained_layout(root, "rebuild-queues"))
+
     @property
     def queues_in_rocksdb(self) -> bool:
         """True when the ConsumeQueues live only in RocksDB (no file ConsumeQueue to check)."""
