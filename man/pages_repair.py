@@ -95,6 +95,13 @@ at queue offset 0, units only for NOT and COMMIT transaction types, the tagsCode
 (SCHEDULE_TOPIC_XXXX units carry the delivery time). The result is byte-identical to the
 broker's files.
 
+On a store whose ConsumeQueues live in RocksDB (storeType=defaultRocksDB), rebuild-queues --out
+DIR exports the units the broker's next start leaves in RocksDB (the recovery mqtool-verify(1)
+predicts) as file ConsumeQueues: DIR/<topic>/<queueId>/<20-digit name>, --cq-units per file
+(default 300000), pre-blank units where a queue does not start at 0: a consumequeue/ for an
+operator moving the store back to file ConsumeQueues. The store is only read; without --out (or
+with --dry-run, --topic, --queue) the command refuses such a store.
+
 """ + _SAFETY,
         "arguments": {"store_path": "The store root."},
         "output": _OUTPUT,

@@ -497,7 +497,7 @@ def predict_recovery(store: Store, *, mode: str = "auto", broker_version: str = 
         # are built (getMaxPhyOffsetInConsumeQueue); an empty database has none
         from .rocksdb_cq import load_rocksdb_cq
         rocks = load_rocksdb_cq(store)
-        max_phy_cq = rocks.checkpoint if rocks.checkpoint is not None else -1
+        max_phy_cq = rocks.checkpoint if rocks.checkpoint is not None else 0   # getMaxPhyOffset
         notes.append(f"ConsumeQueues in RocksDB ({rocks.folder}/): {rocks.unit_count:,} units, "
                      f"CQ checkpoint "
                      f"{rocks.checkpoint if rocks.checkpoint is not None else 'absent'}")

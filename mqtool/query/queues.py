@@ -286,6 +286,10 @@ def query_queue_time(store: Store, topic: str, queue_id: int, timestamp: int) ->
     The broker picks the first file whose *mtime* is at or after the time; mtimes do not survive
     copying a store, so the first file whose last unit's message was stored at or after it is
     taken (the same file on a store that was never copied)."""
+    if store.queues_in_rocksdb:
+        raise QueryError(f"{topic}/{queue_id}: a lookup by time is not supported on a RocksDB "
+                         f"ConsumeQueue yet (--offset is; 'mqtool dump {store.root}/consumequeue' "
+                         f"lists every unit with its store time)")
     if store.queue(topic, queue_id) is None and _batch_queue(store, topic, queue_id) is not None:
         raise QueryError(f"{topic}/{queue_id} is a BatchConsumeQueue: a lookup by time is not "
                          f"supported there (--offset is)")
