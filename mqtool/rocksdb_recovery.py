@@ -26,6 +26,17 @@ from .store import Store
 Unit = tuple[int, int, int, int]
 
 
+class UnitSink:
+    """The ConsumeQueue writer of a dispatch whose units go nowhere (``recover`` on a RocksDB
+    store: the index is rebuilt, RocksDB is left to the broker)."""
+
+    def state(self, topic: str, queue_id: int) -> dict:
+        return {"max_physic": -1, "write_pos": None}
+
+    def put_run(self, topic, queue_id, offsets, sizes, codes, queue_offsets) -> int:
+        return len(offsets)
+
+
 class _UnitCollector:
     """Takes the units the dispatch makes (the RocksDB CQ writes every unit it is given: a
     repeated one overwrites its key with the same value)."""
@@ -251,3 +262,25 @@ def export_file_queues(store: Store, out: Path, *, units_per_file: int | None = 
             "units_per_file": upf, "process_offset": plan.process_offset,
             "redispatched_units": after.redispatched, "stale_units_left_out": after.stale_units,
             "start_file": plan.start_file}
+
+
+def next_start_after_recover(store: Store, plan: RecoveryPlan) -> str:
+    """One sentence: what the broker's next start does to the RocksDB ConsumeQueue that
+    ``recover`` leaves as it is. recover cuts the CommitLog at processOffset (zeros after it) and
+    keeps an abort file, so that start takes the same branch as ``plan``: after a crash the
+    abnormal one, from the newest file whose first record is at or before the CQ checkpoint,
+    dispatching every record from there to processOffset into RocksDB."""
+    table = load_rocksdb_cq(store)
+    after = predict_rocksdb_units(store, plan)
+    checkpoint = table.checkpoint if table.checkpoint is not None else 0
+    stale = (f"; its truncation at {plan.process_offset:,} leaves {after.stale_units:,} unit(s) "
+             f"of {len(after.stale)} queue(s) stale past their max entry"
+             if after.stale else "; no unit becomes stale")
+    keep = ("the abort file stays, so that the start is an abnormal one again: "
+            if plan.mode == "abnormal" else "")
+    return (f"the RocksDB ConsumeQueue ({table.folder}/, CQ checkpoint {checkpoint:,}) is left "
+            f"for the broker's next start; {keep}it starts at commitlog/{plan.start_file} and "
+            f"dispatches {after.redispatched:,} unit(s) from "
+            f"{plan.redispatch_from if plan.redispatch_from is not None else '-'} to "
+            f"processOffset {plan.process_offset:,}{stale}, leaving {after.units:,} units "
+            f"served and the CQ checkpoint at {after.checkpoint_after:,}")

@@ -679,6 +679,12 @@ DLEDGER_AWARE_COMMANDS = ("recover", "truncate", "rebuild-index", "rebuild-queue
                           "fixture damage")
 
 
+# mutating commands that know a store whose ConsumeQueues live only in RocksDB: recover cuts the
+# CommitLog, rebuilds the index and writes the checkpoint, leaving RocksDB to the broker's start;
+# undo puts back what it changed. Neither writes into the database.
+ROCKSDB_AWARE_COMMANDS = ("recover", "undo")
+
+
 def _known_dledger_layout(root: Path) -> bool:
     folders = [p for p in root.iterdir() if p.name.startswith(dl_fmt.DLEDGER_DIR_PREFIX)]
     if len(folders) != 1 or not (folders[0] / dl_fmt.DATA_DIR).is_dir():
@@ -707,7 +713,8 @@ def unexplained_layout(root: Path, command: str | None = None) -> list[str]:
     dledger_known = command in DLEDGER_AWARE_COMMANDS and _known_dledger_layout(root)
     # mqtool never writes into a RocksDB database, nor repairs what one indexes
     rocksdb = rocksdb_parts(root)
-    findings = [part.phrase for part in rocksdb]
+    findings = [part.phrase for part in rocksdb
+                if not (part.kind == ROCKSDB_CQ and command in ROCKSDB_AWARE_COMMANDS)]
     rocksdb_dirs = {part.folder for part in rocksdb}
     entries = sorted(root.iterdir(), key=lambda p: p.name)
     for entry in entries:

@@ -245,12 +245,30 @@ ROCKS_STORES = {
 @pytest.mark.parametrize("name", sorted(ROCKS_STORES))
 def test_rocksdb_stores_are_refused_by_every_mutating_command(name, real_backup, unpack_shared,
                                                               tmp_path):
+    """recover and undo know a store whose queues live in RocksDB (they cut the CommitLog and
+    leave RocksDB to the broker: test_rocksdb.py); every other mutating command refuses it, and
+    every one refuses RocksDB metadata."""
     store = tmp_path / "work" / "store"
     shutil.copytree(unpack_shared(name), store, symlinks=True)
     backup = backup_of(real_backup, store, tmp_path / "backup")
-    assert_all_refused(store, backup, ROCKS_STORES[name], "bit-flip")
-    proc = run_mqtool("recover", "--dry-run", store)
-    assert "mqtool never writes into a RocksDB database" in proc.stderr
+    if name == "rocks-consumer-offsets":
+        assert_all_refused(store, backup, ROCKS_STORES[name], "bit-flip")
+        proc = run_mqtool("recover", "--dry-run", store)
+        assert "mqtool never writes into a RocksDB database" in proc.stderr
+        return
+    before = file_states(store, digest=True)
+    stats = file_states(store, digest=False)
+    for argv in [("rebuild-index", store), ("rebuild-queues", store),
+                 ("rebuild-queues", "--dry-run", store), ("truncate", store, "--to", "0"),
+                 ("rebuild-queues", store, "--topic", "TopicTest", "--out", tmp_path / "o"),
+                 ("fixture", "damage", store, "--kind", "bit-flip")]:
+        proc = run_mqtool(*argv)
+        assert proc.returncode == 2, (argv, proc.stdout, proc.stderr)
+        lines = proc.stderr.splitlines()
+        assert len(lines) == 1 and "refused" in lines[0] and ROCKS_STORES[name] in lines[0]
+        assert "mqtool never writes into a RocksDB database" in lines[0]
+        assert file_states(store, digest=False) == stats, argv
+    assert file_states(store, digest=True) == before
 
 
 def test_recovered_rocksdb_stores_stay_refused(unpack_shared):

@@ -375,3 +375,40 @@ def test_rebuild_queues_exports_file_consume_queues(stores, tmp_path):
     report = json.loads(proc.stdout)
     codes = {f["code"] for f in report["findings"] if f["severity"] == "error"}
     assert not {c for c in codes if c.startswith("CQ_")}, codes
+
+
+# --- recover: the CommitLog and checkpoint as the broker leaves them, RocksDB left to it ---------
+
+@pytest.mark.parametrize("name", CQ_STORES)
+def test_recover_cuts_the_commitlog_and_leaves_rocksdb_to_the_broker(name, stores, tmp_path):
+    """The CommitLog files and the checkpoint's fields become the broker's (recovered/); the
+    RocksDB folder is not touched; the abort file stays, so the broker's next start re-dispatches
+    into RocksDB exactly what its real recovery did (predicted on the result); undo puts every
+    byte back."""
+    from mqtool.recovery import predict_recovery
+    from mqtool.rocksdb_recovery import predict_rocksdb_units
+    root = tmp_path / "store"
+    shutil.copytree(stores[name, "store"], root)
+    original = file_states(root, digest=True)
+    rocks_before = file_states(root / "consumequeue", digest=False)
+    backup = tmp_path / "backup"
+    proc = run_mqtool("recover", root, "--backup-dir", backup)
+    assert proc.returncode == 0, proc.stderr
+    assert "is left for the broker's next start" in proc.stdout + proc.stderr
+    assert file_states(root / "consumequeue", digest=False) == rocks_before
+    recovered = stores[name, "recovered"]
+    assert sorted(p.name for p in (root / "commitlog").iterdir()) == sorted(
+        p.name for p in (recovered / "commitlog").iterdir())
+    for path in (recovered / "commitlog").iterdir():
+        assert (root / "commitlog" / path.name).read_bytes() == path.read_bytes()
+    assert (root / "checkpoint").read_bytes()[:40] == (recovered / "checkpoint").read_bytes()[:40]
+    assert (root / "abort").is_file()
+    store = Store(root)
+    plan = predict_recovery(store)
+    after = predict_rocksdb_units(store, plan)
+    answers = _json(name, "recover.json.gz")["consumeQueues"]
+    assert after.queues == {(t, int(q)): [tuple(u[:4]) for u in a["units"]]
+                            for t, queues in answers.items() for q, a in queues.items()}
+    proc = run_mqtool("undo", backup)
+    assert proc.returncode == 0, proc.stderr
+    assert file_states(root, digest=True) == original
