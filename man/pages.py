@@ -78,6 +78,11 @@ same way; the passport then names the layout and the DLedger ledger: first and l
 currTerm, and for an upgraded store dividedCommitlogOffset. CommitLog offsets are the broker's
 (a record's offset is its entry's pos + 48).
 
+A 5.2+ store whose ConsumeQueues live in RocksDB (storeType=defaultRocksDB) is read through a
+shadow copy of the database: each queue's units, minOffset and maxOffset as the broker's RocksDB
+ConsumeQueue serves them (stale units past a queue's max entry counted apart), and the CQ
+checkpoint; the passport names every RocksDB database of the store with its evidence.
+
 """ + _GEOMETRY,
         "arguments": {"store": "A store root (the directory holding commitlog/, consumequeue/, "
                                "index/, checkpoint) or a bare CommitLog directory."},
@@ -110,13 +115,24 @@ body_decompress_error says why.
 A record the broker would not accept (bad magic, lengths that do not add up, a record running
 past the file end) ends that file's scan, as it ends the broker's; the dump goes on with the
 next file. --resync instead continues at the next plausible record (magic, self-recorded offset
-equal to its position, consistent lengths, matching body CRC).""",
-        "arguments": {"path": "A store root or a single store file."},
+equal to its position, consistent lengths, matching body CRC).
+
+Given consumequeue/ of a 5.2+ store whose ConsumeQueues live in RocksDB
+(storeType=defaultRocksDB: CURRENT, MANIFEST-*, *.sst), prints every unit of the database
+(topic, queue, queue offset, CommitLog offset, size, tagsCode, store time; status served, or
+stale for a unit past its queue's max entry, which a truncation leaves and the broker never
+serves), each queue's max/min entry and the CQ checkpoint (CHECKPOINT_TOPIC: the CommitLog offset
+the queues are built to); a key or value that does not decode is a rocksdb-cq/problem record.
+The database is read through a temporary shadow (its small files copied, its SSTs hard-linked):
+nothing is written into the store. A database RocksDB cannot open or read (CURRENT naming a
+missing MANIFEST, a torn or corrupted SST) is one line on stderr, exit 2.""",
+        "arguments": {"path": "A store root, a single store file, or a RocksDB consumequeue/."},
         "output": """\
 A table on a terminal; with --json one JSON object per line. Every object starts with
 record_type (commitlog/message, commitlog/blank, commitlog/unwritten, commitlog/corrupt,
 consumequeue/unit, batchconsumequeue/unit, index/header, index/slot, index/entry, checkpoint,
-abort, lock, config) and file.
+abort, lock, config, rocksdb-cq/unit, rocksdb-cq/offset, rocksdb-cq/checkpoint,
+rocksdb-cq/problem) and file.
 
 A commitlog/message object has file_offset, commitlog_offset (the real position),
 total_size, magic_code, magic_version (V1 or V2), body_crc, body_crc_ok, queue_id, flag,
@@ -273,8 +289,16 @@ Store: checkpoint later than the newest message (CKPT_AHEAD) or missing (CKPT_MI
 abort file (ABORT_PRESENT: the last shutdown was abnormal), a lock held by a live process
 (LOCK_HELD), and RECOVERY_TRUNCATES when the broker's next start would drop written data.
 ROCKSDB_PRESENT (info) names each RocksDB database of a 5.2+ store (a RocksDB ConsumeQueue, a
-CombineConsumeQueue, RocksDB metadata under config/) with the files that show it; the records
-of a store whose ConsumeQueues live only in RocksDB are not reported as CQ_MISSING.
+CombineConsumeQueue, RocksDB metadata under config/) with the files that show it. When the
+ConsumeQueues live in RocksDB (read through a shadow copy, never in place) every served unit is
+checked against the record it points at (CQ_DANGLING, CQ_MISMATCH: topic, queue, queue offset,
+size, store time, tagsCode), entries that do not decode are CQ_MISMATCH, and only records below
+where the next start dispatches again that no unit serves are CQ_MISSING. The prediction follows
+the 5.2-5.3.3 RocksDB rules: an abnormal start begins at the newest CommitLog file whose first
+record is at or before the CQ checkpoint (CHECKPOINT_TOPIC) and dispatches every record from
+there; a truncation moves each queue's max entry back and leaves later units stale; the report
+gives the units the start dispatches again, those it leaves served and stale, and the CQ
+checkpoint after it (equal to the real broker's recovery on the reference RocksDB stores).
 
 Then it states what the broker's next start does (4.9.x, 5.0-5.3.1, 5.3.2+ or 5.3.4+ rules;
 normal recovery, or abnormal when an abort file exists): the start file, the CRC-checked scan,

@@ -42,7 +42,9 @@ contexts do not name the message (a body that is no trace).
 
 --topic T --queue Q --offset N: the ConsumeQueue unit of queue offset N (file
 floor(N*20/fileSize)*fileSize, position N*20 minus the file start) and the message it points at;
-pre-blank filler units and units past the queue's end are reported as such.
+pre-blank filler units and units past the queue's end are reported as such. On a store whose
+ConsumeQueues live in RocksDB the unit is the database's (read through a shadow copy); a stale
+unit past the queue's max entry is reported, not served.
 
 --topic T --queue Q --time TIME: the queue offset whose message was stored nearest TIME, by the
 broker's binary search (getOffsetInQueueByTime, 4.9). The broker chooses the ConsumeQueue file

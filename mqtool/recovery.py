@@ -320,6 +320,8 @@ class RecoveryPlan:
     queue_recoveries: list[QueueRecovery] = field(default_factory=list, repr=False)
     # (topic, queue) -> queue end after the re-dispatch, when recover's dispatch counted it
     redispatched_ends: dict | None = field(default=None, repr=False)
+    # a RocksDB ConsumeQueue after the start (mqtool.rocksdb_recovery.RocksRecovery.summary)
+    rocksdb: dict | None = None
 
     @property
     def truncates(self) -> bool:
@@ -453,6 +455,27 @@ def _with_skipped(reason: str, skipped: list[str]) -> str:
     return f"{reason}; skipped: " + "; ".join(shown)
 
 
+def first_record_at_or_before(segment: Segment, limit_offset: int) -> tuple[bool, str]:
+    """isMappedFileMatchedRecover with a RocksDB ConsumeQueue (5.2-5.3.3): the first record has
+    a message magic and its PHYSICALOFFSET field is at or before the RocksDB CQ's max offset."""
+    with open(segment.path, "rb") as fh:
+        head = fh.read(_FIRST_RECORD_MAX)
+    if len(head) < 36:
+        return False, "file too short for a record"
+    magic = int.from_bytes(head[4:8], "big")
+    if magic not in cl_fmt.MESSAGE_MAGIC_CODES:
+        return False, f"first record has magic 0x{magic:08X}"
+    try:
+        first = parse_at(_FIRST_RECORD_PREFIX, head, file=segment.name)
+    except ParseError:
+        return False, f"first record has magic 0x{magic:08X}"
+    if first.physical_offset <= limit_offset:
+        return True, (f"the file holding the RocksDB CQ checkpoint {limit_offset}: its first "
+                      f"record's PHYSICALOFFSET {first.physical_offset} is at or before it")
+    return False, (f"first record's PHYSICALOFFSET {first.physical_offset} > RocksDB CQ "
+                   f"checkpoint {limit_offset}")
+
+
 def _index_headers(store: Store) -> list[tuple[str, dict | None]]:
     out = []
     for info in store.index_files:
@@ -535,6 +558,16 @@ def predict_recovery(store: Store, *, mode: str = "auto", broker_version: str = 
                         for kind, queues, upf in loaded_kinds for q in queues]
     max_phy_cq = max((q.max_physic_offset for q in queue_recoveries), default=-1)
     dropped_by_recover = sum(q.dropped_units for q in queue_recoveries)
+    rocks = None
+    if store.queues_in_rocksdb:
+        # the RocksDB ConsumeQueue: its CQ checkpoint (CHECKPOINT_TOPIC) is how far the queues
+        # are built (getMaxPhyOffsetInConsumeQueue); an empty database has none
+        from .rocksdb_cq import load_rocksdb_cq
+        rocks = load_rocksdb_cq(store)
+        max_phy_cq = rocks.checkpoint if rocks.checkpoint is not None else 0   # getMaxPhyOffset
+        notes.append(f"ConsumeQueues in RocksDB ({rocks.folder}/): {rocks.unit_count:,} units, "
+                     f"CQ checkpoint "
+                     f"{rocks.checkpoint if rocks.checkpoint is not None else 'absent'}")
 
     index_headers = _index_headers(store)
     index_deleted: list[str] = []
@@ -584,6 +617,17 @@ def predict_recovery(store: Store, *, mode: str = "auto", broker_version: str = 
         else:
             index = max(0, len(segments) - 3)
             plan.start_reason = "third-to-last file (recoverNormally)"
+    elif rocks is not None:
+        # 5.2-5.3.3 with the RocksDB CQ: the newest file whose first record's PHYSICALOFFSET is
+        # at or before the CQ checkpoint, else file 0
+        index, reason = 0, (f"no file's first record is at or before the RocksDB CQ checkpoint "
+                            f"{max_phy_cq}; file 0")
+        for i in range(len(segments) - 1, -1, -1):
+            ok, why = first_record_at_or_before(segments[i], max_phy_cq)
+            if ok:
+                index, reason = i, why
+                break
+        plan.start_reason = reason
     else:
         limit = 0
         if ckpt is not None:
@@ -685,6 +729,12 @@ def predict_recovery(store: Store, *, mode: str = "auto", broker_version: str = 
         plan.cq_truncations = [truncate_dirty_logic(q, process_offset, upf, kind)
                                for kind, queues, upf in loaded_kinds for q in queues]
         plan.cq_units_truncated = sum(t.units for t in plan.cq_truncations)
+        if rocks is not None:
+            # RocksDB truncateDirty: each queue's max entry goes back to its last unit before
+            # processOffset; the units past it stay in the database, stale
+            plan.cq_units_truncated = sum(
+                1 for q in rocks.queues.values() for u in q.served
+                if u.commitlog_offset + u.size > process_offset)
 
     # -- what gets dispatched again
     min_offset = segments[0].base_offset

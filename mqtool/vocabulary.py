@@ -43,8 +43,9 @@ CODES: dict[str, tuple[str, str]] = {
     "CQ_DANGLING": (ERROR, "a ConsumeQueue unit points past the CommitLog data or not at a record start"),
     "CQ_MISMATCH": (ERROR, "a ConsumeQueue unit disagrees with the record it points to"),
     "CQ_MISSING": (ERROR, "a dispatchable record has no unit in its ConsumeQueue"),
-    "ROCKSDB_PRESENT": (INFO, "the store keeps ConsumeQueues or metadata in a RocksDB database "
-                              "(5.2+); its repairs refuse the store"),
+    # reported as info: what the database is and what the next start does to it
+    "ROCKSDB_PRESENT": (WARNING, "the store keeps ConsumeQueues or metadata in a RocksDB "
+                                 "database (5.2+): read through a shadow copy, never written"),
     "CQ_QUEUE_GAP": (ERROR, "queue offsets recorded in the CommitLog skip or repeat"),
     "CQ_FILE_SIZE": (ERROR, "a ConsumeQueue file is not a whole number of units / not the geometry's "
                             "size (inferred, or the broker's default when the files show none)"),
@@ -122,8 +123,8 @@ CONSUMER_CODES: dict[str, tuple[str, str]] = {
                               "an empty table, or refuses to start)"),
     "CFG_BAD_VALUE": (WARNING, "a config entry is not what the broker writes (wrong type, out of "
                                "range); mqtool skips it and does not predict its decoding"),
-    "CFG_IN_ROCKSDB": (WARNING, "5.x metadata kept in RocksDB under config/: mqtool does not "
-                               "read it, so those offsets are not checked"),
+    "CFG_IN_ROCKSDB": (WARNING, "5.x metadata kept in RocksDB under config/ that mqtool does "
+                               "not read (or RocksDB cannot read), so it is not checked"),
     # a warning: the store is sound and the broker corrects the offset itself; what it costs
     # the group (re-delivery or skipped messages) is the finding's sentence
     "CONSUMER_OFFSET_AHEAD": (WARNING, "a committed consumer offset is past its queue's end "

@@ -14,6 +14,7 @@ from ..formats import commitlog as cl_fmt
 from ..formats import consumequeue as cq_fmt
 from ..formats import indexfile as idx_fmt
 from ..passport import own_property_batch_rows, store_passport
+from ..rocksdb_cq import load_rocksdb_cq
 from ..scan import (FLAG_FALSE, BlankRecord, RecordBatch, TopicTable, UnwrittenTail,
                     scan_segment_batches)
 from ..store import MappedFile, Store
@@ -320,6 +321,25 @@ def _consumer_groups(store: Store, family: str | None = None) -> list[dict]:
                                                             group_summary_lines(report))]
 
 
+def rocksdb_queue_summary(queue, commitlog_end: int | None) -> dict:
+    """:func:`queue_summary`'s keys for a queue of a RocksDB ConsumeQueue (served units only;
+    stale units past the max entry apart)."""
+    served = queue.served
+    past = (sum(1 for u in served if u.commitlog_offset + u.size > commitlog_end)
+            if commitlog_end is not None else None)
+    return {"files": 0, "bytes": 0, "units": len(served), "pre_blank_units": 0,
+            "invalid_units": 0, "min_offset": queue.min_offset, "max_offset": queue.max_offset,
+            "max_physic_offset": queue.max_commitlog_offset if served else None,
+            "units_past_commitlog_end": past, "stray_files": [], "notes": [],
+            "stale_units": len(queue.stale), "source": "rocksdb"}
+
+
+def rocksdb_section(table) -> dict:
+    return {"folder": table.folder + "/", "queues": len(table.queues), "units": table.unit_count,
+            "stale_units": table.stale_count, "checkpoint": table.checkpoint,
+            "column_families": table.families, "problems": [str(p) for p in table.problems]}
+
+
 def store_info(store: Store, *, check_crc: bool = False, progress=None) -> dict:
     """Everything ``mqtool info`` shows, as one JSON-ready dict.
 
@@ -329,13 +349,16 @@ def store_info(store: Store, *, check_crc: bool = False, progress=None) -> dict:
     commitlog, per_queue = _scan_summary(store, check_crc, progress)
     cl_end = commitlog["end_of_data"]
     queues = {(q.topic, q.queue_id): q for q in store.consume_queues}
+    rocks = load_rocksdb_cq(store) if store.queues_in_rocksdb else None
+    summaries = ({key: rocksdb_queue_summary(q, cl_end) for key, q in rocks.queues.items()}
+                 if rocks is not None else {})
     topics = []
-    for key in sorted(set(per_queue) | set(queues), key=lambda k: (k[0], k[1])):
+    for key in sorted(set(per_queue) | set(queues) | set(summaries), key=lambda k: (k[0], k[1])):
         topic, queue_id = key
         cq = queues.get(key)
+        summary = queue_summary(cq, cl_end) if cq is not None else summaries.get(key)
         topics.append({"topic": topic, "queue_id": queue_id,
-                       "commitlog": per_queue.get(key),
-                       "consume_queue": queue_summary(cq, cl_end) if cq is not None else None})
+                       "commitlog": per_queue.get(key), "consume_queue": summary})
     batch = [{"topic": q.topic, "queue_id": q.queue_id, **queue_summary(q, cl_end)}
              for q in store.batch_consume_queues]
     cq_files = sum(len(q.segments) for q in store.consume_queues)
@@ -356,7 +379,8 @@ def store_info(store: Store, *, check_crc: bool = False, progress=None) -> dict:
                            "bytes": sum(s.length for q in store.consume_queues
                                         for s in q.segments),
                            "stray_files": [store.relative(p) for q in store.consume_queues
-                                           for p in q.stray_files]},
+                                           for p in q.stray_files],
+                           **({"rocksdb": rocksdb_section(rocks)} if rocks is not None else {})},
         "batch_consume_queues": batch,
         "topics": topics,
         "index": _index_section(store),

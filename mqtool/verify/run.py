@@ -13,6 +13,7 @@ from ..recovery import (VERSION_532, VERSION_534, BrokerRules, RecoveryPlan, pre
 from ..consumers import consumer_findings, ends_over_files
 from ..controller import check_epoch_file
 from ..dledger import check_dledger
+from ..rocksdb_recovery import check_rocksdb_cq
 from ..timer import check_timer_store
 from ..store import CommitLog, Store
 from .findings import Finding, _Sink, VerifyReport, _finding
@@ -163,9 +164,10 @@ def merge_checks(checks: StoreChecks, results: list[_SegmentResult]) -> tuple[_S
     for r in results:
         for key, found in r.batch_records.items():
             batch_records.setdefault(key, []).extend(o for o in found if o < plan.process_offset)
+    rocksdb = check_rocksdb_cq(store, plan) if store.queues_in_rocksdb else []
     for found in (check_batch_consume_queues(store, batch_records, plan.redispatch_from)
                   + check_timer_store(store, plan=plan) + check_dledger(store)
-                  + check_epoch_file(store, plan.process_offset)):
+                  + check_epoch_file(store, plan.process_offset) + rocksdb):
         extra = {k: found[k] for k in ("commitlog_offset", "topic", "queue_id", "count")
                  if k in found}
         sink.add(_finding(found["code"], found["file"], found["offset"], found["message"],
