@@ -216,6 +216,13 @@ whose chain does not reach firstPos (TIMER_SLOT_CHAIN); pending units no slot le
 after the broker's load re-links its last TimerLog file (TIMER_UNREACHABLE), or only then
 (TIMER_WHEEL_BEHIND, a warning: the wheel was not flushed before a crash); pending timers whose message recovery truncates (TIMER_LOST); a missing,
 short or ahead config/timercheck (TIMER_CKPT).
+Transactions (stores with a RMQ_SYS_TRANS_HALF_TOPIC or RMQ_SYS_TRANS_OP_HALF_TOPIC queue): op
+messages listing half-queue offsets where no half message is - expired, truncated, never written
+(TXN_OP_DANGLING, a warning); COMMIT records whose preparedTransactionOffset points at no half
+message (TXN_COMMIT_ORPHAN, a warning); op bodies with items that are not numbers, which the
+broker's check reads as -1 and ignores (TXN_OP_BODY, a warning); half messages without
+REAL_TOPIC, whose commit cannot reach any topic (TXN_HALF_NO_REAL_TOPIC). What each transaction
+becomes: mqtool-transactions(1).
 DLedger-mode stores (dledger-<selfId>/): every record is read inside its DLedger entry. Entry
 headers the broker's DLedger recovery refuses (the log ends there): a magic other than 1
 (DL_ENTRY_MAGIC), a pos field other than the entry's offset (DL_ENTRY_POS), a size other than

@@ -131,6 +131,56 @@ def _collect(store: Store, process_offset: int) -> _Collected:
     return got
 
 
+@dataclass
+class Links:
+    got: _Collected
+    op_rows: list
+    orphans: list           # COMMIT records whose half message is missing
+    problems: list
+
+
+def link_records(store: Store, process_offset: int) -> Links:
+    """One CommitLog pass, and the links: op message -> the half entries it covers (offsets
+    covering none listed as missing), COMMIT record -> its half copy (by
+    preparedTransactionOffset), and the sentences about what the broker would not write."""
+    got = _collect(store, process_offset)
+    problems = list(got.problems)
+    by_offset = {e.record.offset: e for e in got.halves.values()}
+    op_rows = []
+    for (qid, at), op in sorted(got.ops.items()):
+        missing = []
+        if op.tags != tx_fmt.REMOVE_TAG:
+            problems.append(f"op message {at} (CommitLog {op.record.offset}) has tag "
+                            f"{op.tags!r}, not {tx_fmt.REMOVE_TAG!r}: the check ignores it")
+        if op.bad_items:
+            shown = ", ".join(repr(b) for b in op.bad_items[:5])
+            problems.append(f"op message {at} (CommitLog {op.record.offset}): "
+                            f"{len(op.bad_items)} item(s) of its body are no number ({shown}): "
+                            "the check reads them as -1 and ignores them")
+        for value in op.offsets:
+            half = got.halves.get((qid, value))
+            if half is None:
+                missing.append(value)
+            elif at not in half.covered_by:
+                half.covered_by.append(at)
+        op_rows.append({"op_queue_offset": at, "queue_id": qid, **_brief(op.record, op.truncated),
+                        "tags": op.tags, "half_offsets": op.offsets, "bad_items": op.bad_items,
+                        "half_offsets_missing": missing})
+    orphans = []
+    for commit in got.commits:
+        half = by_offset.get(commit.prepared_transaction_offset)
+        if half is None:
+            orphans.append(commit)
+        elif half.commit is None:
+            half.commit = commit
+    for e in got.halves.values():
+        if tx_fmt.PROP_REAL_TOPIC not in e.props:
+            problems.append(f"half message at half-queue offset {e.queue_offset} (CommitLog "
+                            f"{e.record.offset}) has no REAL_TOPIC: a commit cannot put it into "
+                            "any topic")
+    return Links(got, op_rows, orphans, problems)
+
+
 # --- the check's progress --------------------------------------------------------------------------
 
 @dataclass
@@ -341,44 +391,9 @@ def transaction_report(store: Store, *, check_max: int = tx_fmt.DEFAULT_CHECK_MA
     if plan is None:
         plan = predict_recovery(store, broker_version=broker_version)
     process_offset = plan.process_offset
-    got = _collect(store, process_offset)
+    links = link_records(store, process_offset)
+    got, op_rows, orphans, problems = links.got, links.op_rows, links.orphans, links.problems
     progress = check_progress(store)
-    problems = list(got.problems)
-
-    # op messages -> the half entries they cover; COMMIT records -> their half copy
-    by_offset = {e.record.offset: e for e in got.halves.values()}
-    op_rows = []
-    for (qid, at), op in sorted(got.ops.items()):
-        missing = []
-        if op.tags != tx_fmt.REMOVE_TAG:
-            problems.append(f"op message {at} (CommitLog {op.record.offset}) has tag "
-                            f"{op.tags!r}, not {tx_fmt.REMOVE_TAG!r}: the check ignores it")
-        if op.bad_items:
-            shown = ", ".join(repr(b) for b in op.bad_items[:5])
-            problems.append(f"op message {at} (CommitLog {op.record.offset}): "
-                            f"{len(op.bad_items)} item(s) of its body are no number ({shown}): "
-                            "the check reads them as -1 and ignores them")
-        for value in op.offsets:
-            half = got.halves.get((qid, value))
-            if half is None:
-                missing.append(value)
-            elif at not in half.covered_by:
-                half.covered_by.append(at)
-        op_rows.append({"op_queue_offset": at, "queue_id": qid, **_brief(op.record, op.truncated),
-                        "tags": op.tags, "half_offsets": op.offsets, "bad_items": op.bad_items,
-                        "half_offsets_missing": missing})
-    orphans = []
-    for commit in got.commits:
-        half = by_offset.get(commit.prepared_transaction_offset)
-        if half is None or half.record.topic != HALF_TOPIC:
-            orphans.append(commit)
-        elif half.commit is None:
-            half.commit = commit
-    for e in got.halves.values():
-        if tx_fmt.PROP_REAL_TOPIC not in e.props:
-            problems.append(f"half message at half-queue offset {e.queue_offset} (CommitLog "
-                            f"{e.record.offset}) has no REAL_TOPIC: a commit cannot put it into "
-                            "any topic")
 
     # one check round per half queue, on what the recovery keeps
     rounds = []
@@ -550,3 +565,58 @@ def open_transaction_offsets(store: Store, **kwargs) -> dict[int, dict]:
             "check_times": kept[-1]["check_times"],
             "half_copies": [c["half_queue_offset"] for c in t["half_copies"]]}
     return out
+
+
+# --- verify's checks ------------------------------------------------------------------------------
+
+def has_transactions(store: Store) -> bool:
+    """The store has a transaction half or op queue (the broker dispatched a half message)."""
+    return any(q.topic in (HALF_TOPIC, OP_TOPIC) for q in store.consume_queues)
+
+
+def check_transactions(store: Store, *, plan: RecoveryPlan | None = None) -> list[dict]:
+    """verify's findings (the fields of its Finding) about transactional messages; [] for a store
+    without a half or op queue: op messages listing half-queue offsets where no half message is
+    (TXN_OP_DANGLING), COMMIT records whose half message is missing (TXN_COMMIT_ORPHAN), op
+    bodies that are no list of numbers (TXN_OP_BODY), half messages without REAL_TOPIC
+    (TXN_HALF_NO_REAL_TOPIC)."""
+    if not has_transactions(store):
+        return []
+    if plan is None:
+        plan = predict_recovery(store)
+    links = link_records(store, plan.process_offset)
+    findings: list[dict] = []
+
+    def add(code: str, record: MessageRecord, message: str, severity: str, **extra) -> None:
+        seg = store.commitlog.segment_for(record.offset)
+        findings.append({"code": code, "severity": severity,
+                         "file": store.relative(seg.path) if seg is not None else "commitlog",
+                         "offset": record.offset - (seg.base_offset if seg is not None else 0),
+                         "message": message, "commitlog_offset": record.offset,
+                         "topic": record.topic, "queue_id": record.queue_id, **extra})
+
+    for (qid, at), op in sorted(links.got.ops.items()):
+        row = next(r for r in links.op_rows if r["queue_id"] == qid and r["op_queue_offset"] == at)
+        missing = row["half_offsets_missing"]
+        if missing:
+            shown = ", ".join(map(str, missing[:10])) + (" ..." if len(missing) > 10 else "")
+            add("TXN_OP_DANGLING", op.record,
+                f"op message {at} of {OP_TOPIC} queue {qid} ends half-queue offset(s) {shown} "
+                f"where no half message is", "warning", count=len(missing))
+        if op.bad_items:
+            shown = ", ".join(repr(b) for b in op.bad_items[:5])
+            add("TXN_OP_BODY", op.record,
+                f"op message {at} of {OP_TOPIC} queue {qid}: {len(op.bad_items)} item(s) of its "
+                f"body are no number ({shown}); the check reads each as -1 and ends nothing "
+                "with it", "warning", count=len(op.bad_items))
+    for commit in links.orphans:
+        add("TXN_COMMIT_ORPHAN", commit,
+            f"COMMIT record of {commit.topic} (UNIQ_KEY "
+            f"{commit.properties.get(tx_fmt.PROP_UNIQ_KEY)}) names half message CommitLog offset "
+            f"{commit.prepared_transaction_offset}, where no half message is", "warning")
+    for (qid, at), e in sorted(links.got.halves.items()):
+        if tx_fmt.PROP_REAL_TOPIC not in e.props:
+            add("TXN_HALF_NO_REAL_TOPIC", e.record,
+                f"half message at {HALF_TOPIC} queue {qid} offset {at} has no REAL_TOPIC: its "
+                "commit cannot reach any topic", "error")
+    return findings

@@ -12,6 +12,7 @@ from ..recovery import BrokerRules, RecoveryPlan, predict_recovery, resolve_brok
 from ..consumers import consumer_findings, ends_over_files
 from ..dledger import check_dledger
 from ..timer import check_timer_store
+from ..transactions import check_transactions
 from ..store import CommitLog, Store
 from .findings import Finding, _Sink, VerifyReport, _finding
 from .context import _Context, _SegmentResult, _init_worker, _worker_context
@@ -153,7 +154,8 @@ def merge_checks(checks: StoreChecks, results: list[_SegmentResult]) -> tuple[_S
         for key, found in r.batch_records.items():
             batch_records.setdefault(key, []).extend(o for o in found if o < plan.process_offset)
     for found in (check_batch_consume_queues(store, batch_records, plan.redispatch_from)
-                  + check_timer_store(store, plan=plan) + check_dledger(store)):
+                  + check_timer_store(store, plan=plan) + check_dledger(store)
+                  + check_transactions(store, plan=plan)):
         extra = {k: found[k] for k in ("commitlog_offset", "topic", "queue_id", "count")
                  if k in found}
         sink.add(_finding(found["code"], found["file"], found["offset"], found["message"],
