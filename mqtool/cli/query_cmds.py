@@ -55,6 +55,9 @@ def _render_explanation(explanation: dict, console) -> None:
         console.print(f"  queryMessage({topic}) returns {len(offsets)} offset(s): "
                       f"{', '.join(map(str, offsets[:12]))}{' ...' if len(offsets) > 12 else ''}",
                       markup=False, soft_wrap=True)
+    if "transaction" in explanation:
+        console.print(f"  transaction: {explanation['transaction']['detail']}", markup=False,
+                      soft_wrap=True)
     if not explanation["reasons"]:
         console.print("  no difference: the broker finds the same messages", markup=False)
     for reason in explanation["reasons"]:
