@@ -342,6 +342,14 @@ def _check_round(queue_id: int, halves: dict[int, HalfEntry], ops: dict[int, OpE
                                   "checked with its producer")
             run.put_back.append(i)
         new_offset = i = i + 1
+    for at, copy in copies.items():
+        if copy.check == ENTRY_DISCARDED:
+            source = halves[copy.source]
+            source.check = ENTRY_DISCARDED
+            source.check_detail = (f"put back as half-queue offset {at} with check "
+                                   f"{copy.check_times}, which the same round discards "
+                                   f"(--check-max {check_max}): moved to "
+                                   f"{tx_fmt.CHECK_MAX_TIME_TOPIC}")
     run.half_offset_after = new_offset
     op_after = op_from
     for at in sorted(done):
@@ -398,7 +406,6 @@ def transaction_report(store: Store, *, check_max: int = tx_fmt.DEFAULT_CHECK_MA
     # one check round per half queue, on what the recovery keeps
     rounds = []
     queue_ids = sorted({q for q, _ in got.halves} | set(progress.half))
-    copies_by_key: dict[str, list] = {}
     for qid in queue_ids:
         kept = {o: e for (q, o), e in got.halves.items() if q == qid and not e.truncated}
         kept_ops = {o: op for (q, o), op in got.ops.items() if q == qid and not op.truncated}
@@ -417,8 +424,6 @@ def transaction_report(store: Store, *, check_max: int = tx_fmt.DEFAULT_CHECK_MA
         for o, e in kept.items():
             if o < start:
                 e.check = ENTRY_BEFORE_CRASH
-        for at, copy in run.copies.items():
-            copies_by_key.setdefault(copy.key, []).append((at, copy))
 
     # the transactions
     groups: dict[str, list[HalfEntry]] = {}
@@ -449,8 +454,7 @@ def transaction_report(store: Store, *, check_max: int = tx_fmt.DEFAULT_CHECK_MA
         producer_group = first.props.get(tx_fmt.PROP_PRODUCER_GROUP)
         if group is not None and producer_group != group:
             continue
-        transactions.append(_transaction(key, entries, copies_by_key.get(key, []),
-                                         progress.refuses, process_offset))
+        transactions.append(_transaction(entries, progress.refuses, process_offset))
     half_rows = [_half_dict(e) for _, e in sorted(got.halves.items())
                  if group is None or e.props.get(tx_fmt.PROP_PRODUCER_GROUP) == group]
     orphan_rows = [{**_brief(c, c.end > process_offset),
@@ -485,8 +489,7 @@ def transaction_report(store: Store, *, check_max: int = tx_fmt.DEFAULT_CHECK_MA
     }
 
 
-def _transaction(key: str, entries: list[HalfEntry], copies: list, refuses: bool,
-                 process_offset: int) -> dict:
+def _transaction(entries: list[HalfEntry], refuses: bool, process_offset: int) -> dict:
     first = entries[0]
     commit = next((e.commit for e in entries if e.commit is not None), None)
     covered = sorted({op for e in entries for op in e.covered_by})
@@ -505,12 +508,7 @@ def _transaction(key: str, entries: list[HalfEntry], copies: list, refuses: bool
     elif newest.check == ENTRY_DISCARDED:
         fate, why = FATE_DISCARDED, newest.check_detail
     elif newest.check == ENTRY_PUT_BACK:
-        copy = dict(copies).get(newest.put_back_as)
-        if copy is not None and copy.check == ENTRY_DISCARDED:
-            fate, why = FATE_DISCARDED, (f"put back as {newest.put_back_as} with check "
-                                         f"{copy.check_times}, which the same round discards")
-        else:
-            fate, why = FATE_CHECKED_AGAIN, newest.check_detail
+        fate, why = FATE_CHECKED_AGAIN, newest.check_detail
     elif lost_after:
         fate, why = FATE_LOST, ("its newest copies are truncated by the next start; the check "
                                 "has passed the copy that is kept")
