@@ -120,7 +120,10 @@ born_timestamp, born_host, store_timestamp, store_host, reconsume_times,
 prepared_transaction_offset, body_length, topic, properties, tags, keys, uniq_key, msg_id
 (offsetMsgId), prop_crc_ok, body, body_encoding, body_stored_length and, where they apply,
 body_compression, body_decompressed, body_decompress_error, body_truncated. Hosts are
-written as the broker's MessageDecoder prints them (IPv6 in brackets).""",
+written as the broker's MessageDecoder prints them (IPv6 in brackets). Transaction records add
+decoded: an op message's body as the half-queue offsets it ends (half_offsets, with bad_items
+for the items that are no number), a half message's real topic and queue, producer group,
+transaction id and check times.""",
         "examples": [
             ("Messages of one queue in a time window:",
              "mqtool dump --topic TopicTest --queue 1 --since 2026-11-21T10:00:00Z STORE"),
