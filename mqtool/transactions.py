@@ -27,12 +27,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from .config import CONSUMER_OFFSET, offset_table, read_config, rocksdb_metadata
 from .errors import MqtoolError
 from .formats import commitlog as cl_fmt
 from .formats import transaction as tx_fmt
 from .recovery import RecoveryPlan, predict_recovery
-from .scan import MessageRecord, Scanner, read_body
+from .scan import MessageRecord, RecordBatch, Scanner, TopicTable, read_body
 from .store import Store
 
 HALF_TOPIC = tx_fmt.TRANS_HALF_TOPIC
@@ -114,8 +116,13 @@ class _Collected:
 
 
 def _collect(store: Store, process_offset: int) -> _Collected:
+    """The half, op and COMMIT records of the CommitLog, picked from the scanner's record batches
+    (only those rows are decoded one by one)."""
     got = _Collected()
-    for record in Scanner(store.commitlog, check_crc=False).messages():
+    topics = TopicTable()
+    half_id, op_id = topics.intern(HALF_TOPIC), topics.intern(OP_TOPIC)
+
+    def take(record: MessageRecord) -> None:
         topic = record.topic
         truncated = record.end > process_offset
         if topic == HALF_TOPIC:
@@ -128,6 +135,18 @@ def _collect(store: Store, process_offset: int) -> _Collected:
                                OpEntry(record, props.get("TAGS"), offsets, bad, truncated))
         elif cl_fmt.transaction_type(record.sys_flag) == cl_fmt.TRANSACTION_COMMIT_TYPE:
             got.commits.append(record)
+
+    scanner = Scanner(store.commitlog, check_crc=False)
+    for seg in scanner.segments():
+        for event in scanner.scan_segment_batches(seg, topics=topics):
+            if isinstance(event, RecordBatch):
+                wanted = (event.topic_id == half_id) | (event.topic_id == op_id) | (
+                    (event.sys_flag & cl_fmt.TRANSACTION_TYPE_MASK)
+                    == cl_fmt.TRANSACTION_COMMIT_TYPE)
+                for i in np.flatnonzero(wanted).tolist():
+                    take(event.record(i))
+            elif isinstance(event, MessageRecord):
+                take(event)
     return got
 
 
@@ -198,7 +217,7 @@ class CheckProgress:
                 "notes": self.notes}
 
 
-def check_progress(store: Store) -> CheckProgress:
+def check_progress(store: Store, has_half: bool = True) -> CheckProgress:
     """Group CID_RMQ_SYS_TRANS's offsets on the half and op topics, from the consumerOffset.json
     the broker would load (its .bak when the main file is torn)."""
     notes: list[str] = []
@@ -207,14 +226,14 @@ def check_progress(store: Store) -> CheckProgress:
         notes.append("consumer offsets may be kept in RocksDB under config/: mqtool does not read "
                      "RocksDB; the check offsets are taken as missing")
     load = read_config(config_dir / CONSUMER_OFFSET)
-    if load.outcome != "main":
+    if load.outcome != "main" and (has_half or load.outcome == "refuses"):
         notes.append(f"{CONSUMER_OFFSET}: {load.reason}")
     table, problems = offset_table(load.document, load.used or CONSUMER_OFFSET)
     notes += [str(p) for p in problems]
     group = tx_fmt.CHECK_GROUP
     half = dict(table.get(f"{HALF_TOPIC}@{group}", {}))
     op = dict(table.get(f"{OP_TOPIC}@{group}", {}))
-    if load.outcome != "refuses":
+    if load.outcome != "refuses" and has_half:
         for topic, found in ((HALF_TOPIC, half), (OP_TOPIC, op)):
             if not found:
                 notes.append(f"no {topic}@{group} offset in {load.used or CONSUMER_OFFSET}: the "
@@ -401,7 +420,7 @@ def transaction_report(store: Store, *, check_max: int = tx_fmt.DEFAULT_CHECK_MA
     process_offset = plan.process_offset
     links = link_records(store, process_offset)
     got, op_rows, orphans, problems = links.got, links.op_rows, links.orphans, links.problems
-    progress = check_progress(store)
+    progress = check_progress(store, has_half=bool(got.halves))
 
     # one check round per half queue, on what the recovery keeps
     rounds = []
@@ -448,13 +467,15 @@ def transaction_report(store: Store, *, check_max: int = tx_fmt.DEFAULT_CHECK_MA
                     e.check = ENTRY_CONSUMED
                     e.check_detail = ("below the check offset, and no later copy or op message: "
                                       "discarded or skipped by an earlier check")
+    cut_ops = {at for (_, at), op in got.ops.items() if op.truncated}
     transactions = []
     for key, entries in groups.items():
         first = entries[0]
         producer_group = first.props.get(tx_fmt.PROP_PRODUCER_GROUP)
         if group is not None and producer_group != group:
             continue
-        transactions.append(_transaction(entries, progress.refuses, process_offset))
+        transactions.append(_transaction(entries, progress.refuses, process_offset,
+                                         cut_ops))
     half_rows = [_half_dict(e) for _, e in sorted(got.halves.items())
                  if group is None or e.props.get(tx_fmt.PROP_PRODUCER_GROUP) == group]
     orphan_rows = [{**_brief(c, c.end > process_offset),
@@ -489,7 +510,8 @@ def transaction_report(store: Store, *, check_max: int = tx_fmt.DEFAULT_CHECK_MA
     }
 
 
-def _transaction(entries: list[HalfEntry], refuses: bool, process_offset: int) -> dict:
+def _transaction(entries: list[HalfEntry], refuses: bool, process_offset: int,
+                 cut_ops: set) -> dict:
     first = entries[0]
     commit = next((e.commit for e in entries if e.commit is not None), None)
     covered = sorted({op for e in entries for op in e.covered_by})
@@ -539,7 +561,8 @@ def _transaction(entries: list[HalfEntry], refuses: bool, process_offset: int) -
         "next_check": fate,
         "next_check_detail": why,
         "recovery": [f"half copy {e.queue_offset} truncated" for e in entries if e.truncated]
-        + ([f"commit record at {commit.offset} truncated"] if commit is not None
+        + [f"op message {at} truncated" for at in covered if at in cut_ops]
+        + ([f"COMMIT record at {commit.offset} truncated"] if commit is not None
            and commit.end > process_offset else []),
         "note": note,
     }

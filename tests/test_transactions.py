@@ -298,14 +298,14 @@ def test_torn_consumer_offsets(txn_store, tmp_path, mqtool):
 
 
 def test_recovery_truncating_the_newest_copies(txn_store, truth, tmp_path, mqtool):
-    """A byte of op message 1's body flipped: the abnormal recovery checks CRCs and cuts the
+    """A byte of op message 1's body CRC flipped: the abnormal recovery checks CRCs and cuts the
     CommitLog there, taking op message 1 and every half copy from 362 on; transactions whose
     newest copy was among them are lost (their older copies lie below the check offset)."""
     root = _copy(txn_store, tmp_path)
     store, ops = _records(root, tx_fmt.TRANS_OP_HALF_TOPIC)
     op = ops[1]
-    body = store.commitlog.read(op.body_position, 1)
-    _write(store, op.body_position, bytes([body[0] ^ 0x01]))
+    crc = store.commitlog.read(op.offset + 8, 1)        # its stored body CRC: body unchanged
+    _write(store, op.offset + 8, bytes([crc[0] ^ 0x01]))
     report = transaction_report(Store(root))
     assert report["recovery"]["process_offset"] == op.offset
     lost = {t["uniq_key"] for t in report["transactions"] if t["next_check"] == "lost"}
@@ -313,6 +313,11 @@ def test_recovery_truncating_the_newest_copies(txn_store, truth, tmp_path, mqtoo
                 if t["halfCopies"][-1]["halfQueueOffset"] >= 362}
     assert lost == expected and len(lost) == 121
     assert report["op_messages"][1]["truncated_by_recovery"] is True
+    ended_by_op1 = {t["uniqKey"] for t in truth["transactions"]
+                    if any(1 in h["coveredByOpMessages"] for h in truth["halfEntries"]
+                           if h["uniqKey"] == t["uniqKey"])}
+    assert ended_by_op1 == {t["uniq_key"] for t in report["transactions"]
+                            if "op message 1 truncated" in t["recovery"]}
     assert mqtool("transactions", root).returncode == 1
 
 
