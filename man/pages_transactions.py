@@ -62,7 +62,8 @@ ended_in_store, next_check, next_check_detail, recovery, note), commit_records_w
 op_offsets_without_half, summary and problems.
 
 ended_in_store is one of committed, rolled back, open. next_check is one of committed, rolled
-back, checked again, discarded, lost, broker refuses to start. A half entry's next_check is one
+back, checked again, discarded, lost, not checked (the broker skips the queue: a negative check
+offset), broker refuses to start. A half entry's next_check is one
 of removed by op, put back, discarded, not reached, checked before the crash (with put_back_as),
 consumed before the crash, truncated by recovery.""",
         "exit": """\

@@ -52,6 +52,7 @@ FATE_CHECKED_AGAIN = "checked again"
 FATE_DISCARDED = "discarded"
 FATE_LOST = "lost"
 FATE_NO_START = "broker refuses to start"
+FATE_NOT_CHECKED = "not checked"
 
 # what happens to one half entry (stable values)
 ENTRY_REMOVED = "removed by op"
@@ -439,6 +440,10 @@ def transaction_report(store: Store, *, check_max: int = tx_fmt.DEFAULT_CHECK_MA
         run = _check_round(qid, kept, kept_ops, progress.half.get(qid), progress.op.get(qid),
                            check_max)
         rounds.append(run)
+        if run.skipped:
+            for o, e in kept.items():
+                e.check, e.check_detail = ENTRY_NOT_REACHED, run.skipped
+            continue
         start = run.half_offset if run.half_offset is not None else 0
         for o, e in kept.items():
             if o < start:
@@ -531,6 +536,8 @@ def _transaction(entries: list[HalfEntry], refuses: bool, process_offset: int,
         fate, why = FATE_DISCARDED, newest.check_detail
     elif newest.check == ENTRY_PUT_BACK:
         fate, why = FATE_CHECKED_AGAIN, newest.check_detail
+    elif newest.check == ENTRY_NOT_REACHED and newest.check_detail:
+        fate, why = FATE_NOT_CHECKED, newest.check_detail
     elif lost_after:
         fate, why = FATE_LOST, ("its newest copies are truncated by the next start; the check "
                                 "has passed the copy that is kept")

@@ -12,6 +12,8 @@ import struct
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from conftest import SHARED_STORES
 from mqtool.formats import codecs
@@ -124,6 +126,15 @@ def test_op_messages_and_progress(reports, truth):
     assert r["op_offsets_without_half"] == []
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=64) | st.text(alphabet="0123456789,+- x", max_size=40).map(str.encode))
+def test_op_body_decoder_takes_any_bytes(body):
+    offsets, bad = tx_fmt.decode_op_body(body)
+    assert all(isinstance(o, int) for o in offsets) and all(isinstance(b, str) for b in bad)
+    text = body.decode("utf-8", errors="replace")
+    assert len(offsets) + len(bad) == len(tx_fmt.split_items(text)) if body else True
+
+
 def test_op_body_codec():
     assert tx_fmt.decode_op_body(b"9,5,3,") == ([9, 5, 3], [])
     assert tx_fmt.decode_op_body(b"1,,x, 2,+4,") == ([1, 4], ["", "x", " 2"])
@@ -196,6 +207,13 @@ def test_query_uniq_key_explains_half_copies_and_commit(txn_store, truth, mqtool
         [t["commitRecord"]["commitLogOffset"]]
     assert txn["broker_returns_for_real_topic"] == [t["commitRecord"]["commitLogOffset"]]
     assert txn["broker_returns_for_half_topic"] == [c["commitLogOffset"] for c in t["halfCopies"]]
+    never = next(t for t in truth["transactions"] if t["commitRecord"] is None)
+    out = mqtool("query", "--json", "--explain", "--body", "none", "--uniq-key", never["uniqKey"],
+                 txn_store)
+    rows = [json.loads(line) for line in out.stdout.splitlines()]
+    txn = next(r for r in rows if r.get("record_type") == "query/explanation")["transaction"]
+    assert txn["commit_records"] == [] and txn["broker_returns_for_real_topic"] == []
+    assert txn["real_topic"] == never["realTopic"]
 
 
 # --- forged copies: bad input and truncation ------------------------------------------------------
@@ -323,3 +341,19 @@ def test_recovery_truncating_the_newest_copies(txn_store, truth, tmp_path, mqtoo
 
 def test_verify_is_quiet_on_the_broker_written_store(txn_store):
     assert check_transactions(Store(txn_store)) == []
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.binary(max_size=200) | st.sampled_from([
+    b'{"offsetTable":{"RMQ_SYS_TRANS_HALF_TOPIC@CID_RMQ_SYS_TRANS":{0:-5}}}',
+    b'{"offsetTable":{"RMQ_SYS_TRANS_HALF_TOPIC@CID_RMQ_SYS_TRANS":[1,2]}}',
+    b'{"offsetTable":{"RMQ_SYS_TRANS_OP_HALF_TOPIC@CID_RMQ_SYS_TRANS":{0:99999999999}}}',
+    b'{"offsetTable":null}', b"null", b"   "]))
+def test_any_consumer_offsets_gives_an_answer(txn_store, tmp_path_factory, offsets_json):
+    root = tmp_path_factory.mktemp("txn-fuzz") / "store"
+    shutil.copytree(txn_store, root)
+    _offsets_file(root).write_bytes(offsets_json)
+    report = transaction_report(Store(root))
+    assert len(report["transactions"]) == 200
+    (run,) = report["check_rounds"]
+    assert run["skipped"] or run["half_offset_after"] >= run["half_offset"]

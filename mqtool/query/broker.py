@@ -100,6 +100,12 @@ def explain(store: Store, result: QueryResult, *, plan: RecoveryPlan | None = No
     value = result.query.get("key") if mode == "key" else result.query.get("uniq_key")
     found_topics = sorted({f.record.topic for f in result.found})
     topics = [result.query["topic"]] if result.query.get("topic") else found_topics
+    if mode == "uniq-key" and not result.query.get("topic"):
+        # a transaction's half copies name its real topic: ask there too (its COMMIT record, if
+        # any, is indexed there)
+        topics += sorted({real for f in result.found if f.record.topic == tx_fmt.TRANS_HALF_TOPIC
+                          for real in [f.record.properties.get(tx_fmt.PROP_REAL_TOPIC)]
+                          if real and real not in topics})
     begin = 0
     if mode == "key" and result.query.get("since") is not None:
         begin = result.query["since"]
