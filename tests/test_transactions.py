@@ -357,3 +357,29 @@ def test_any_consumer_offsets_gives_an_answer(txn_store, tmp_path_factory, offse
     assert len(report["transactions"]) == 200
     (run,) = report["check_rounds"]
     assert run["skipped"] or run["half_offset_after"] >= run["half_offset"]
+
+
+def test_op_offsets_and_commit_records_pointing_at_no_half_message(txn_store, tmp_path, mqtool):
+    root = _copy(txn_store, tmp_path)
+    store, ops = _records(root, tx_fmt.TRANS_OP_HALF_TOPIC)
+    op = ops[0]
+    body = store.commitlog.read(op.body_position, op.body_length)
+    assert body.startswith(b"9,5,3,")
+    forged = b"999," + body[4:]             # "9,5,3,..." -> "999,3,...": no half entry 999
+    _write(store, op.body_position, forged)
+    _write(store, op.offset + 8, struct.pack(">i", codecs.body_crc(forged)))
+    commit = next(r for r in Scanner(store.commitlog, check_crc=False).messages()
+                  if r.sys_flag & 0xC == 0x8)
+    raw = store.commitlog.read(commit.offset, commit.total_size)
+    at = raw.index(struct.pack(">q", commit.prepared_transaction_offset), 48)
+    _write(store, commit.offset + at, struct.pack(">q", 123))   # no CRC covers this field
+    found = {(f["code"], f["commitlog_offset"]) for f in check_transactions(Store(root))}
+    assert found == {("TXN_OP_DANGLING", op.offset), ("TXN_COMMIT_ORPHAN", commit.offset)}
+    report = transaction_report(Store(root))
+    assert report["op_offsets_without_half"] == [
+        {"op_queue_offset": 0, "commitlog_offset": op.offset, "half_offsets": [999]}]
+    assert [c["commitlog_offset"] for c in report["commit_records_without_half"]] == \
+        [commit.offset]
+    verify = mqtool("verify", "--json", root)
+    by_code = json.loads(verify.stdout)["summary"]["by_code"]
+    assert by_code.get("TXN_OP_DANGLING") == 1 and by_code.get("TXN_COMMIT_ORPHAN") == 1
