@@ -34,6 +34,8 @@ OP_PULL_BATCH = 32
 #: broker defaults (BrokerConfig): transactionCheckMax, transactionTimeOut (ms)
 DEFAULT_CHECK_MAX = 15
 DEFAULT_TRANSACTION_TIMEOUT_MS = 6_000
+#: MessageStoreConfig.fileReservedTime (hours): the check skips older half messages (needSkip)
+DEFAULT_FILE_RESERVED_HOURS = 72
 
 # properties (MessageConst)
 PROP_REAL_TOPIC = "REAL_TOPIC"

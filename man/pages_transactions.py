@@ -30,8 +30,10 @@ or lost (the recovery truncates the copy the check would have used). A transacti
 older copy after a check had put it back is still checked: the op message covers the older copy
 only (the note says so).
 
-Assumed: the check runs later than transactionTimeout and within fileReservedTime of the
-messages' birth, no producer answers it, no CHECK_IMMUNITY_TIME_IN_SECONDS and no
+Assumed: the check runs later than transactionTimeout after the messages' birth and, unless
+--at says when it runs, within fileReservedTime (with --at, half messages born more than
+--file-reserved-hours before it are discarded unchecked, as the broker's needSkip does); no
+producer answers it, no CHECK_IMMUNITY_TIME_IN_SECONDS and no
 slave-acting-master escape. The answers equal the real 5.3.3 broker's check on the reference
 store v5-txn-crash, with transactionCheckMax 15 and 3.
 
@@ -49,7 +51,7 @@ messages ending it, the COMMIT record's CommitLog offset, what the store shows, 
 The round's summary, COMMIT records and op offsets pointing at no half message, lost
 transactions and problems go to stderr.
 
---json prints one document: check_max, recovery (process_offset, mode, broker_version),
+--json prints one document: check_max, check_at_ms, recovery (process_offset, mode, broker_version),
 check_progress (half_offsets, op_offsets, source, broker_refuses_to_start, notes),
 check_rounds (per half queue: half_offset, op_offset, half_offset_after, op_offset_after,
 checked_with_producer, discarded), half_entries (half_queue_offset, commitlog_offset,
@@ -78,6 +80,8 @@ messages or COMMIT records pointing at no half message, or other problems.
              "mqtool transactions STORE"),
             ("One producer group, with the broker's transactionCheckMax set to 3, as JSON:",
              "mqtool transactions --json --check-max 3 --group TxnProducerGroupA STORE"),
+            ("The broker is started again a week later (half messages past fileReservedTime "
+             "are discarded):", "mqtool transactions --at 2026-12-05T00:00:00Z STORE"),
             ("Write the open transactions for replay elsewhere:",
              "mqtool export --open-transactions --out open.jsonl STORE"),
         ],

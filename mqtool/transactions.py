@@ -275,9 +275,11 @@ class Round:
 
 
 def _check_round(queue_id: int, halves: dict[int, HalfEntry], ops: dict[int, OpEntry],
-                 half_start: int | None, op_start: int | None, check_max: int) -> Round:
+                 half_start: int | None, op_start: int | None, check_max: int,
+                 skip_born_before: int | None = None) -> Round:
     """One check of half queue ``queue_id`` on the entries the recovery keeps; sets each
-    entry's ``check``/``put_back_as`` from ``half_start`` on."""
+    entry's ``check``/``put_back_as`` from ``half_start`` on. ``skip_born_before``: half
+    messages born before it are past fileReservedTime and discarded (needSkip)."""
     half_min = min(halves) if halves else 0
     half_max = max(halves) + 1 if halves else 0
     op_min = min(ops) if ops else 0
@@ -349,6 +351,17 @@ def _check_round(queue_id: int, halves: dict[int, HalfEntry], ops: dict[int, OpE
                 run.discarded.append(i)
                 new_offset = i = i + 1
                 continue
+            born = halves[entry.source].record.born_timestamp if isinstance(entry, _Copy) \
+                else entry.record.born_timestamp
+            if skip_born_before is not None and born < skip_born_before:
+                entry.check = ENTRY_DISCARDED
+                if isinstance(entry, HalfEntry):
+                    entry.check_detail = (f"born {born}, more than fileReservedTime before the "
+                                          f"check: skipped and moved to "
+                                          f"{tx_fmt.CHECK_MAX_TIME_TOPIC}")
+                run.discarded.append(i)
+                new_offset = i = i + 1
+                continue
             if isinstance(entry, _Copy):
                 break       # stored after the round began: checked next round
             if found:
@@ -411,9 +424,13 @@ def _half_dict(e: HalfEntry) -> dict:
 
 def transaction_report(store: Store, *, check_max: int = tx_fmt.DEFAULT_CHECK_MAX,
                        group: str | None = None, broker_version: str = "auto",
-                       plan: RecoveryPlan | None = None) -> dict:
+                       plan: RecoveryPlan | None = None, at_ms: int | None = None,
+                       file_reserved_hours: int = tx_fmt.DEFAULT_FILE_RESERVED_HOURS) -> dict:
     """Every transaction of ``store`` (see the module doc) as a JSON-able dict; ``group`` keeps
-    the transactions of one producer group."""
+    the transactions of one producer group. ``at_ms``: when the check runs (default: right
+    after the newest message, so that no half message is past fileReservedTime); half messages
+    born more than ``file_reserved_hours`` before it are discarded unchecked, as the broker's
+    needSkip does."""
     if check_max < 1:
         raise MqtoolError(f"--check-max must be at least 1, not {check_max}")
     if plan is None:
@@ -424,6 +441,7 @@ def transaction_report(store: Store, *, check_max: int = tx_fmt.DEFAULT_CHECK_MA
     progress = check_progress(store, has_half=bool(got.halves))
 
     # one check round per half queue, on what the recovery keeps
+    skip_before = None if at_ms is None else at_ms - file_reserved_hours * 3600 * 1000
     rounds = []
     queue_ids = sorted({q for q, _ in got.halves} | set(progress.half))
     for qid in queue_ids:
@@ -438,7 +456,7 @@ def transaction_report(store: Store, *, check_max: int = tx_fmt.DEFAULT_CHECK_MA
             rounds.append(Round(qid, None, None, skipped="the broker refuses to start"))
             continue
         run = _check_round(qid, kept, kept_ops, progress.half.get(qid), progress.op.get(qid),
-                           check_max)
+                           check_max, skip_before)
         rounds.append(run)
         if run.skipped:
             for o, e in kept.items():
@@ -499,6 +517,7 @@ def transaction_report(store: Store, *, check_max: int = tx_fmt.DEFAULT_CHECK_MA
     return {
         "store": str(store.root),
         "check_max": check_max,
+        "check_at_ms": at_ms,
         "recovery": {"process_offset": process_offset, "mode": plan.mode,
                      "broker_version": plan.broker_version},
         "check_progress": progress.to_dict(),

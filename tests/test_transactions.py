@@ -383,3 +383,16 @@ def test_op_offsets_and_commit_records_pointing_at_no_half_message(txn_store, tm
     verify = mqtool("verify", "--json", root)
     by_code = json.loads(verify.stdout)["summary"]["by_code"]
     assert by_code.get("TXN_OP_DANGLING") == 1 and by_code.get("TXN_COMMIT_ORPHAN") == 1
+
+
+def test_a_check_long_after_the_crash_skips_old_half_messages(reports, truth, txn_store):
+    """--at: the broker's check discards (needSkip) half messages born more than
+    fileReservedTime (72 h) before it runs: every transaction still checked becomes discarded."""
+    newest = max(e["store_timestamp"] for e in reports[15]["half_entries"])
+    late = transaction_report(Store(txn_store), at_ms=newest + 73 * 3600 * 1000)
+    soon = transaction_report(Store(txn_store), at_ms=newest + 71 * 3600 * 1000)
+    assert soon["summary"]["next_check"] == reports[15]["summary"]["next_check"]
+    fates = {t["uniq_key"]: t["next_check"] for t in late["transactions"]}
+    for t in truth["transactions"]:
+        expected = "discarded" if t["fate"] == "pending" else FATE[t["fate"]]
+        assert fates[t["uniqKey"]] == expected

@@ -27,6 +27,13 @@ def transactions_command(
     check_max: int = typer.Option(15, "--check-max", metavar="N",
                                   help="The broker's transactionCheckMax: a half message checked "
                                        "N times is discarded (default 15, the broker's)."),
+    at: Optional[str] = typer.Option(None, "--at", help="When the check runs (epoch ms or "
+                                     "ISO-8601; default: right after the newest message): half "
+                                     "messages born more than --file-reserved-hours before it "
+                                     "are discarded unchecked, as the broker's check does."),
+    file_reserved_hours: int = typer.Option(72, "--file-reserved-hours", metavar="H",
+                                            help="The broker's fileReservedTime (default 72), "
+                                                 "used with --at."),
     broker_version: str = opt.broker_version(),
     commitlog_file_size: Optional[int] = opt.commitlog_file_size(),
 ):
@@ -37,12 +44,16 @@ def transactions_command(
     store shows it committed, rolled back or open; and what the next check round does (committed,
     rolled back, checked again, discarded after --check-max checks, lost to the recovery).
     Read-only. Exit 1 when something is lost to the recovery or the store shows problems."""
+    from ..inspect import parse_time
     from ..transactions import transaction_report
 
     opt.check_broker_version(broker_version)
+    opt.check_not_negative(file_reserved_hours, "--file-reserved-hours")
     store = opt.open_store(store_path, commitlog_file_size)
+    at_ms = parse_time(at) if at is not None else None
     report = transaction_report(store, check_max=check_max, group=group,
-                                broker_version=broker_version)
+                                broker_version=broker_version, at_ms=at_ms,
+                                file_reserved_hours=file_reserved_hours)
     if json_output:
         emit_json_document(report)
     else:
