@@ -16,9 +16,8 @@ carries, and the op message body.
 """
 from __future__ import annotations
 
-import re
-
 from .codecs import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC  # noqa: F401  (re-exported)
+from .epoch import JAVA_INT, JAVA_LONG, java_number, java_split
 
 #: the group whose offsets in consumerOffset.json are the check's progress (MixAll.CID_SYS_RMQ_TRANS)
 CHECK_GROUP = "CID_RMQ_SYS_TRANS"
@@ -48,33 +47,19 @@ PROP_CHECK_IMMUNITY_SECONDS = "CHECK_IMMUNITY_TIME_IN_SECONDS"
 PROP_UNIQ_KEY = "UNIQ_KEY"
 PROP_TRANSACTION_ID = "__transactionId__"
 
-# Long.parseLong: an optional sign, then decimal digits, in Java's long range
-_JAVA_LONG = re.compile(r"[+-]?[0-9]+")
-_LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
-
-
 def java_long(text: str) -> int | None:
-    """``Long.parseLong(text)``, or None where Java throws (ASCII digits only)."""
-    if not _JAVA_LONG.fullmatch(text):
-        return None
-    value = int(text)
-    return value if _LONG_MIN <= value <= _LONG_MAX else None
+    """``Long.parseLong(text)``, or None where Java throws."""
+    return java_number(text, JAVA_LONG)
 
 
 def java_int(text: str | None) -> int | None:
     """``Integer.parseInt(text)``, or None where Java throws (or for no text)."""
-    if text is None:
-        return None
-    value = java_long(text)
-    return value if value is not None and -(1 << 31) <= value < (1 << 31) else None
+    return java_number(text, JAVA_INT)
 
 
 def split_items(text: str) -> list[str]:
     """Java's ``text.split(",")``: trailing empty strings dropped, inner ones kept."""
-    items = text.split(OFFSET_SEPARATOR)
-    while items and items[-1] == "":
-        items.pop()
-    return items if items else [""] if text == "" else items
+    return java_split(text, OFFSET_SEPARATOR)
 
 
 def decode_op_body(body: bytes | None) -> tuple[list[int], list[str]]:

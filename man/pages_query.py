@@ -34,6 +34,12 @@ config/topics.json, the system topics) is tried.
 --key K [--topic T] [--since TIME] [--until TIME] [--max N]: every message whose KEYS include
 K, without the broker's 64-result cap; --max keeps the N most recently stored.
 
+--traces (with any of the above) also lists the trace records of the messages found: the
+messages of the trace topic (--trace-topic, default RMQ_SYS_TRACE_TOPIC) whose KEYS name their
+UNIQ_KEY or offsetMsgId (the client's trace dispatcher sets them so), decoded into their
+system.contexts; found_by is trace, or trace-key-only for a record found by the key whose
+contexts do not name the message (a body that is no trace).
+
 --topic T --queue Q --offset N: the ConsumeQueue unit of queue offset N (file
 floor(N*20/fileSize)*fileSize, position N*20 minus the file start) and the message it points at;
 pre-blank filler units and units past the queue's end are reported as such.
@@ -212,10 +218,10 @@ open_transaction (with --open-transactions): transaction_id, producer_group, che
 half_copies (the half-queue offsets of every copy) and next_check with next_check_detail, as in
 mqtool-transactions(1).
 
-decoded: for a transaction op message (RMQ_SYS_TRANS_OP_HALF_TOPIC) the half-queue offsets its
-body lists (half_offsets), the items that are no number (bad_items) and whether its tag ends
-half messages; for a half message its real topic and queue, producer group, transaction id and
-check times. mqtool dump --json prints the same field.
+system (as in mqtool dump --json): for a transaction op message (RMQ_SYS_TRANS_OP_HALF_TOPIC,
+kind transaction-op) the half-queue offsets its body lists (half_offsets), the items that are no
+number (bad_items) and whether its tag ends half messages; for a half message (kind
+transaction-half) its real topic and queue, producer group, transaction id and check times.
 
 A summary line (counts by kind) goes to stderr.""",
         "exit": """\

@@ -182,15 +182,15 @@ def test_dump_decodes_op_bodies_and_half_messages(txn_store, truth, mqtool):
                  txn_store / "commitlog")
     rows = [json.loads(line) for line in out.stdout.splitlines()]
     ops = [r for r in rows if r.get("topic") == tx_fmt.TRANS_OP_HALF_TOPIC]
-    assert [r["decoded"]["half_offsets"] for r in ops] == [o["halfOffsets"]
+    assert [r["system"]["half_offsets"] for r in ops] == [o["halfOffsets"]
                                                           for o in truth["opMessages"]]
     half = mqtool("dump", "--json", "--body", "none", "--topic", tx_fmt.TRANS_HALF_TOPIC,
                   txn_store / "commitlog")
-    rows = [json.loads(line) for line in half.stdout.splitlines() if '"decoded"' in line]
+    rows = [json.loads(line) for line in half.stdout.splitlines() if '"transaction-half"' in line]
     assert len(rows) == 483
     first = truth["halfEntries"][0]
-    assert rows[0]["decoded"]["real_topic"] == first["realTopic"]
-    assert rows[0]["decoded"]["producer_group"] == first["producerGroup"]
+    assert rows[0]["system"]["real_topic"] == first["realTopic"]
+    assert rows[0]["system"]["producer_group"] == first["producerGroup"]
 
 
 def test_query_uniq_key_explains_half_copies_and_commit(txn_store, truth, mqtool):
