@@ -50,10 +50,12 @@ summaries and progress bars go to stderr.
         "description": """\
 Prints what a store holds: the inferred geometry; the store passport (which broker family
 wrote the store: 4.x or 5.x, 5.1+ when V2 records exist, 5.2+ when records carry the
-__CRC32# property CRC, each with the evidence: abort.bak, a PID in abort, checkpoint fields
-@24/@32, compaction/, timerlog/; in 5.x controller mode the epochs of epochFileCheckpoint (or
-of its .bak when the broker would load that) with their offset ranges and the broker identity
-(brokerIdentity: cluster#brokerName#brokerId); and the inconsistencies among the files: CommitLog files of
+__CRC32# property CRC, 5.3.4+ (the store code after 5.3.3) when producer messages lack the
+CLUSTER every send gets, as that code stores the messages of a classic batch, each with the
+evidence: abort.bak, a PID in abort, checkpoint fields @24/@32, compaction/, timerlog/; in 5.x
+controller mode the epochs of epochFileCheckpoint (or of its .bak when the broker would load
+that) with their offset ranges and the broker identity (brokerIdentity:
+cluster#brokerName#brokerId); and the inconsistencies among the files: CommitLog files of
 different sizes, ConsumeQueue files that are not a multiple of 20, IndexFiles of different
 geometry); CommitLog files with their sizes, offset
 ranges, message counts and where each file's data ends (blank record, unwritten zeros or
@@ -62,7 +64,8 @@ queue-offset ranges from the CommitLog beside the ConsumeQueue's own unit counts
 headers; the checkpoint's fields as UTC times and raw milliseconds (4.x: three timestamps, 5.x
 also masterFlushedOffset and confirmPhyOffset); whether an abort file says the last shutdown was
 abnormal; whether a live process holds the lock file; a summary of config/*.json (fastjson with
-unquoted integer keys; the .bak copy is used when the main file is empty or unreadable); one
+unquoted integer keys; the .bak copy is used when the main file is empty or unreadable, and a
+5.3.4+ broker deletes such a main file on load, which the summary says); one
 line per consumer group: its queues and its lag in messages and bytes against the queues as
 they are (mqtool-consumers(1) adds what the broker's next start does to each group).
 
@@ -164,7 +167,10 @@ The message mix follows the reference stores: several topics and queues, tags (s
 non-ASCII, 10% none), KEYS with hot keys shared by many messages, UNIQ_KEY built like the
 client's, user properties, delay-level messages in SCHEDULE_TOPIC_XXXX, transaction records
 (PREPARED/COMMIT/ROLLBACK), zlib bodies, optional IPv6 hosts, V2 records and the property CRC
-for 5.x. --crash leaves what a JVM halt leaves. --consumer-group NAME:LAG adds a group whose
+for 5.x. --classic-batch-ratio adds classic batches (putMessages: a record per message, stored
+at once): up to 5.3.3 (--broker-version 5) the batch's UNIQ_KEY, WAIT and CLUSTER are appended
+to every message's properties; --broker-version 5.3.4+ writes each message with its own
+properties only, as the store code after 5.3.3 does. --crash leaves what a JVM halt leaves. --consumer-group NAME:LAG adds a group whose
 committed offset is LAG messages behind every queue end (a negative LAG puts it past the end)
 and writes subscriptionGroup.json. The same seed and options give byte-identical
 stores. The directory must be new or empty.""",
@@ -175,6 +181,8 @@ stores. The directory must be new or empty.""",
             ("A small store:", "mqtool fixture make /tmp/store --messages 2000 --seed 1"),
             ("A crashed 5.x store with long topics and the property CRC:",
              "mqtool fixture make /tmp/v5 -n 3000 --broker-version 5 --long-topic --prop-crc --crash"),
+            ("Classic batches as the newest broker stores them:",
+             "mqtool fixture make /tmp/v534 -n 2000 --broker-version 5.3.4+ --classic-batch-ratio 0.2"),
         ],
     },
     ("fixture", "damage"): {
@@ -278,8 +286,8 @@ ROCKSDB_PRESENT (info) names each RocksDB database of a 5.2+ store (a RocksDB Co
 CombineConsumeQueue, RocksDB metadata under config/) with the files that show it; the records
 of a store whose ConsumeQueues live only in RocksDB are not reported as CQ_MISSING.
 
-Then it states what the broker's next start does (4.9.x, 5.0-5.3.1 or 5.3.2+ rules; normal
-recovery, or abnormal when an abort file exists): the start file, the CRC-checked scan,
+Then it states what the broker's next start does (4.9.x, 5.0-5.3.1, 5.3.2+ or 5.3.4+ rules;
+normal recovery, or abnormal when an abort file exists): the start file, the CRC-checked scan,
 processOffset, the messages and bytes dropped, the CommitLog files deleted, the ConsumeQueue
 units truncated, where re-dispatch starts and which IndexFiles are deleted. The prediction
 equals the real brokers' recovery on every reference store.

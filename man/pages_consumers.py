@@ -12,7 +12,10 @@ an empty table (every committed offset forgotten), and when the .bak does not de
 refuses to start. A file holding only whitespace or null is not empty and decodes to nothing
 without an error: the broker keeps an empty table and never reads the .bak. A .tmp left by an
 interrupted persist (4.9 and 5.0 write it, delete the file and rename it) is never read by the
-broker, though it may hold the newest content; it is reported. mqtool does the same and says, for topics.json, consumerOffset.json,
+broker, though it may hold the newest content; it is reported. A 5.3.4+ broker (the store code
+after 5.3.3: --broker-version 5.3.4+, or the passport's family) takes the same file but first
+deletes a main file that is empty or does not decode, so its bytes are gone after the start;
+the report says so. mqtool does the same and says, for topics.json, consumerOffset.json,
 subscriptionGroup.json and delayOffset.json, which file the broker uses and why. 5.x stores
 that keep their metadata in RocksDB (config/rdb/, config/consumerOffsets/, config/topics/,
 config/subscriptionGroups/) are recognised and reported; mqtool does not read RocksDB.

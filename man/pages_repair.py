@@ -41,15 +41,18 @@ Runs what an Apache RocketMQ broker does when it starts on the store, without th
 normal recovery, or abnormal recovery when an abort file says the last shutdown was not clean
 (--mode); the start-file choice (the third-to-last file for a normal start on 4.9 to 5.3.1, the
 last file the ConsumeQueues point into on 5.3.2+, the checkpoint-matched file for an abnormal
-start); the scan with CRC checks; the CommitLog truncation at processOffset (later files
-deleted); ConsumeQueue recovery and truncation; re-dispatch into ConsumeQueues and IndexFiles
+start; on 5.3.4+, for both, walking back from the last file, the first whose first record
+passes the CRC check and then the rule, so that a damaged first record moves the start one
+file earlier); the scan with CRC checks; the CommitLog truncation at processOffset (later files
+deleted); ConsumeQueue recovery and truncation (always on 5.3.4+); re-dispatch into ConsumeQueues and IndexFiles
 from the right offset; the IndexFiles an abnormal load deletes; the checkpoint update and the
 removal of the abort file. On a 5.x store it also leaves what a 5.x start and clean shutdown
 leave: abort.bak holding the crashed broker's PID (the old content of abort) and the persisted
 compaction/position-checkpoint (its previous version in .bak); a store that needs no recovery is
 left alone. The report starts with the store passport (the geometry and the writer family, each
 with its evidence); the rules follow --broker-version, by default the family the passport
-detects (see mqtool-info(1)), and the report says which rules were used and where they came from.
+detects (see mqtool-info(1); recover scans no record for it, so a store of the code after 5.3.3
+needs --broker-version 5.3.4+), and the report says which rules were used and where they came from.
 
 The end state equals what the real broker leaves: the same CommitLog files, bytes identical up
 to processOffset, byte-identical ConsumeQueue files and the same answers to index queries. By

@@ -597,11 +597,16 @@ def _delay_rows(store: Store, plan: RecoveryPlan, bounds, table: dict[int, int])
     return rows
 
 
+def _family(plan: RecoveryPlan | None) -> str | None:
+    """The broker family whose config load applies (None: no plan, the older rule)."""
+    return plan.broker_version if plan is not None else None
+
+
 def consumer_report(store: Store, plan: RecoveryPlan | None,
                     configs: cfg.StoreConfigs | None = None) -> ConsumerReport:
     """Every committed offset of every group, against the queues now and after the start.
     Without a plan (``info``: no CommitLog scan) the queues are taken as they are now."""
-    configs = configs or cfg.read_store_configs(store.root)
+    configs = configs or cfg.read_store_configs(store.root, family=_family(plan))
     bounds = queue_bounds(store, plan)
     problems: list[str] = []
     notes: list[str] = []
@@ -663,7 +668,8 @@ def consumer_findings(store: Store, plan: RecoveryPlan,
     failed load stops the broker (:data:`mqtool.config.STARTUP_CONFIGS`) is checked."""
     from .verify import Finding   # verify imports this module; import on use
 
-    configs = configs or cfg.read_store_configs(store.root, cfg.STARTUP_CONFIGS)
+    configs = configs or cfg.read_store_configs(store.root, cfg.STARTUP_CONFIGS,
+                                                family=_family(plan))
     report = report or consumer_report(store, plan, configs)
     findings = []
 

@@ -13,7 +13,13 @@ from __future__ import annotations
 VERSION_49 = "4.9"
 VERSION_50 = "5.0-5.3.1"
 VERSION_532 = "5.3.2+"
-BROKER_VERSIONS = (VERSION_49, VERSION_50, VERSION_532)
+#: the store code after 5.3.3 (released as 5.3.4 and 5.4.0): the recovery start file's first
+#: record is CRC-checked, ConsumeQueues are always truncated, classic batches keep each message's
+#: own properties, a torn config file is deleted on load
+VERSION_534 = "5.3.4+"
+BROKER_VERSIONS = (VERSION_49, VERSION_50, VERSION_532, VERSION_534)
+#: the families whose normal recovery starts where the ConsumeQueues end and dispatches there
+DISPATCHING_NORMAL_RECOVERY = (VERSION_532, VERSION_534)
 MODES = ("auto", "normal", "abnormal")
 
 # --- verify's findings (mqtool.verify) -----------------------------------------------------------

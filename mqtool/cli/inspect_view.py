@@ -242,7 +242,8 @@ def render_info(info: dict, console: Console, per_queue: bool) -> None:
         parts = []
         for name, entry in info["config"].items():
             details = ", ".join(f"{k} {v}" for k, v in entry.items()
-                                if k not in ("source", "fallback_to_bak", "outcome", "reason"))
+                                if k not in ("source", "fallback_to_bak", "outcome", "reason",
+                                             "deleted_on_load"))
             if entry["outcome"] == "refuses":
                 text = Text(f"{name}: the broker refuses to start", style="red")
             elif entry["outcome"] == "empty":

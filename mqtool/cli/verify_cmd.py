@@ -172,6 +172,8 @@ def verify(
     passport = store_passport(store, v2_records=report.summary["v2_records"],
                               prop_crc_records=None if quick
                               else report.summary["prop_crc_records_checked"],
+                              own_property_batch_records=report.summary[
+                                  "own_property_batch_records"],
                               max_offset=report.recovery.process_offset)
     if expectation is not None:
         try:

@@ -7,8 +7,8 @@ import itertools
 
 from ..cores import available_cores
 from ..queue_recovery import BATCH_CONSUME_QUEUE, queue_kinds
-from ..recovery import (VERSION_49, VERSION_532, BrokerRules, FileVerdict, RecoveryPlan,
-                        predict_recovery)
+from ..recovery import (DISPATCHING_NORMAL_RECOVERY, VERSION_49, VERSION_534, BrokerRules,
+                        FileVerdict, RecoveryPlan, predict_recovery)
 from ..passport import store_passport
 from ..scan import MessageRecord, scan_buffer
 from ..store import MappedFile, Segment, Store
@@ -178,12 +178,12 @@ def plan_recover(store: Store, stage: Stage, *, mode: str = "auto", broker_versi
         po = rp.process_offset
         # 4.9 and 5.0-5.3.1 truncate the queues before any dispatch (4.9 reputs in start());
         # 5.3.2+ dispatches inside recoverNormally, before truncating
-        if max_phy_cq >= po and version != VERSION_532:
+        if max_phy_cq >= po and version not in DISPATCHING_NORMAL_RECOVERY:
             _truncate_queues(stage, store, upf, po, states)
             _truncate_queues(stage, store, bupf, po, batch_states, BATCH_CONSUME_QUEUE)
         if version == VERSION_49:
             cq_from = max([min_offset] + [s.max_physic for s in states.values()])
-        elif version == VERSION_532:
+        elif version in DISPATCHING_NORMAL_RECOVERY:
             cq_from = max(min_offset, max_phy_cq + 1)
         else:
             cq_from = po
@@ -212,8 +212,10 @@ def plan_recover(store: Store, stage: Stage, *, mode: str = "auto", broker_versi
     cl_ops = _commitlog_ops(store, cut=po, delete_names=deleted_cl, erase_tail=not keep_stale,
                             pad=True, reason="recover")
 
-    # abnormal recovery and 5.3.2+ truncate the queues after dispatching into them
-    truncate_at = po if max_phy_cq >= po and (abnormal or version == VERSION_532) else None
+    # abnormal recovery and 5.3.2+ truncate the queues after dispatching into them; after 5.3.3
+    # always (a no-op when they end before processOffset)
+    truncate_at = po if (max_phy_cq >= po and (abnormal or version in DISPATCHING_NORMAL_RECOVERY)
+                         or version == VERSION_534) else None
     _settle_queues(stage, store, cq_writer, states, upf, truncate_at, keep_stale)
     _settle_queues(stage, store, bcq_writer, batch_states, bupf, truncate_at, keep_stale)
     _finish_index(stage, store, setup.writer)
