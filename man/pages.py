@@ -153,8 +153,11 @@ consumer_group, ack_offset(s), ...); delayed (SCHEDULE_TOPIC_XXXX) and timer
 in the timer wheel adds its decoded payload); retry and dlq (%RETRY%, %DLQ%: consumer_group,
 reconsume_times); origin (ORIGIN_MESSAGE_ID, RETRY_TOPIC, DLQ_ORIGIN_TOPIC,
 DLQ_ORIGIN_MESSAGE_ID, MAX_RECONSUME_TIMES) and priority (_SYS_MSG_PRIORITY_, 5.4). A body that
-is not what its topic or tag claims gives a problem string instead of fields. Transaction half
-and op records are not decoded here.
+is not what its topic or tag claims gives a problem string instead of fields. Transaction
+records: transaction-op (RMQ_SYS_TRANS_OP_HALF_TOPIC: half_offsets, the half-queue offsets its
+body ends, bad_items, the items that are no number, ends_half_messages) and transaction-half
+(RMQ_SYS_TRANS_HALF_TOPIC: real_topic, real_queue_id, producer_group, transaction_id,
+check_times).
 
 --broker-config and --commitlog-dirs read a CommitLog spread over several directories
 (storePathCommitLog "a,b", readOnlyCommitLogStorePaths), in offset order.""",
@@ -258,6 +261,13 @@ whose chain does not reach firstPos (TIMER_SLOT_CHAIN); pending units no slot le
 after the broker's load re-links its last TimerLog file (TIMER_UNREACHABLE), or only then
 (TIMER_WHEEL_BEHIND, a warning: the wheel was not flushed before a crash); pending timers whose message recovery truncates (TIMER_LOST); a missing,
 short or ahead config/timercheck (TIMER_CKPT).
+Transactions (stores with a RMQ_SYS_TRANS_HALF_TOPIC or RMQ_SYS_TRANS_OP_HALF_TOPIC queue): op
+messages listing half-queue offsets where no half message is - expired, truncated, never written
+(TXN_OP_DANGLING, a warning); COMMIT records whose preparedTransactionOffset points at no half
+message (TXN_COMMIT_ORPHAN, a warning); op bodies with items that are not numbers, which the
+broker's check reads as -1 and ignores (TXN_OP_BODY, a warning); half messages without
+REAL_TOPIC, whose commit cannot reach any topic (TXN_HALF_NO_REAL_TOPIC). What each transaction
+becomes: mqtool-transactions(1).
 DLedger-mode stores (dledger-<selfId>/): every record is read inside its DLedger entry. Entry
 headers the broker's DLedger recovery refuses (the log ends there): a magic other than 1
 (DL_ENTRY_MAGIC), a pos field other than the entry's offset (DL_ENTRY_POS), a size other than

@@ -84,6 +84,14 @@ CODES: dict[str, tuple[str, str]] = {
     "TIMER_LOST": (ERROR, "a pending timer whose message the broker's next start truncates"),
     "TIMER_WHEEL_BEHIND": (WARNING, "pending TimerLog units on no slot chain that the broker's "
                                     "load re-links (wheel not flushed)"),
+    "TXN_OP_DANGLING": (WARNING, "a transaction op message ends half-queue offsets where no half "
+                                 "message is (expired, truncated, or never written)"),
+    "TXN_COMMIT_ORPHAN": (WARNING, "a COMMIT record's preparedTransactionOffset points at no half "
+                                   "message"),
+    "TXN_OP_BODY": (WARNING, "a transaction op message's body is not a comma-separated list of "
+                             "numbers (the check ignores the items that are not)"),
+    "TXN_HALF_NO_REAL_TOPIC": (ERROR, "a transaction half message has no REAL_TOPIC property "
+                                      "(its commit cannot reach a topic)"),
     "DL_ENTRY_MAGIC": (ERROR, "a DLedger entry's magic is not 1 (DLedger's recovery ends the log "
                               "there)"),
     "DL_ENTRY_POS": (ERROR, "a DLedger entry's pos field is not its real offset (DLedger's "

@@ -15,6 +15,7 @@ from ..controller import check_epoch_file
 from ..dledger import check_dledger
 from ..rocksdb_recovery import check_rocksdb_cq
 from ..timer import check_timer_store
+from ..transactions import check_transactions
 from ..store import CommitLog, Store
 from .findings import Finding, _Sink, VerifyReport, _finding
 from .context import _Context, _SegmentResult, _init_worker, _worker_context
@@ -167,7 +168,8 @@ def merge_checks(checks: StoreChecks, results: list[_SegmentResult]) -> tuple[_S
     rocksdb = check_rocksdb_cq(store, plan) if store.queues_in_rocksdb else []
     for found in (check_batch_consume_queues(store, batch_records, plan.redispatch_from)
                   + check_timer_store(store, plan=plan) + check_dledger(store)
-                  + check_epoch_file(store, plan.process_offset) + rocksdb):
+                  + check_epoch_file(store, plan.process_offset) + rocksdb
+                  + check_transactions(store, plan=plan)):
         extra = {k: found[k] for k in ("commitlog_offset", "topic", "queue_id", "count")
                  if k in found}
         sink.add(_finding(found["code"], found["file"], found["offset"], found["message"],
