@@ -230,6 +230,9 @@ the broker never checks it in DLedger mode, and the prediction follows DLedger's
 Store: checkpoint later than the newest message (CKPT_AHEAD) or missing (CKPT_MISSING), an
 abort file (ABORT_PRESENT: the last shutdown was abnormal), a lock held by a live process
 (LOCK_HELD), and RECOVERY_TRUNCATES when the broker's next start would drop written data.
+ROCKSDB_PRESENT (info) names each RocksDB database of a 5.2+ store (a RocksDB ConsumeQueue, a
+CombineConsumeQueue, RocksDB metadata under config/) with the files that show it; the records
+of a store whose ConsumeQueues live only in RocksDB are not reported as CQ_MISSING.
 
 Then it states what the broker's next start does (4.9.x, 5.0-5.3.1 or 5.3.2+ rules; normal
 recovery, or abnormal when an abort file exists): the start file, the CRC-checked scan,
