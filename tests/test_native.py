@@ -346,3 +346,41 @@ def test_numpy_path_is_used_without_the_extension(tmp_path):
     default = run_mqtool("verify", "--json", store)
     assert with_numpy.returncode == default.returncode
     assert json.loads(with_numpy.stdout) == json.loads(default.stdout)
+
+
+@needs_native
+def test_native_java_hashes_equal_the_numpy_path_and_java():
+    """String.hashCode of TAGS and of topic#key: the native core and the numpy path agree on
+    which strings they hash exactly (well-formed 1- to 3-byte UTF-8) and on those hashes, which
+    are Java's (codecs.java_hash_extend over the decoded text)."""
+    from mqtool.formats import codecs
+    rng = random.Random(11)
+    alphabet = ["a", "Z", "0", "#", " ", "\u00e9", "\u4e2d", "\U0001d11e", "\x00"]
+    strings = []
+    for _ in range(6000):
+        k = rng.choice([0, 1, 3, 10, 40, 255, 256, 257, 300])
+        roll = rng.random()
+        if roll < 0.6:
+            strings.append("".join(rng.choice("abcXYZ_-#019") for _ in range(k)).encode())
+        elif roll < 0.85:
+            strings.append("".join(rng.choice(alphabet) for _ in range(min(k, 50))).encode())
+        else:
+            strings.append(rng.randbytes(min(k, 30)))
+    lengths = np.array([len(s) for s in strings], dtype=np.int64)
+    data = np.frombuffer(b"".join(strings), dtype=np.uint8)
+    ends = np.cumsum(lengths)
+    starts = ends - lengths
+    prefix = np.array([rng.randrange(1 << 32) for _ in strings], dtype=np.uint32)
+    for pre in (None, prefix):
+        expected, expected_exact = codec._java_hashes_numpy(data, starts, ends, pre)
+        hashes, exact = native.core.java_hashes(data, starts, ends, pre)
+        assert exact.tolist() == expected_exact.tolist()
+        assert hashes[exact].tolist() == expected[exact].tolist()
+        for i in np.flatnonzero(exact)[::7].tolist():
+            java = codecs.java_hash_extend(0 if pre is None else int(pre[i]),
+                                           strings[i].decode("utf-8"))
+            assert int(hashes[i]) == java & 0xFFFFFFFF
+    # ranges outside the data are refused, not read
+    hashes, exact = native.core.java_hashes(data, np.array([-1, 5, len(data)], dtype=np.int64),
+                                            np.array([3, 2, len(data) + 9], dtype=np.int64))
+    assert exact.tolist() == [False, False, False]

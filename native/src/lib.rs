@@ -17,6 +17,7 @@ use pyo3::exceptions::{PyBufferError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
+mod hashcode;
 mod walk;
 
 use walk::{Columns, Layout, RunParams};
@@ -183,6 +184,46 @@ fn crc32_ranges<'py>(
     Ok(out.into_pyarray(py))
 }
 
+/// Unsigned String.hashCode of the UTF-8 strings `data[starts[i]:ends[i]]`, continued from
+/// `prefix[i]` when given (`mqtool.codec.java_hashes`' contract): (hashes uint32, exact bool);
+/// exact is False where the bytes are not well-formed UTF-8 of 1- to 3-byte sequences (or the
+/// range is not inside the buffer), for the caller to hash through Python's decoder.
+#[pyfunction]
+#[pyo3(signature = (data, starts, ends, prefix=None))]
+fn java_hashes<'py>(
+    py: Python<'py>,
+    data: &Bound<'py, PyAny>,
+    starts: numpy::PyReadonlyArray1<'py, i64>,
+    ends: numpy::PyReadonlyArray1<'py, i64>,
+    prefix: Option<numpy::PyReadonlyArray1<'py, u32>>,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let bytes = Bytes::get(data)?;
+    let starts = starts.as_slice()?.to_vec();
+    let ends = ends.as_slice()?.to_vec();
+    let prefix = match prefix {
+        Some(p) => Some(p.as_slice()?.to_vec()),
+        None => None,
+    };
+    if starts.len() != ends.len() || prefix.as_ref().is_some_and(|p| p.len() != starts.len()) {
+        return Err(PyValueError::new_err("starts, ends and prefix differ in length"));
+    }
+    let text = bytes.slice();
+    let (hashes, exact) = py.detach(|| {
+        guarded("java_hashes", || {
+            let mut hashes = Vec::with_capacity(starts.len());
+            let mut exact = Vec::with_capacity(starts.len());
+            for (i, (&s, &e)) in starts.iter().zip(ends.iter()).enumerate() {
+                let start = prefix.as_ref().map_or(0, |p| p[i]);
+                let (h, ok) = hashcode::java_hash(text, s, e, start);
+                hashes.push(h);
+                exact.push(ok);
+            }
+            (hashes, exact)
+        })
+    })?;
+    PyTuple::new(py, [hashes.into_pyarray(py).into_any(), exact.into_pyarray(py).into_any()])
+}
+
 /// The layout this module was written for, for Python to compare with the declarations.
 #[pyfunction]
 fn layout(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
@@ -218,6 +259,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     quiet_panics();
     m.add_function(wrap_pyfunction!(scan_run, m)?)?;
     m.add_function(wrap_pyfunction!(crc32_ranges, m)?)?;
+    m.add_function(wrap_pyfunction!(java_hashes, m)?)?;
     m.add_function(wrap_pyfunction!(_panic_for_test, m)?)?;
     m.add("MIN_MESSAGE_SIZE", walk::MIN_MESSAGE_SIZE)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
