@@ -243,7 +243,7 @@ pub fn run(data: &[u8], params: &RunParams) -> Option<Columns> {
     let len = data.len() as i64;
     let limit = params.limit.min(len);
     let pos = params.pos;
-    if pos < 0 || pos >= len || params.max_records <= 0 {
+    if pos < 0 || pos >= limit || params.max_records <= 0 {
         return None;
     }
     let stop = params.stop.min(limit);
