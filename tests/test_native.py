@@ -182,7 +182,8 @@ def verify_report(root, use_native: bool) -> dict:
 @pytest.mark.parametrize("kind,extra", DAMAGES, ids=lambda v: v if isinstance(v, str) else
                          "-".join(v[1::2]) or "default")
 def test_same_scan_and_findings_on_every_forged_damage(small_store, tmp_path, kind, extra):
-    for seed in (1, 2):
+    # the kinds that change CommitLog bytes get two seeds, the others (queues, config) one
+    for seed in (1, 2) if kind in ("torn-tail", "bit-flip", "zero-range", "truncate-file") else (1,):
         root = tmp_path / f"s{seed}"
         shutil.copytree(small_store, root)
         proc = run_mqtool("fixture", "damage", root, "--kind", kind, "--seed", str(seed), *extra)
