@@ -422,6 +422,16 @@ def property_values(blob: np.ndarray, begins: np.ndarray, names: tuple[str, ...]
     Separators are ASCII bytes, which UTF-8 decoding never merges into another character, so
     splitting the bytes is splitting the decoded text: a pair counts when its segment starts with
     the name and 0x01 and has a value after it; a later pair wins."""
+    from .scan.native import core        # the scanner's choice of path (imports this module)
+    if core is not None and blob.dtype == np.uint8 and blob.flags.c_contiguous:
+        patterns = [(name + codecs.NAME_VALUE_SEPARATOR).encode("utf-8") for name in names]
+        spans = core.property_values(blob, np.ascontiguousarray(begins, dtype=np.int64), patterns)
+        return dict(zip(names, spans))
+    return _property_values_numpy(blob, begins, names)
+
+
+def _property_values_numpy(blob: np.ndarray, begins: np.ndarray, names: tuple[str, ...]) -> dict:
+    """:func:`property_values` with numpy: the reference the native core is held to."""
     separators = np.flatnonzero(blob == _PROPERTY)
     seg_starts = separators + 1
     seg_ends = np.empty_like(separators)

@@ -1,5 +1,5 @@
 //! Java's String.hashCode of UTF-8 bytes: the TAGS code of ConsumeQueue units and the
-//! IndexFile hash of `topic#key`.
+//! IndexFile hash of `topic#key`; and the property values those are taken from.
 
 fn continuation(b: u8) -> bool {
     b & 0xC0 == 0x80
@@ -48,4 +48,40 @@ pub fn java_hash(data: &[u8], s: i64, e: i64, start: u32) -> (u32, bool) {
         h = h.wrapping_mul(31).wrapping_add(unit);
     }
     (h, true)
+}
+
+/// `codec.property_values`: segments are the bytes between 0x02 separators; a segment belongs
+/// to the record whose begin is the greatest at or before its start (the last record in begin
+/// order when none is); it holds `pattern` (name + 0x01) when it starts with it and is longer.
+#[allow(clippy::type_complexity)]
+pub fn property_values(blob: &[u8], begins: &[i64], patterns: &[Vec<u8>])
+    -> Vec<(Vec<i64>, Vec<i64>)> {
+    let n = begins.len();
+    let mut out: Vec<(Vec<i64>, Vec<i64>)> =
+        patterns.iter().map(|_| (vec![-1i64; n], vec![-1i64; n])).collect();
+    if n == 0 {
+        return out;
+    }
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by_key(|&i| begins[i]);          // stable, as numpy's argsort(kind="stable")
+    let mut next = 0usize;                       // records in `order` with begin <= seg start
+    let mut sep = blob.iter().position(|&b| b == 0x02);
+    while let Some(at) = sep {
+        let start = at + 1;
+        let end = blob.get(start..).and_then(|rest| rest.iter().position(|&b| b == 0x02))
+            .map_or(blob.len(), |k| start + k);
+        while next < n && begins[order[next]] <= start as i64 {
+            next += 1;
+        }
+        let owner = if next == 0 { order[n - 1] } else { order[next - 1] };
+        let segment = blob.get(start..end).unwrap_or(&[]);
+        for (k, pattern) in patterns.iter().enumerate() {
+            if segment.len() > pattern.len() && segment.starts_with(pattern) {
+                out[k].0[owner] = (start + pattern.len()) as i64;
+                out[k].1[owner] = end as i64;
+            }
+        }
+        sep = if end < blob.len() { Some(end) } else { None };
+    }
+    out
 }

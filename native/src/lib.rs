@@ -224,6 +224,29 @@ fn java_hashes<'py>(
     PyTuple::new(py, [hashes.into_pyarray(py).into_any(), exact.into_pyarray(py).into_any()])
 }
 
+/// For the records of a property blob (`mqtool.codec.property_blob`), the value span of each
+/// name (`codec.property_values`' contract): a list, per name, of (starts, ends) int64, -1
+/// where a record has no such non-empty property; a later pair wins.
+#[pyfunction]
+fn property_values<'py>(
+    py: Python<'py>,
+    blob: &Bound<'py, PyAny>,
+    begins: numpy::PyReadonlyArray1<'py, i64>,
+    patterns: Vec<Vec<u8>>,
+) -> PyResult<Bound<'py, PyList>> {
+    let bytes = Bytes::get(blob)?;
+    let begins = begins.as_slice()?.to_vec();
+    let data = bytes.slice();
+    let spans = py.detach(|| {
+        guarded("property_values", || hashcode::property_values(data, &begins, &patterns))
+    })?;
+    let out = PyList::empty(py);
+    for (starts, ends) in spans {
+        out.append((starts.into_pyarray(py), ends.into_pyarray(py)))?;
+    }
+    Ok(out)
+}
+
 /// The layout this module was written for, for Python to compare with the declarations.
 #[pyfunction]
 fn layout(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
@@ -260,6 +283,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(scan_run, m)?)?;
     m.add_function(wrap_pyfunction!(crc32_ranges, m)?)?;
     m.add_function(wrap_pyfunction!(java_hashes, m)?)?;
+    m.add_function(wrap_pyfunction!(property_values, m)?)?;
     m.add_function(wrap_pyfunction!(_panic_for_test, m)?)?;
     m.add("MIN_MESSAGE_SIZE", walk::MIN_MESSAGE_SIZE)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
