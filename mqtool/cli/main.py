@@ -54,7 +54,8 @@ app = typer.Typer(
 
 def _version(value: bool):
     if value:
-        print(f"mqtool {__version__}")
+        from ..scan import native
+        print(f"mqtool {__version__} ({native.describe()})")
         raise typer.Exit(0)
 
 
@@ -65,7 +66,7 @@ def main(
                                           "when it is a terminal)."),
     debug: bool = typer.Option(False, "--debug", help="Show a traceback on errors."),
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                 help="Print the version and exit."),
+                                 help="Print the version, and whether the native core or the numpy path runs, and exit."),
 ):
     """Inspect, verify and repair RocketMQ stores offline. Read-only commands never open a store
     file for writing."""
