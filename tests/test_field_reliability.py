@@ -90,3 +90,49 @@ def test_sigkill_leaves_no_worker_and_no_caller_waiting(tmp_path, crash_store_bi
         assert survivors == [], f"{command} trial {trial}: processes left: {survivors}"
         assert waited < 3, f"{command} trial {trial}: communicate() waited {waited:.1f} s"
         shutil.rmtree(store)
+
+
+# --- 5. every read command warns once about a store in use -------------------------------------------
+
+READ_COMMANDS = {
+    "info": ["info", "{s}"],
+    "verify": ["verify", "{s}"],
+    "dump": ["dump", "{s}", "--limit", "1"],
+    "dump-file": ["dump", "{s}/commitlog/00000000000000000000", "--limit", "1"],
+    "query": ["query", "{s}", "--key", "nothing-has-this-key"],
+    "export": ["export", "{s}", "--out", "{t}/export.jsonl"],
+    "salvage": ["salvage", "{s}", "--out", "{t}/salvage.jsonl", "--map", "{t}/map.json"],
+    "consumers": ["consumers", "{s}"],
+    "timers": ["timers", "{s}"],
+    "diff": ["diff", "{s}", "{s}"],
+}
+
+
+@pytest.fixture(scope="module")
+def small_store(tmp_path_factory) -> Path:
+    return make_store(tmp_path_factory.mktemp("live") / "store", "--messages", "300",
+                      "--consumer-group", "G:5")
+
+
+@pytest.fixture(scope="module")
+def held_store(small_store):
+    from test_repair_safety import LockHolder
+
+    holder = LockHolder(small_store / "lock")
+    yield small_store
+    holder.release()
+
+
+@pytest.mark.parametrize("name", sorted(READ_COMMANDS))
+def test_read_commands_warn_once_about_a_live_store(tmp_path, held_store, name):
+    args = [a.format(s=held_store, t=tmp_path) for a in READ_COMMANDS[name]]
+    proc = run_mqtool(*args)
+    warnings = [line for line in proc.stderr.splitlines() if "live process" in line]
+    assert len(warnings) == 1, proc.stderr
+    assert warnings[0].startswith("mqtool: warning: ") and str(held_store) in warnings[0]
+
+
+def test_read_commands_say_nothing_about_a_lock_nobody_holds(tmp_path):
+    store = make_store(tmp_path / "store", "--messages", "20")
+    proc = run_mqtool("dump", store, "--limit", "1")
+    assert proc.returncode == 0 and "live process" not in proc.stderr

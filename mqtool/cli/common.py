@@ -68,6 +68,25 @@ def stderr_console() -> Console:
     return Console(stderr=True, highlight=False, emoji=False)
 
 
+_WARNED_LIVE: set[str] = set()
+
+
+def warn_if_live(path) -> None:
+    """One line on stderr, once per store and run, when a live process (a broker) holds the lock
+    of the store a read command reads: what it reads may change under it."""
+    from ..store import live_lock_of
+
+    try:
+        lock = live_lock_of(path)
+    except OSError:
+        return
+    if lock is None or str(lock) in _WARNED_LIVE:
+        return
+    _WARNED_LIVE.add(str(lock))
+    sys.stderr.write(f"mqtool: warning: {os.fsdecode(lock.parent)}: a live process (a running "
+                     "broker?) holds the store's lock; files may change while they are read\n")
+
+
 def fail(message: str, code: int = EXIT_USAGE) -> None:
     """Print ``mqtool: error: message`` on stderr and exit with ``code``."""
     sys.stderr.write(f"mqtool: error: {message}\n")

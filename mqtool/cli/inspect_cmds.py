@@ -11,7 +11,7 @@ import typer
 
 from . import options as opt
 from .common import (Commands, emit_json, emit_json_document, error_boundary, progress_bar,
-                     stdout_console)
+                     stdout_console, warn_if_live)
 
 commands = Commands()
 
@@ -122,6 +122,7 @@ def dump_command(
         follow_slot=follow_slot, kind=kind, commitlog_file_size=commitlog_file_size,
         cq_units=cq_units, index_slots=index_slots, index_entries=index_entries)
 
+    warn_if_live(path)
     counts: Counter = Counter()
     renderer = None if json_output else TableRenderer(stdout_console())
     with progress_bar(_scan_size(path), "dumping") as bar:

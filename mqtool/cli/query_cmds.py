@@ -14,7 +14,7 @@ from ..errors import EXIT_FINDINGS, MqtoolError
 from ..vocabulary import BROKER_VERSIONS
 from . import options as opt
 from .common import (Commands, emit_json, emit_json_document, error_boundary, progress_bar,
-                     stdout_console)
+                     stdout_console, warn_if_live)
 
 if TYPE_CHECKING:
     from ..store import Store
@@ -429,6 +429,8 @@ def diff_command(
 
     opt.check_not_negative(limit, "--limit")
     a, b = Store(store_a), Store(store_b)
+    warn_if_live(store_a)
+    warn_if_live(store_b)
     total = sum(s.length for s in a.commitlog.segments) + sum(s.length for s in
                                                               b.commitlog.segments)
     with progress_bar(total, "comparing") as bar:
