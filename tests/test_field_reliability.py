@@ -3,6 +3,7 @@ caller waiting; stores with non-UTF-8 names; read-only evidence copied as an unp
 half-done repairs visible and finishable; every read command warns about a live store."""
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import run_mqtool
-from test_repair import make_store
+from test_repair import backup_dirs, make_store, snapshot
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc")
 
@@ -136,3 +137,85 @@ def test_read_commands_say_nothing_about_a_lock_nobody_holds(tmp_path):
     store = make_store(tmp_path / "store", "--messages", "20")
     proc = run_mqtool("dump", store, "--limit", "1")
     assert proc.returncode == 0 and "live process" not in proc.stderr
+
+
+# --- 4. half-done repairs are visible and finishable ---------------------------------------------------
+
+def _leftover_codes(store: Path) -> tuple[list[str], list[str]]:
+    """The REPAIR_* codes verify reports and those info lists (in this process: the CLI's
+    rendering of both is checked once, in the first phase)."""
+    from mqtool.inspect import store_info
+    from mqtool.store import Store
+    from mqtool.verify import verify_store
+
+    report = verify_store(Store(store), quick=True)
+    info = store_info(Store(store))
+    return (sorted(f.code for f in report.findings if f.code.startswith("REPAIR_")),
+            sorted(item["code"] for item in info["repair_leftovers"]))
+
+
+@pytest.fixture(scope="module")
+def lossy_store(tmp_path_factory) -> tuple[Path, dict]:
+    """A store recover repairs with data loss, and the store an uninterrupted recover leaves."""
+    from test_repair_safety import _damaged_copy
+
+    base = tmp_path_factory.mktemp("lossy")
+    store = _damaged_copy(base)
+    reference = base / "reference"
+    shutil.copytree(store, reference)
+    assert run_mqtool("recover", reference).returncode == 1
+    return store, snapshot(reference)
+
+
+@pytest.mark.parametrize("phase,codes", [
+    ("planned", ["REPAIR_LEFTOVER"]),                      # stage written, nothing saved
+    ("-1", ["REPAIR_LEFTOVER", "REPAIR_LEFTOVER"]),        # backup saved, no manifest yet
+    ("0", ["REPAIR_PENDING"]),                             # journal written, nothing changed
+    ("applied", []),                                       # every change made, no report yet
+])
+def test_killed_at_each_phase_is_visible_and_finished(tmp_path, lossy_store, phase, codes):
+    source, wanted = lossy_store
+    store = tmp_path / "store"
+    shutil.copytree(source, store)
+    original = snapshot(store)
+    env = dict(os.environ, MQTOOL_TEST_KILL_AFTER_STEP=phase)
+    killed = run_mqtool("recover", store, env=env)
+    assert killed.returncode == -9, killed.stderr
+    found_verify, found_info = _leftover_codes(store)
+    assert found_verify == codes and found_info == codes
+    if phase == "planned":
+        verify = run_mqtool("verify", store, "--json")
+        assert [f["code"] for f in json.loads(verify.stdout)["findings"]
+                if f["code"].startswith("REPAIR_")] == codes
+        info = run_mqtool("info", store)
+        assert "REPAIR_LEFTOVER" in info.stdout and "mqtool: warning: REPAIR_LEFTOVER" in info.stderr
+
+    if phase == "-1":
+        # undo of the half-made backup: nothing to restore, the leftovers go
+        (half,) = backup_dirs(store)
+        undo = run_mqtool("undo", half, "--json")
+        assert undo.returncode == 0, undo.stderr
+        assert len(json.loads(undo.stdout)["leftovers_removed"]) == 2
+        assert snapshot(store) == original
+        assert not (store / ".mqtool-backup").exists() or not backup_dirs(store)
+    elif phase == "applied":
+        listed = json.loads(run_mqtool("undo", "--list", store, "--json").stdout)["backups"]
+        assert [(b["status"], b["data_loss"], b["reported"]) for b in listed] == [
+            ("applied", True, False)] and listed[0]["lost"]
+        rerun = run_mqtool("recover", store, "--json")
+        # the re-run has nothing to do, and reports the loss the killed run never reported
+        assert rerun.returncode == 1, rerun.stderr
+        doc = json.loads(rerun.stdout)
+        assert doc["status"] == "nothing to do" and doc["resumed"]["unreported"]
+        assert doc["resumed"]["lost"] == listed[0]["lost"]
+        assert "before it reported" in rerun.stderr
+        listed = json.loads(run_mqtool("undo", "--list", store, "--json").stdout)["backups"]
+        assert listed[0]["reported"]
+        assert run_mqtool("recover", store).returncode == 0
+    else:
+        rerun = run_mqtool("recover", store)
+        assert rerun.returncode == 1, rerun.stderr
+    if phase != "-1":
+        assert snapshot(store) == wanted
+    assert _leftover_codes(store) == ([], [])
+    assert not list(store.glob(".mqtool-stage-*"))

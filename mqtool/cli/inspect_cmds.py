@@ -38,6 +38,8 @@ def info_command(
     store = opt.open_store(store_path, commitlog_file_size, cq_units, index_slots, index_entries)
     with progress_bar(sum(seg.length for seg in store.commitlog.segments), "scanning") as bar:
         info = lib.store_info(store, check_crc=check_crc, progress=bar)
+    for item in info["repair_leftovers"]:
+        sys.stderr.write(f"mqtool: warning: {item['code']}: {item['path']}: {item['detail']}\n")
     if json_output:
         emit_json_document(info)
     else:

@@ -13,8 +13,8 @@ from .. import backup as bk
 from ..errors import StoreLockedError
 from ..store import Store
 from ..lock import store_lock
-from .transaction import (RepairError, RepairPlan, Stage, apply_plan, remove_stale_stages,
-                          resume_pending, sparse_copy)
+from .transaction import (RepairError, RepairPlan, Stage, _kill_point, apply_plan,
+                          remove_stale_stages, resume_pending, sparse_copy)
 from .planners import PLANNERS
 from .heap import retained_heap
 
@@ -48,7 +48,9 @@ class RepairResult:
             data["resumed"] = {"backup": self.resumed.get("backup_dir"),
                                "command": self.resumed.get("command"),
                                "data_loss": self.resumed.get("data_loss"),
-                               "summary": self.resumed.get("summary")}
+                               "summary": self.resumed.get("summary"),
+                               "lost": self.resumed.get("lost", []),
+                               "unreported": bool(self.resumed.get("unreported"))}
         if self.plan is not None:
             data.update(self.plan.to_dict())
         return data
@@ -81,14 +83,30 @@ def _check_backup_dir(store_root: Path, backup_dir: Path) -> Path:
 def run_repair(command: str, store_path: Path, *, dry_run: bool = False,
                backup_dir: Path | None = None, out: Path | None = None,
                store_options: dict | None = None, progress=None, argv=None,
-               **options) -> RepairResult:
+               reported: bool = True, **options) -> RepairResult:
     """Plan ``command`` on a store and, unless ``dry_run``, back up and apply it (on a copy with
     ``out``). A repair in place holds the store's lock (:mod:`mqtool.lock`) for its whole run and
-    refuses (exit 3) a store whose lock another process holds."""
+    refuses (exit 3) a store whose lock another process holds.
+
+    A repair whose run was killed after its changes but before its report is reported by the
+    next run (``resumed`` with ``unreported``). ``reported=False``: the caller reports the result
+    and then calls :func:`mark_reported`; otherwise returning counts as reporting."""
     with retained_heap():
-        return _checked_repair(command, store_path, dry_run=dry_run, backup_dir=backup_dir,
-                               out=out, store_options=store_options, progress=progress,
-                               argv=argv, **options)
+        result = _checked_repair(command, store_path, dry_run=dry_run, backup_dir=backup_dir,
+                                 out=out, store_options=store_options, progress=progress,
+                                 argv=argv, **options)
+    _kill_point("applied")
+    if reported:
+        mark_reported(result)
+    return result
+
+
+def mark_reported(result: RepairResult) -> None:
+    """Note in their backups that the report of this repair (and of the one it finished or
+    reported) reached its caller."""
+    for backup in (result.backup, (result.resumed or {}).get("backup_dir")):
+        if backup is not None:
+            bk.mark_reported(Path(backup))
 
 
 def _checked_repair(command: str, store_path: Path, *, dry_run: bool, backup_dir: Path | None,
@@ -145,9 +163,20 @@ def _run_repair(command: str, source: Path, *, dry_run: bool, backup_dir: Path |
     if not dry_run and out is None:
         resumed = resume_pending(source)
         remove_stale_stages(source)
+        if resumed is None:
+            resumed = bk.unreported_backup(source)
+            if resumed is not None:
+                resumed["unreported"] = True
     elif bk.read_pending(source) is not None:
         warnings.append("an interrupted repair is pending; it is finished before anything else "
                         "when a repair runs without --dry-run")
+    else:
+        previous = bk.unreported_backup(source) if out is None else None
+        if previous is not None:
+            warnings.append(f"the last {previous.get('command')} (backup "
+                            f"{previous['backup_dir']}) was stopped before it reported"
+                            + (" its data loss" if previous.get("data_loss") else "")
+                            + "; the next repair reports it (or: mqtool undo --list)")
     target = source
     if out is not None and not dry_run:
         out.mkdir(parents=True, exist_ok=True)
@@ -165,6 +194,8 @@ def _run_repair(command: str, source: Path, *, dry_run: bool, backup_dir: Path |
     except BaseException:
         stage.cleanup()
         raise
+    if not dry_run:
+        _kill_point("planned")
     return _finish_repair(plan, stage, target, dry_run=dry_run, out=out, backup_dir=backup_dir,
                           stamp=stamp, argv=argv, resumed=resumed, warnings=warnings)
 
