@@ -219,3 +219,128 @@ def test_killed_at_each_phase_is_visible_and_finished(tmp_path, lossy_store, pha
         assert snapshot(store) == wanted
     assert _leftover_codes(store) == ([], [])
     assert not list(store.glob(".mqtool-stage-*"))
+
+
+# --- 3. a repaired copy of read-only evidence, made by an unprivileged user -------------------------------
+
+def _as_unprivileged(work) -> None:
+    """Run ``work()`` in a forked child as ``nobody`` (umask 022); skip when that cannot be.
+    The interpreter lives where ``nobody`` may not read, so the child runs on what this
+    process has imported (the caller runs the same work once as itself first)."""
+    import pwd
+    import traceback
+
+    if os.getuid() != 0:
+        os.umask(0o022)
+        work()
+        return
+    try:
+        nobody = pwd.getpwnam("nobody")
+    except KeyError:
+        pytest.skip("no user 'nobody'")
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        code = 0
+        try:
+            os.setgroups([])
+            os.setgid(nobody.pw_gid)
+            os.setuid(nobody.pw_uid)
+            os.umask(0o022)
+            work()
+        except BaseException:     # noqa: BLE001 - reported to the parent
+            os.write(write, traceback.format_exc().encode())
+            code = 1
+        os._exit(code)
+    os.close(write)
+    with os.fdopen(read) as fh:
+        error = fh.read()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, error
+
+
+def _modes(root: Path) -> set[tuple[str, int]]:
+    return {("dir" if p.is_dir() else "file", p.stat().st_mode & 0o777) for p in root.rglob("*")}
+
+
+def test_repaired_copy_of_read_only_evidence_as_an_unprivileged_user(tmp_path, lossy_store):
+    from mqtool.errors import MqtoolError
+    from mqtool.repair import run_repair
+
+    source, wanted = lossy_store
+    # a folder nobody may enter and write: /tmp itself, not pytest's private tmp_path
+    import tempfile
+    base = Path(tempfile.mkdtemp(prefix="mqtool-ro-", dir="/tmp"))
+    try:
+        base.chmod(0o777)
+        evidence = base / "evidence"
+        shutil.copytree(source, evidence)
+        original = snapshot(evidence)
+        # once as this user: the same code path, and every module it imports loaded
+        run_repair("recover", evidence, out=tmp_path / "warm")
+        for path in [evidence, *evidence.rglob("*")]:
+            path.chmod(path.stat().st_mode & ~0o222)
+
+        def repair_copy() -> None:
+            result = run_repair("recover", evidence, out=base / "copy")
+            assert result.status == "repaired" and result.data_loss
+
+        _as_unprivileged(repair_copy)
+        copy = base / "copy"
+        assert snapshot(copy) == wanted
+        owners = {p.stat().st_uid for p in [copy, *copy.rglob("*")]}
+        assert len(owners) == 1 and (os.getuid() != 0 or owners != {0})
+        assert _modes(copy) == {("dir", 0o755), ("file", 0o644)}
+        assert snapshot(evidence) == original
+        assert sorted(p.name for p in base.iterdir()) == ["copy", "evidence"]
+
+        # a failure half-way (the disk fills once the copy is planned) leaves nothing behind
+        def failing_copy() -> None:
+            os.environ["MQTOOL_TEST_FULL_DISK_AFTER_STEP"] = "planned"
+            try:
+                run_repair("recover", evidence, out=base / "copy2")
+            except (OSError, MqtoolError):
+                return
+            raise AssertionError("the repair did not fail")
+
+        _as_unprivileged(failing_copy)
+        assert sorted(p.name for p in base.iterdir()) == ["copy", "evidence"]
+    finally:
+        for path in [base, *base.rglob("*")]:
+            if path.is_dir():
+                path.chmod(0o755)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_export_and_salvage_outputs_appear_whole(tmp_path, small_store):
+    """An export or salvage written to a file appears under its name only once complete; the
+    file gets the user's ordinary modes."""
+    out = tmp_path / "messages.jsonl"
+    proc = run_mqtool("salvage", small_store, "--out", out, "--map", tmp_path / "map.json")
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["map.json", "messages.jsonl"]
+    assert len(out.read_text().splitlines()) == 300
+    assert {p.stat().st_mode & 0o777 for p in tmp_path.iterdir()} == {0o666 & ~_umask()}
+    # what the commands write through: a failure half-way leaves neither the file nor a part
+    from mqtool.writer import output_file
+
+    with pytest.raises(RuntimeError):
+        with output_file(tmp_path / "x.jsonl") as fh:
+            fh.write("half a line")
+            raise RuntimeError("stopped")
+    # an earlier complete output survives a failed rewrite
+    with pytest.raises(RuntimeError):
+        with output_file(out) as fh:
+            raise RuntimeError("stopped")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["map.json", "messages.jsonl"]
+    assert len(out.read_text().splitlines()) == 300
+    with output_file(Path(os.devnull)) as fh:      # not a regular file: written in place
+        fh.write("x")
+    assert Path(os.devnull).exists()
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

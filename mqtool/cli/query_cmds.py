@@ -233,8 +233,10 @@ def _output(path: Path | None, store: Store):
         return
     from ..salvage import check_output_outside
 
+    from ..writer import output_file
+
     check_output_outside(store, path)
-    with open(path, "w", encoding="utf-8") as fh:
+    with output_file(path, "w", encoding="utf-8") as fh:
         yield fh
 
 
@@ -299,7 +301,9 @@ def salvage_command(
                          unconsumed=positions)
     document = report.to_dict()
     if map_path is not None:
-        with open(map_path, "w", encoding="utf-8") as fh:
+        from ..writer import output_file
+
+        with output_file(map_path, "w", encoding="utf-8") as fh:
             fh.write(json.dumps(document, ensure_ascii=False, indent=2) + "\n")
     elif str(out) != "-":
         emit_json_document(document)

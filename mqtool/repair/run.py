@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import os
 import shutil
 from contextlib import contextmanager
 import tempfile
@@ -57,15 +58,40 @@ class RepairResult:
 
 
 def _copy_store(source: Path, dest: Path) -> None:
-    """The store copied for --out, holes kept (a DLedger index file is 160 MiB of mostly hole)."""
-    ignore = shutil.ignore_patterns(bk.BACKUP_DIR, bk.STAGE_PREFIX + "*", bk.PENDING)
-    shutil.copytree(source, dest, ignore=ignore, dirs_exist_ok=True,
-                    copy_function=_sparse_copy_with_stat)
+    """The store copied for --out, holes kept (a DLedger index file is 160 MiB of mostly hole),
+    modification times kept (the broker's clean-up goes by them) but not modes: the copy is the
+    writing user's, with the modes the umask gives, whatever the evidence's (often read-only)
+    were. mqtool's own backups, stages and journal are left out."""
+    skipped = {bk.BACKUP_DIR, bk.PENDING}
+    dest.mkdir(exist_ok=True)
+    for folder, dirs, files in os.walk(source):
+        here = Path(folder)
+        rel = here.relative_to(source)
+        if rel == Path("."):
+            dirs[:] = [d for d in dirs if d not in skipped and not d.startswith(bk.STAGE_PREFIX)]
+            files = [f for f in files if f not in skipped]
+        for name in dirs:
+            (dest / rel / name).mkdir(exist_ok=True)
+        for name in files:
+            src = here / name
+            sparse_copy(src, dest / rel / name)
+            stat = src.stat()
+            os.utime(dest / rel / name, ns=(stat.st_atime_ns, stat.st_mtime_ns))
 
 
-def _sparse_copy_with_stat(source: str, dest: str) -> None:
-    sparse_copy(Path(source), Path(dest))
-    shutil.copystat(source, dest)
+def _building_name(out: Path) -> Path:
+    """Where a copy for ``out`` is made: a hidden sibling, renamed to ``out`` once complete."""
+    return out.parent / f".{out.name}.mqtool-partial-{os.getpid()}"
+
+
+def _move_into_place(building: Path, out: Path) -> None:
+    """Rename the finished copy to ``out`` (an empty folder there is replaced)."""
+    try:
+        os.replace(building, out)
+    except OSError:
+        out.rmdir()           # not empty: checked before anything was copied
+        os.replace(building, out)
+    bk.fsync_dir(out.parent)
 
 
 def _check_backup_dir(store_root: Path, backup_dir: Path) -> Path:
@@ -178,10 +204,35 @@ def _run_repair(command: str, source: Path, *, dry_run: bool, backup_dir: Path |
                             + (" its data loss" if previous.get("data_loss") else "")
                             + "; the next repair reports it (or: mqtool undo --list)")
     target = source
+    building = None
     if out is not None and not dry_run:
-        out.mkdir(parents=True, exist_ok=True)
-        _copy_store(source, out)
-        target = out
+        # the copy is made under a hidden sibling name and renamed once repaired: a failure or
+        # a kill leaves no half-made copy under the name asked for
+        out.parent.mkdir(parents=True, exist_ok=True)
+        building = _building_name(out.absolute())
+        shutil.rmtree(building, ignore_errors=True)
+        target = building
+    try:
+        if building is not None:
+            _copy_store(source, building)
+        result = _plan_and_finish(command, source, target, dry_run=dry_run, out=out,
+                                  backup_dir=backup_dir, store_options=store_options,
+                                  progress=progress, argv=argv, resumed=resumed,
+                                  warnings=warnings, **options)
+    except BaseException:
+        if building is not None:
+            shutil.rmtree(building, ignore_errors=True)
+        raise
+    if building is not None:
+        _move_into_place(building, out)
+        if result.plan is not None:
+            result.plan.store = out
+    return result
+
+
+def _plan_and_finish(command: str, source: Path, target: Path, *, dry_run: bool, out,
+                     backup_dir, store_options: dict, progress, argv, resumed, warnings,
+                     **options) -> RepairResult:
     stamp = bk.utc_stamp()
     if dry_run:
         stage_root = Path(tempfile.mkdtemp(prefix="mqtool-stage-"))
