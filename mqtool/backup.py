@@ -37,6 +37,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import jsontext
 from .errors import MqtoolError, StoreLayoutError
 from .store import data_extents
 from .writer import fsync_dir, fsync_path
@@ -257,7 +258,8 @@ def write_json_atomically(path: Path, document) -> None:
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(document, fh, ensure_ascii=False, indent=1)
+        # paths that are not UTF-8 are kept reversibly (mqtool.jsontext)
+        fh.write(jsontext.dumps(document, indent=1))
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)

@@ -344,3 +344,67 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+# --- 2. paths are bytes ---------------------------------------------------------------------------------
+
+def _run_bytes(*args, env=None) -> tuple[int, bytes, bytes]:
+    """The CLI with its output as bytes (a non-UTF-8 path is printed as its bytes)."""
+    proc = subprocess.run([sys.executable, "-m", "mqtool", "--no-progress", *map(str, args)],
+                          capture_output=True, env=env)
+    assert b"Traceback" not in proc.stderr, proc.stderr
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+@pytest.fixture(scope="module")
+def odd_named_store(tmp_path_factory) -> Path:
+    """The damaged fixture store (every repair has something to do) under a name that is not
+    UTF-8, with a stray file whose name is not UTF-8 either."""
+    from test_repair_safety import _damaged_copy
+
+    base = tmp_path_factory.mktemp("bytes")
+    made = _damaged_copy(base)
+    store = Path(os.fsdecode(os.fsencode(base) + b"/st\xffore"))
+    made.rename(store)
+    Path(os.fsdecode(os.fsencode(store) + b"/notes-\xfe.txt")).write_bytes(b"left by an operator")
+    return store
+
+
+@pytest.mark.parametrize("command", ["recover", "truncate", "rebuild-queues", "rebuild-index"])
+def test_repair_and_undo_a_store_whose_path_is_not_utf8(tmp_path, odd_named_store, command):
+    store = Path(os.fsdecode(os.fsencode(tmp_path) + b"/copy-\xff"))
+    shutil.copytree(odd_named_store, store)
+    original = snapshot(store)
+    code, out, err = _run_bytes(command, store, "--json")
+    assert code in (0, 1), err
+    doc = json.loads(out.decode("utf-8"))        # valid UTF-8: the odd bytes are escaped
+    assert doc["status"] == "repaired"
+    backup = os.fsencode(doc["backup"])
+    assert backup.startswith(os.fsencode(store) + b"/.mqtool-backup/")
+    assert os.fsencode(store) in err             # messages show the path as its bytes
+    manifest = json.loads((Path(os.fsdecode(backup)) / "manifest.json").read_text("utf-8"))
+    assert os.fsencode(manifest["store"]) == os.fsencode(store.resolve())
+    code, out, err = _run_bytes("undo", os.fsdecode(backup), "--json")
+    assert code == 0, err
+    assert os.fsencode(json.loads(out.decode("utf-8"))["store"]) == os.fsencode(store.resolve())
+    assert snapshot(store) == original
+
+
+def test_read_commands_and_salvage_on_a_path_that_is_not_utf8(tmp_path, odd_named_store):
+    code, out, err = _run_bytes("info", odd_named_store, "--json")
+    assert code == 0, err
+    info = json.loads(out.decode("utf-8"))
+    assert os.fsencode(info["root"]) == os.fsencode(odd_named_store)
+    assert b"notes-\xfe.txt" in [os.fsencode(name) for name in info["stray_files"]]
+    code, out, err = _run_bytes("info", odd_named_store)
+    assert code == 0 and b"st\xffore" in out
+    target = Path(os.fsdecode(os.fsencode(tmp_path) + b"/out-\xff.jsonl"))
+    code, out, err = _run_bytes("salvage", odd_named_store, "--out", target)
+    assert code == 0, err
+    assert os.fsencode(json.loads(out.decode("utf-8"))["store"]) == os.fsencode(odd_named_store)
+    assert target.stat().st_size > 0
+    copy = Path(os.fsdecode(os.fsencode(tmp_path) + b"/copy-\xfe"))
+    code, out, err = _run_bytes("recover", odd_named_store, "--out", copy, "--json")
+    assert code == 1, err
+    assert os.fsencode(json.loads(out.decode("utf-8"))["out"]) == os.fsencode(copy)
+    assert (copy / "commitlog").is_dir()

@@ -6,7 +6,6 @@ rich is imported by the helpers that print with it, not when the CLI loads.
 from __future__ import annotations
 
 import functools
-import json
 import os
 import sys
 import traceback
@@ -15,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from .. import jsontext
 from ..errors import EXIT_USAGE, MqtoolError
 
 if TYPE_CHECKING:
@@ -132,14 +132,14 @@ def _quiet_broken_pipe() -> None:
 def emit_json(obj) -> None:
     """One JSON document or line on stdout."""
     try:
-        sys.stdout.write(json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n")
+        sys.stdout.write(jsontext.dumps(obj, separators=(",", ":")) + "\n")
     except BrokenPipeError:
         _quiet_broken_pipe()
 
 
 def emit_json_document(obj) -> None:
     try:
-        sys.stdout.write(json.dumps(obj, ensure_ascii=False, indent=2) + "\n")
+        sys.stdout.write(jsontext.dumps(obj, indent=2) + "\n")
     except BrokenPipeError:
         _quiet_broken_pipe()
 

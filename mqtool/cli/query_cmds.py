@@ -13,6 +13,7 @@ import typer
 from ..errors import EXIT_FINDINGS, MqtoolError
 from ..vocabulary import BROKER_VERSIONS
 from . import options as opt
+from .. import jsontext
 from .common import (Commands, emit_json, emit_json_document, error_boundary, progress_bar,
                      stdout_console, warn_if_live)
 
@@ -304,7 +305,7 @@ def salvage_command(
         from ..writer import output_file
 
         with output_file(map_path, "w", encoding="utf-8") as fh:
-            fh.write(json.dumps(document, ensure_ascii=False, indent=2) + "\n")
+            fh.write(jsontext.dumps(document, indent=2) + "\n")
     elif str(out) != "-":
         emit_json_document(document)
     t = report.truncation
