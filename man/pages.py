@@ -246,6 +246,9 @@ abort file (ABORT_PRESENT: the last shutdown was abnormal), a lock held by a liv
 What an interrupted mqtool repair left: its journal (REPAIR_PENDING: the next repair command
 finishes it, undo of its backup takes it back) and stage folders or backup folders without
 manifest.json (REPAIR_LEFTOVER: the next repair or undo removes them); info lists the same.
+ROCKSDB_PRESENT (info) names each RocksDB database of a 5.2+ store (a RocksDB ConsumeQueue, a
+CombineConsumeQueue, RocksDB metadata under config/) with the files that show it; the records
+of a store whose ConsumeQueues live only in RocksDB are not reported as CQ_MISSING.
 
 Then it states what the broker's next start does (4.9.x, 5.0-5.3.1 or 5.3.2+ rules; normal
 recovery, or abnormal when an abort file exists): the start file, the CRC-checked scan,

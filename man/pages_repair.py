@@ -18,14 +18,22 @@ renamed to DIR once complete (a failure leaves nothing), its files owned by the 
 mqtool with the modes the umask gives, so a read-only evidence store can be repaired into a
 copy by any user. A store path that is not UTF-8 works like any other; JSON output writes its
 odd bytes as \\udcXX escapes (see mqtool(1)). The commands never prompt: runbooks and CI
-script them, and --dry-run is how one looks first."""
+script them, and --dry-run is how one looks first.
+
+A store holding what they cannot explain is refused (exit 2, one line naming it, nothing
+changed), --dry-run included: a RocksDB database of a 5.2+ broker (a RocksDB ConsumeQueue in
+consumequeue/ with storeType=defaultRocksDB, a CombineConsumeQueue, RocksDB metadata such as
+config/consumerOffsets/), a DLedger layout the command does not know, compaction-topic data,
+an unknown folder holding data, or the folder above a store."""
+
 
 _REPAIR_EXIT = """\
 0 nothing to do, or repaired without losing data.
 
 1 repaired (or, with --dry-run, would repair) with data loss.
 
-2 bad usage, or a store that cannot be read.
+2 bad usage, a store that cannot be read, or one holding what the command cannot explain
+(a RocksDB database, see above).
 
 3 refused: a live process holds the store's lock file."""
 

@@ -16,10 +16,19 @@ from .formats import consumequeue as cq_fmt
 from .formats import indexfile as idx_fmt
 from .formats import dledger as dl_fmt
 from .dledger import ledger_extent
-from .store import UPGRADED_LAYOUT, Store, properties_int
+from .store import (COMBINE_CQ, ROCKSDB_CQ, ROCKSDB_METADATA, UPGRADED_LAYOUT, Store,
+                    properties_int)
 
 FAMILY_4 = "4.x"
 FAMILY_5 = "5.x"
+#: what each kind of RocksDB database says about the writer
+ROCKSDB_CLAIMS = {
+    ROCKSDB_CQ: "5.2+ RocksDB ConsumeQueue (storeType=defaultRocksDB): queue units are RocksDB "
+                "keys, not files",
+    COMBINE_CQ: "5.3.2+ CombineConsumeQueue (rocksdbCQDoubleWriteEnable): file and RocksDB "
+                "ConsumeQueues",
+    ROCKSDB_METADATA: "5.x RocksDB metadata under config/",
+}
 
 
 def five_x_evidence(store: Store) -> list[str]:
@@ -196,6 +205,11 @@ def store_passport(store: Store, *, v2_records: int | None = None,
                                    "__CRC32#"})
     if evidence:
         claims.append({"claim": FAMILY_5, "evidence": "; ".join(evidence)})
+    rocksdb = [{"kind": part.kind, "folder": part.folder + "/", "evidence": part.evidence}
+               for part in store.rocksdb]
+    for part in store.rocksdb:
+        claims.insert(0, {"claim": ROCKSDB_CLAIMS[part.kind], "evidence":
+                          f"{part.folder}/: {part.evidence}"})
     family = FAMILY_5 if claims else FAMILY_4
     if family == FAMILY_4:
         claims.append({"claim": FAMILY_4, "evidence": "no 5.x-only file, field or record"
@@ -212,4 +226,6 @@ def store_passport(store: Store, *, v2_records: int | None = None,
                 "geometry": geometry, "inconsistencies": problems, "layout": store.layout}
     if dledger is not None:
         passport["dledger"] = dledger
+    if rocksdb:
+        passport["rocksdb"] = rocksdb
     return passport

@@ -37,6 +37,8 @@ CODES: dict[str, tuple[str, str]] = {
     "CQ_DANGLING": (ERROR, "a ConsumeQueue unit points past the CommitLog data or not at a record start"),
     "CQ_MISMATCH": (ERROR, "a ConsumeQueue unit disagrees with the record it points to"),
     "CQ_MISSING": (ERROR, "a dispatchable record has no unit in its ConsumeQueue"),
+    "ROCKSDB_PRESENT": (INFO, "the store keeps ConsumeQueues or metadata in a RocksDB database "
+                              "(5.2+); its repairs refuse the store"),
     "CQ_QUEUE_GAP": (ERROR, "queue offsets recorded in the CommitLog skip or repeat"),
     "CQ_FILE_SIZE": (ERROR, "a ConsumeQueue file is not a whole number of units / not the geometry's "
                             "size (inferred, or the broker's default when the files show none)"),

@@ -54,6 +54,10 @@ def _layout_findings(store: Store, sink: _Sink, version: str) -> None:
         sink.add(_finding("CL_STRAY_FILE", store.relative(path), 0,
                           "not named as the broker names its files; the broker ignores it "
                           "(or fails on it)"))
+    for part in store.rocksdb:
+        sink.add(_finding("ROCKSDB_PRESENT", part.folder + "/", 0,
+                          f"{part.phrase}; mqtool reads no RocksDB file in place and none of "
+                          "its repairs runs on this store"))
     store_state_findings(store, sink)
 
 
