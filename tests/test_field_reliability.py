@@ -189,6 +189,8 @@ def test_killed_at_each_phase_is_visible_and_finished(tmp_path, lossy_store, pha
                 if f["code"].startswith("REPAIR_")] == codes
         info = run_mqtool("info", store)
         assert "REPAIR_LEFTOVER" in info.stdout and "mqtool: warning: REPAIR_LEFTOVER" in info.stderr
+        dry = run_mqtool("recover", store, "--dry-run")
+        assert "mqtool: warning: .mqtool-stage-" in dry.stderr, dry.stderr
 
     if phase == "-1":
         # undo of the half-made backup: nothing to restore, the leftovers go

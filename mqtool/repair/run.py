@@ -197,6 +197,9 @@ def _run_repair(command: str, source: Path, *, dry_run: bool, backup_dir: Path |
         warnings.append("an interrupted repair is pending; it is finished before anything else "
                         "when a repair runs without --dry-run")
     else:
+        if out is None:
+            warnings += [f"{item['path']}: {item['detail']}"
+                         for item in bk.repair_leftovers(source) if item["kind"] != "pending"]
         previous = bk.unreported_backup(source) if out is None else None
         if previous is not None:
             warnings.append(f"the last {previous.get('command')} (backup "
