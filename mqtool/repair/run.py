@@ -64,7 +64,8 @@ def _copy_store(source: Path, dest: Path) -> None:
     were. mqtool's own backups, stages and journal are left out."""
     skipped = {bk.BACKUP_DIR, bk.PENDING}
     dest.mkdir(exist_ok=True)
-    for folder, dirs, files in os.walk(source):
+    # symbolic links are followed (a commitlog/ linked to another disk is copied as a folder)
+    for folder, dirs, files in os.walk(source, followlinks=True):
         here = Path(folder)
         rel = here.relative_to(source)
         if rel == Path("."):
