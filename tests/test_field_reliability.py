@@ -84,7 +84,7 @@ def _kill_in_worker_phase(args: list[str], rng: random.Random) -> tuple[float, l
 @pytest.mark.parametrize("command", ["recover", "verify"])
 def test_sigkill_leaves_no_worker_and_no_caller_waiting(tmp_path, crash_store_big, command):
     rng = random.Random(29)
-    for trial in range(4):
+    for trial in range(3):
         store = tmp_path / f"copy{trial}"
         shutil.copytree(crash_store_big, store)
         waited, survivors = _kill_in_worker_phase([command, str(store), "--workers", "2"], rng)
