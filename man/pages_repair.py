@@ -14,7 +14,8 @@ the next one, and one killed after its changes but before its report is reported
 and backup folders without manifest.json that a run killed early leaves behind (info and verify
 report them as REPAIR_LEFTOVER) are removed by the next repair or undo. --out DIR writes a
 repaired copy and leaves STORE untouched: the copy is built under a hidden name beside DIR and
-renamed to DIR once complete (a failure leaves nothing), its files owned by the user running
+renamed to DIR once complete (a failure leaves nothing; what a killed run left is removed
+by the next run to DIR), its files owned by the user running
 mqtool with the modes the umask gives, so a read-only evidence store can be repaired into a
 copy by any user. A store path that is not UTF-8 works like any other; JSON output writes its
 odd bytes as \\udcXX escapes (see mqtool(1)). The commands never prompt: runbooks and CI

@@ -410,3 +410,16 @@ def test_read_commands_and_salvage_on_a_path_that_is_not_utf8(tmp_path, odd_name
     assert code == 1, err
     assert os.fsencode(json.loads(out.decode("utf-8"))["out"]) == os.fsencode(copy)
     assert (copy / "commitlog").is_dir()
+
+
+def test_a_killed_out_copy_leaves_nothing_under_its_name(tmp_path, lossy_store):
+    source, wanted = lossy_store
+    out = tmp_path / "copy"
+    env = dict(os.environ, MQTOOL_TEST_KILL_AFTER_STEP="planned")
+    killed = run_mqtool("recover", source, "--out", out, env=env)
+    assert killed.returncode == -9
+    assert not out.exists()
+    (partial,) = tmp_path.glob(".copy.mqtool-partial-*")
+    # the next run to the same place removes the half-made copy of the dead run
+    assert run_mqtool("recover", source, "--out", out).returncode == 1
+    assert not partial.exists() and snapshot(out) == wanted

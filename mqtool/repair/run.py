@@ -85,6 +85,19 @@ def _building_name(out: Path) -> Path:
     return out.parent / f".{out.name}.mqtool-partial-{os.getpid()}"
 
 
+def _remove_dead_partials(out: Path) -> None:
+    """Copies for ``out`` that a killed run left half-made (their process is gone)."""
+    for path in out.parent.glob(f".{out.name}.mqtool-partial-*"):
+        try:
+            os.kill(int(path.name.rsplit("-", 1)[1]), 0)
+            continue                       # its run is still going
+        except ProcessLookupError:
+            pass
+        except (ValueError, PermissionError):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def _move_into_place(building: Path, out: Path) -> None:
     """Rename the finished copy to ``out`` (an empty folder there is replaced)."""
     try:
@@ -214,6 +227,7 @@ def _run_repair(command: str, source: Path, *, dry_run: bool, backup_dir: Path |
         # a kill leaves no half-made copy under the name asked for
         out.parent.mkdir(parents=True, exist_ok=True)
         building = _building_name(out.absolute())
+        _remove_dead_partials(out.absolute())
         shutil.rmtree(building, ignore_errors=True)
         target = building
     try:
