@@ -62,7 +62,9 @@ caller's stdout and stderr.
 Prints what a store holds: the inferred geometry; the store passport (which broker family
 wrote the store: 4.x or 5.x, 5.1+ when V2 records exist, 5.2+ when records carry the
 __CRC32# property CRC, each with the evidence: abort.bak, a PID in abort, checkpoint fields
-@24/@32, compaction/, timerlog/; and the inconsistencies among the files: CommitLog files of
+@24/@32, compaction/, timerlog/; in 5.x controller mode the epochs of epochFileCheckpoint (or
+of its .bak when the broker would load that) with their offset ranges and the broker identity
+(brokerIdentity: cluster#brokerName#brokerId); and the inconsistencies among the files: CommitLog files of
 different sizes, ConsumeQueue files that are not a multiple of 20, IndexFiles of different
 geometry); CommitLog files with their sizes, offset
 ranges, message counts and where each file's data ends (blank record, unwritten zeros or
@@ -133,7 +135,23 @@ born_timestamp, born_host, store_timestamp, store_host, reconsume_times,
 prepared_transaction_offset, body_length, topic, properties, tags, keys, uniq_key, msg_id
 (offsetMsgId), prop_crc_ok, body, body_encoding, body_stored_length and, where they apply,
 body_compression, body_decompressed, body_decompress_error, body_truncated. Hosts are
-written as the broker's MessageDecoder prints them (IPv6 in brackets).""",
+written as the broker's MessageDecoder prints them (IPv6 in brackets).
+
+Messages of system topics, or carrying system properties, also have a system object (kind
+first): trace (RMQ_SYS_TRACE_TOPIC, rmq_sys_TRACE_DATA_*: contexts, each with type Pub,
+SubBefore, SubAfter, EndTransaction or Recall and its fields: timestamp, group, topic, msg_id,
+offset_msg_id, keys, cost_time, success, ...); pop-checkpoint, pop-ack and pop-batch-ack
+(rmq_sys_REVIVE_LOG_*: start_offset, pop_time, invisible_time, revive_time, queue_offsets,
+consumer_group, ack_offset(s), ...); delayed (SCHEDULE_TOPIC_XXXX) and timer
+(rmq_sys_wheel_timer) with real_topic, real_queue_id and deliver_timestamp (a pop record waiting
+in the timer wheel adds its decoded payload); retry and dlq (%RETRY%, %DLQ%: consumer_group,
+reconsume_times); origin (ORIGIN_MESSAGE_ID, RETRY_TOPIC, DLQ_ORIGIN_TOPIC,
+DLQ_ORIGIN_MESSAGE_ID, MAX_RECONSUME_TIMES) and priority (_SYS_MSG_PRIORITY_, 5.4). A body that
+is not what its topic or tag claims gives a problem string instead of fields. Transaction half
+and op records are not decoded here.
+
+--broker-config and --commitlog-dirs read a CommitLog spread over several directories
+(storePathCommitLog "a,b", readOnlyCommitLogStorePaths), in offset order.""",
         "examples": [
             ("Messages of one queue in a time window:",
              "mqtool dump --topic TopicTest --queue 1 --since 2026-11-21T10:00:00Z STORE"),
@@ -239,6 +257,22 @@ units missing or disagreeing with their entry (DL_INDEX_UNIT), a DLedger checkpo
 that is missing, unreadable or ahead of the data (DL_CHECKPOINT), and commitlog/ and the
 DLedger data not meeting at dividedCommitlogOffset (DL_LAYOUT). The body CRC is checked although
 the broker never checks it in DLedger mode, and the prediction follows DLedger's own recovery.
+
+5.x controller mode (epochFileCheckpoint and its .bak, read as the broker's CheckpointFile
+reads them): a count, CRC or entry line that is not a number, on which the broker's start fails
+(EPOCH_UNREADABLE); a count line that disagrees with the entry lines (EPOCH_COUNT) or a CRC line
+that does not match them (EPOCH_CRC), on which the broker loads the .bak; epochs or start
+offsets that do not increase (EPOCH_ORDER); an epoch starting past the CommitLog's end after
+recovery (EPOCH_PAST_END) or where no message record starts (EPOCH_NOT_RECORD); an epoch that
+ends before the first CommitLog file (EPOCH_EXPIRED, a warning); a .bak giving an epoch another
+start offset (EPOCH_BAK, a warning). A repair that cuts the CommitLog below an epoch's start
+cuts the epoch file as the broker's own truncation does (truncateSuffixByOffset; the old content
+becomes the .bak, backed up like every change), and refuses (exit 2, nothing changed) where no
+epoch would be left or the file is unusable.
+
+A CommitLog spread over several directories (storePathCommitLog with ','-separated paths,
+readOnlyCommitLogStorePaths) is read with --broker-config or --commitlog-dirs; the repairs
+refuse such a store.
 
 Store: checkpoint later than the newest message (CKPT_AHEAD) or missing (CKPT_MISSING), an
 abort file (ABORT_PRESENT: the last shutdown was abnormal), a lock held by a live process

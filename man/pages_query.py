@@ -34,6 +34,12 @@ config/topics.json, the system topics) is tried.
 --key K [--topic T] [--since TIME] [--until TIME] [--max N]: every message whose KEYS include
 K, without the broker's 64-result cap; --max keeps the N most recently stored.
 
+--traces (with any of the above) also lists the trace records of the messages found: the
+messages of the trace topic (--trace-topic, default RMQ_SYS_TRACE_TOPIC) whose KEYS name their
+UNIQ_KEY or offsetMsgId (the client's trace dispatcher sets them so), decoded into their
+system.contexts; found_by is trace, or trace-key-only for a record found by the key whose
+contexts do not name the message (a body that is no trace).
+
 --topic T --queue Q --offset N: the ConsumeQueue unit of queue offset N (file
 floor(N*20/fileSize)*fileSize, position N*20 minus the file start) and the message it points at;
 pre-blank filler units and units past the queue's end are reported as such.

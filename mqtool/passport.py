@@ -6,7 +6,8 @@ files disagree on is listed as an inconsistency rather than silently averaged aw
 
 The passport also names the CommitLog's layout: plain, DLedger mode (``dledger-<selfId>/``), or a
 plain CommitLog upgraded to DLedger, with the DLedger ledger (first and last entry, term,
-committed index and how far the on-disk checkpoint lags the data)."""
+committed index and how far the on-disk checkpoint lags the data), and a controller-mode store's
+epochs and broker identity (:mod:`mqtool.controller`)."""
 from __future__ import annotations
 
 from collections import Counter
@@ -15,6 +16,7 @@ from .errors import ParseError
 from .formats import consumequeue as cq_fmt
 from .formats import indexfile as idx_fmt
 from .formats import dledger as dl_fmt
+from .controller import controller_claim, controller_section
 from .dledger import ledger_extent
 from .store import (COMBINE_CQ, ROCKSDB_CQ, ROCKSDB_METADATA, UPGRADED_LAYOUT, Store,
                     properties_int)
@@ -90,6 +92,11 @@ def geometry_findings(store: Store) -> tuple[dict, list[str]]:
     if index_sizes and expected_index not in index_sizes:
         problems.append(f"no IndexFile has the size of {store.index_slots:,} slots x "
                         f"{store.index_entries:,} entries ({expected_index:,} bytes)")
+    if not cl.segments and not getattr(store, "commitlog_dirs_given", False) and any(
+            q.segments for q in store.consume_queues):
+        problems.append("no CommitLog file in commitlog/ but ConsumeQueues point into one: a "
+                        "CommitLog kept elsewhere (storePathCommitLog)? give --broker-config or "
+                        "--commitlog-dirs")
     geometry = {
         "commitlog_file_size": cl.file_size,
         "commitlog_file_sizes_seen": cl_sizes,
@@ -188,11 +195,12 @@ def _dledger_claim(layout: str, section: dict) -> dict:
 
 
 def store_passport(store: Store, *, v2_records: int | None = None,
-                   prop_crc_records: int | None = None) -> dict:
+                   prop_crc_records: int | None = None, max_offset: int | None = None) -> dict:
     """Geometry, writer family with evidence, the recovery rules that fit, inconsistencies.
 
     ``v2_records``/``prop_crc_records`` come from a CommitLog scan when the caller made one
-    (None: not scanned, so those claims are not made)."""
+    (None: not scanned, so those claims are not made). ``max_offset`` (the end of the scanned
+    data) closes a controller-mode store's last epoch."""
     geometry, problems = geometry_findings(store)
     evidence = five_x_evidence(store)
     claims = []
@@ -222,10 +230,20 @@ def store_passport(store: Store, *, v2_records: int | None = None,
     if dledger is not None:
         claims.insert(0, _dledger_claim(store.layout, dledger))
         problems += dledger_problems
+    controller = controller_section(store, max_offset)
+    if controller is not None:
+        claims.insert(0, controller_claim(controller))
+        if controller["epoch_problem"]:
+            problems.append(controller["epoch_problem"])
+        for name, ident in (controller["broker_identity"] or {}).items():
+            if ident.get("problem"):
+                problems.append(f"{name}: {ident['problem']}")
     passport = {"family": family, "claims": claims, "recovery_rules": rules,
                 "geometry": geometry, "inconsistencies": problems, "layout": store.layout}
     if dledger is not None:
         passport["dledger"] = dledger
+    if controller is not None:
+        passport["controller"] = controller
     if rocksdb:
         passport["rocksdb"] = rocksdb
     return passport

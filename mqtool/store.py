@@ -338,13 +338,26 @@ class CommitLog:
     DLedger data directory. For a pure DLedger store ``directory`` becomes the DLedger data
     directory; ``dledger`` describes the DLedger files (None in plain mode)."""
 
-    def __init__(self, directory: Path, file_size: int | None = None):
+    def __init__(self, directory: Path, file_size: int | None = None,
+                 extra_dirs: tuple[Path, ...] | list[Path] = ()):
         self.directory = Path(directory)
-        self.dledger = DLedgerLog.beside(self.directory)
+        # storePathCommitLog with several ','-separated directories, plus
+        # readOnlyCommitLogStorePaths (MultiPathMappedFileQueue.load): the files of every
+        # directory form one queue, in offset order, wherever each lies
+        self.extra_dirs = tuple(Path(d) for d in extra_dirs)
+        self.dledger = None if self.extra_dirs else DLedgerLog.beside(self.directory)
         if self.dledger is not None and self.directory == self.dledger.data_dir:
             plain, self.stray_files = [], []
         else:
             plain, self.stray_files = _offset_files(self.directory)
+            for extra in self.extra_dirs:
+                more, stray = _offset_files(extra)
+                plain, self.stray_files = plain + more, self.stray_files + stray
+            plain.sort(key=lambda s: s.base_offset)
+            for a, b in zip(plain, plain[1:]):
+                if a.base_offset == b.base_offset:
+                    raise StoreLayoutError(f"CommitLog file {a.name} is in two directories "
+                                           f"({a.path.parent} and {b.path.parent})")
         if self.dledger is not None:
             if not plain and not self.directory.is_dir():
                 self.directory = self.dledger.data_dir
@@ -357,6 +370,11 @@ class CommitLog:
         self.inferred_file_size = _most_common([s.length for s in self.segments], 0)
         self.file_size = file_size or self.inferred_file_size or 1024 ** 3
         self._bases = [s.base_offset for s in self.segments]
+
+    @property
+    def directories(self) -> tuple[Path, ...]:
+        """Every directory the CommitLog's files are read from (one unless multi-path)."""
+        return (self.directory,) + self.extra_dirs
 
     @property
     def min_offset(self) -> int:
@@ -487,18 +505,29 @@ class Store:
 
     def __init__(self, root: Path, *, commitlog_file_size: int | None = None,
                  cq_units_per_file: int | None = None, index_slots: int | None = None,
-                 index_entries: int | None = None):
+                 index_entries: int | None = None, commitlog_dirs: list[Path] | None = None):
         self.root = Path(root)
         if not self.root.exists():
             raise StoreNotFoundError(f"{root}: no such file or directory")
         if not self.root.is_dir():
             raise StoreLayoutError(f"{root}: not a directory")
         commitlog_dir = self.root / "commitlog"
-        if not commitlog_dir.is_dir() and _offset_files(self.root)[0] and not (
+        extra_dirs: list[Path] = []
+        if commitlog_dirs:
+            # the CommitLog directories a broker config names (storePathCommitLog,
+            # readOnlyCommitLogStorePaths) instead of <root>/commitlog
+            for d in commitlog_dirs:
+                if not Path(d).is_dir():
+                    raise StoreNotFoundError(f"{d}: CommitLog directory not found (named by "
+                                             "the CommitLog path list)")
+            commitlog_dir, extra_dirs = Path(commitlog_dirs[0]), [Path(d) for d in
+                                                                  commitlog_dirs[1:]]
+        elif not commitlog_dir.is_dir() and _offset_files(self.root)[0] and not (
                 self.root / "consumequeue").is_dir():
             # a bare CommitLog directory
             commitlog_dir = self.root
-        self.commitlog = CommitLog(commitlog_dir, commitlog_file_size)
+        self.commitlog = CommitLog(commitlog_dir, commitlog_file_size, extra_dirs)
+        self.commitlog_dirs_given = bool(commitlog_dirs)
         self.is_bare_commitlog = commitlog_dir == self.root
         if not self.is_bare_commitlog and self.commitlog.dledger is None and not any(
                 (self.root / p).exists() for p in ("commitlog", "consumequeue", "index", "checkpoint",

@@ -96,6 +96,21 @@ CODES: dict[str, tuple[str, str]] = {
     "DL_CHECKPOINT": (WARNING, "the DLedger checkpoint or currterm is missing, unreadable or "
                                "ahead of the data"),
     "DL_LAYOUT": (ERROR, "commitlog/ and the DLedger data do not meet at dividedCommitlogOffset"),
+    # controller mode (mqtool.controller): epochFileCheckpoint, rules from EpochFileCache and
+    # CheckpointFile in RocketMQ 5.x's source
+    "EPOCH_UNREADABLE": (ERROR, "epochFileCheckpoint (or .bak) has a count, CRC or entry line "
+                                "that is not a number (the broker's start fails on it)"),
+    "EPOCH_COUNT": (ERROR, "epochFileCheckpoint's count line disagrees with its entry lines (the "
+                           "broker loads the .bak instead)"),
+    "EPOCH_CRC": (ERROR, "epochFileCheckpoint's CRC line does not match its entry lines (the "
+                         "broker loads the .bak instead)"),
+    "EPOCH_ORDER": (ERROR, "epochs or their start offsets do not increase"),
+    "EPOCH_PAST_END": (ERROR, "an epoch starts past the CommitLog's end after recovery"),
+    "EPOCH_NOT_RECORD": (ERROR, "an epoch's start offset is not where a message record starts"),
+    "EPOCH_EXPIRED": (WARNING, "an epoch ends before the first CommitLog file (dropped on the "
+                            "broker's next file deletion)"),
+    "EPOCH_BAK": (WARNING, "epochFileCheckpoint.bak gives an epoch another start offset than "
+                           "epochFileCheckpoint"),
 }
 
 # --- consumer forensics (mqtool.consumers) ---------------------------------------------------

@@ -42,6 +42,12 @@ class EntryField(str, Enum):
     body_size = "body_size"
 
 
+class Layout(str, Enum):
+    failover = "failover"
+    system_topics = "system-topics"
+    multi_path = "multi-path"
+
+
 class Direction(str, Enum):
     ahead = "ahead"
     behind = "behind"
@@ -168,3 +174,36 @@ def damage(
                                 direction=direction.value if direction else None,
                                 field=field.value if field else None)
     emit_json(report)
+
+
+@fixture_app.command("layout")
+@error_boundary
+def layout(
+    kind: Layout = typer.Argument(..., metavar="KIND", help="failover, system-topics or "
+                                  "multi-path."),
+    directory: Path = typer.Argument(..., help="New (or empty) directory to write into."),
+):
+    """Write a small store of a 5.x production layout; print what was written as JSON.
+
+    failover: DIR/old and DIR/new, two controller-mode brokers after a master switch.
+    system-topics: DIR/store with trace, pop, delayed, timer, DLQ and priority messages.
+    multi-path: DIR/store whose CommitLog lies in DIR/disk1, DIR/disk2 and DIR/readonly, with
+    DIR/broker.conf naming them."""
+    from ..errors import StoreLayoutError
+
+    directory = Path(directory)
+    if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
+        raise StoreLayoutError(f"{directory}: exists and is not an empty directory")
+    directory.mkdir(parents=True, exist_ok=True)
+    if kind is Layout.failover:
+        from ..forge.controller import make_failover_pair
+        summary = make_failover_pair(directory / "old", directory / "new")
+    elif kind is Layout.system_topics:
+        from ..forge.systopics import make_system_topic_store
+        summary = make_system_topic_store(directory / "store")
+    else:
+        from ..forge.multipath import make_multipath_store
+        summary = make_multipath_store(directory / "store",
+                                       [directory / "disk1", directory / "disk2"],
+                                       directory / "readonly", config=directory / "broker.conf")
+    emit_json(summary)

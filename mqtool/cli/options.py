@@ -57,16 +57,37 @@ def check_geometry(commitlog_file_size=None, cq_units=None, index_slots=None,
             raise MqtoolError(f"{name} must be a positive number, got {value}")
 
 
+COMMITLOG_DIRS_HELP = ("The CommitLog's directories (storePathCommitLog with several "
+                       "','-separated paths, plus readOnlyCommitLogStorePaths) instead of "
+                       "STORE/commitlog; the files are read wherever they lie, in offset order.")
+BROKER_CONFIG_HELP = ("Take the CommitLog's directories from this broker config "
+                      "(storePathCommitLog, readOnlyCommitLogStorePaths).")
+REPAIR_DIRS_NOTE = (" A repair refuses (exit 2, nothing changed) a CommitLog outside "
+                    "STORE/commitlog.")
+
+
+def commitlog_dirs(help: str = COMMITLOG_DIRS_HELP):
+    return typer.Option(None, "--commitlog-dirs", metavar="DIR,DIR", help=help)
+
+
+def broker_config(help: str = BROKER_CONFIG_HELP):
+    return typer.Option(None, "--broker-config", metavar="broker.conf", help=help)
+
+
 def open_store(path: Path, commitlog_file_size=None, cq_units=None, index_slots=None,
-               index_entries=None):
-    """The store with the geometry overrides, each checked to be positive; a store whose lock a
-    live process holds is warned about (every command opening a store here only reads it)."""
+               index_entries=None, *, commitlog_dirs: Optional[str] = None,
+               broker_config: Optional[Path] = None):
+    """The store with the geometry overrides, each checked to be positive, and the CommitLog
+    directories --commitlog-dirs / --broker-config name; a store whose lock a live process
+    holds is warned about (every command opening a store here only reads it)."""
+    from ..brokerconf import resolve_commitlog_dirs
     from ..store import Store
 
     check_geometry(commitlog_file_size, cq_units, index_slots, index_entries)
     warn_if_live(path)
     return Store(path, commitlog_file_size=commitlog_file_size, cq_units_per_file=cq_units,
-                 index_slots=index_slots, index_entries=index_entries)
+                 index_slots=index_slots, index_entries=index_entries,
+                 commitlog_dirs=resolve_commitlog_dirs(commitlog_dirs, broker_config))
 
 
 # --- output --------------------------------------------------------------------------------------

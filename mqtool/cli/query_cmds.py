@@ -96,6 +96,11 @@ def query_command(
                                            "most 64, no collision filter, duplicates kept)."),
     scan: bool = typer.Option(False, "--scan", help="Ignore the IndexFiles: scan the whole "
                               "CommitLog."),
+    traces: bool = typer.Option(False, "--traces", help="Also list the trace records of the "
+                                "messages found (RMQ_SYS_TRACE_TOPIC messages whose KEYS name "
+                                "their UNIQ_KEY or offsetMsgId), decoded; found_by says 'trace'."),
+    trace_topic: str = typer.Option("RMQ_SYS_TRACE_TOPIC", "--trace-topic", help="--traces: "
+                                    "the trace topic the clients were configured with."),
     json_output: bool = opt.json_output("JSON lines: one object per message, then a "
                                         "query/summary object (and query/explanation)."),
     body: Optional[str] = opt.body("text in the table, base64 in JSON"),
@@ -103,6 +108,8 @@ def query_command(
     broker_version: str = opt.broker_version(),
     force_verify_prop_crc: bool = opt.force_verify_prop_crc(),
     commitlog_file_size: Optional[int] = opt.commitlog_file_size(),
+    commitlog_dirs: Optional[str] = opt.commitlog_dirs(),
+    broker_config: Optional[Path] = opt.broker_config(),
     cq_units: Optional[int] = opt.cq_units(),
     index_slots: Optional[int] = opt.index_slots(),
     index_entries: Optional[int] = opt.index_entries(),
@@ -127,7 +134,8 @@ def query_command(
         raise MqtoolError("--since, --until and --max go with --key")
     if broker_compatible and (mode not in ("--key", "--uniq-key") or topic is None):
         raise MqtoolError("--broker-compatible needs --key or --uniq-key, and --topic")
-    store = opt.open_store(store_path, commitlog_file_size, cq_units, index_slots, index_entries)
+    store = opt.open_store(store_path, commitlog_file_size, cq_units, index_slots, index_entries,
+                           commitlog_dirs=commitlog_dirs, broker_config=broker_config)
     since_ms = lib.parse_time(since) if since is not None else None
     until_ms = lib.parse_time(until) if until is not None else None
     plan = None
@@ -203,6 +211,16 @@ def query_command(
         result = q.query_queue_time(store, topic, queue, lib.parse_time(time))
     for found in result.found:
         show(found.record, found.annotations(), found.inner_position)
+    trace_found = []
+    if traces:
+        ids = [uniq_key] if uniq_key else []
+        for found in result.found:
+            if found.record.topic != trace_topic:
+                ids += q.trace_ids(found.record)
+        trace_found = q.query_traces(store, ids, trace_topic, reader)
+        for found in trace_found:
+            show(found.record, found.annotations())
+        result.details["traces"] = [f.record.offset for f in trace_found]
     reader.close()
     if renderer is not None:
         renderer.flush()
@@ -219,7 +237,8 @@ def query_command(
     if result.collisions:
         _note(f"{len(set(result.collisions))} index entr(ies) with the key's hash belong to other "
               f"keys (hash collisions); left out")
-    sys.stderr.write(f"mqtool: {len(result.found)} message(s) found\n")
+    sys.stderr.write(f"mqtool: {len(result.found)} message(s) found"
+                     + (f", {len(trace_found)} trace record(s)" if traces else "") + "\n")
     if not result.found:
         raise typer.Exit(EXIT_FINDINGS)
 
@@ -278,6 +297,8 @@ def salvage_command(
     broker_version: str = opt.broker_version(),
     force_verify_prop_crc: bool = opt.force_verify_prop_crc(),
     commitlog_file_size: Optional[int] = opt.commitlog_file_size(),
+    commitlog_dirs: Optional[str] = opt.commitlog_dirs(),
+    broker_config: Optional[Path] = opt.broker_config(),
 ):
     """Get every intact message off a damaged store, past any damage, with a map of what is
     lost. Read-only."""
@@ -285,7 +306,8 @@ def salvage_command(
 
     _check_version(broker_version)
     body_mode = opt.body_mode(body, "base64")
-    store = opt.open_store(store_path, commitlog_file_size)
+    store = opt.open_store(store_path, commitlog_file_size,
+                           commitlog_dirs=commitlog_dirs, broker_config=broker_config)
     if map_path is not None:
         check_output_outside(store, map_path)
     positions = None
@@ -348,6 +370,8 @@ def export_command(
     no_unwrap: bool = opt.no_unwrap(),
     broker_version: str = opt.broker_version(),
     commitlog_file_size: Optional[int] = opt.commitlog_file_size(),
+    commitlog_dirs: Optional[str] = opt.commitlog_dirs(),
+    broker_config: Optional[Path] = opt.broker_config(),
 ):
     """Export every intact message for replay (JSON lines), delayed, timer and transaction-half
     messages marked with their real topic. Read-only."""
@@ -359,7 +383,8 @@ def export_command(
                           f"{output_format!r}")
     _check_version(broker_version)
     body_mode = opt.body_mode(body, "base64")
-    store = opt.open_store(store_path, commitlog_file_size)
+    store = opt.open_store(store_path, commitlog_file_size,
+                           commitlog_dirs=commitlog_dirs, broker_config=broker_config)
     since_ms = parse_time(since) if since is not None else None
     until_ms = parse_time(until) if until is not None else None
     positions = None

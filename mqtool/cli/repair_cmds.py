@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
@@ -141,10 +141,14 @@ def _finish(result: RepairResult, command: str, json_output: bool) -> None:
 
 
 def _run(command: str, store: Path, *, dry_run: bool, json_output: bool, backup_dir, out,
-         broker_version: str, **options) -> None:
+         broker_version: str, commitlog_dirs: Optional[str] = None,
+         broker_config: Optional[Path] = None, **options) -> None:
     from .. import repair
+    from ..brokerconf import resolve_commitlog_dirs
 
     opt.check_broker_version(broker_version)
+    repair.refuse_commitlog_dirs(store, command,
+                                 resolve_commitlog_dirs(commitlog_dirs, broker_config))
     if dry_run and out is not None:
         fail("--dry-run and --out do not go together")
     result = repair.run_repair(command, store, dry_run=dry_run, backup_dir=backup_dir, out=out,
@@ -196,11 +200,15 @@ def recover_cmd(
     json_output: bool = opt.json_output(),
     backup_dir: Path = opt.backup_dir(),
     out: Path = opt.out_dir(),
+    commitlog_dirs: Optional[str] = opt.commitlog_dirs(opt.COMMITLOG_DIRS_HELP
+                                                       + opt.REPAIR_DIRS_NOTE),
+    broker_config: Optional[Path] = opt.broker_config(opt.BROKER_CONFIG_HELP
+                                                      + opt.REPAIR_DIRS_NOTE),
 ):
     opt.check_mode(mode)
     if consumer_offsets not in ("keep", "clamp"):
         fail(f"--consumer-offsets {consumer_offsets!r}: choose keep or clamp")
-    _run("recover", store, dry_run=dry_run, json_output=json_output, backup_dir=backup_dir,
+    _run("recover", store, commitlog_dirs=commitlog_dirs, broker_config=broker_config, dry_run=dry_run, json_output=json_output, backup_dir=backup_dir,
          out=out, mode=mode, broker_version=broker_version,
          check_crc=not no_check_crc, message_index_safe=message_index_safe,
          force_verify_prop_crc=force_verify_prop_crc, reindex_all=reindex_all,
@@ -228,8 +236,12 @@ def truncate_cmd(
     json_output: bool = opt.json_output(),
     backup_dir: Path = opt.backup_dir(),
     out: Path = opt.out_dir(),
+    commitlog_dirs: Optional[str] = opt.commitlog_dirs(opt.COMMITLOG_DIRS_HELP
+                                                       + opt.REPAIR_DIRS_NOTE),
+    broker_config: Optional[Path] = opt.broker_config(opt.BROKER_CONFIG_HELP
+                                                      + opt.REPAIR_DIRS_NOTE),
 ):
-    _run("truncate", store, dry_run=dry_run, json_output=json_output, backup_dir=backup_dir,
+    _run("truncate", store, commitlog_dirs=commitlog_dirs, broker_config=broker_config, dry_run=dry_run, json_output=json_output, backup_dir=backup_dir,
          out=out, to=to, broker_version=broker_version)
 
 
@@ -252,8 +264,12 @@ def rebuild_queues_cmd(
     json_output: bool = opt.json_output(),
     backup_dir: Path = opt.backup_dir(),
     out: Path = opt.out_dir(),
+    commitlog_dirs: Optional[str] = opt.commitlog_dirs(opt.COMMITLOG_DIRS_HELP
+                                                       + opt.REPAIR_DIRS_NOTE),
+    broker_config: Optional[Path] = opt.broker_config(opt.BROKER_CONFIG_HELP
+                                                      + opt.REPAIR_DIRS_NOTE),
 ):
-    _run("rebuild-queues", store, dry_run=dry_run, json_output=json_output,
+    _run("rebuild-queues", store, commitlog_dirs=commitlog_dirs, broker_config=broker_config, dry_run=dry_run, json_output=json_output,
          backup_dir=backup_dir, out=out, topic=topic, queue_id=queue, cq_units=cq_units,
          broker_version=broker_version, workers=workers)
 
@@ -276,8 +292,12 @@ def rebuild_index_cmd(
     json_output: bool = opt.json_output(),
     backup_dir: Path = opt.backup_dir(),
     out: Path = opt.out_dir(),
+    commitlog_dirs: Optional[str] = opt.commitlog_dirs(opt.COMMITLOG_DIRS_HELP
+                                                       + opt.REPAIR_DIRS_NOTE),
+    broker_config: Optional[Path] = opt.broker_config(opt.BROKER_CONFIG_HELP
+                                                      + opt.REPAIR_DIRS_NOTE),
 ):
-    _run("rebuild-index", store, dry_run=dry_run, json_output=json_output,
+    _run("rebuild-index", store, commitlog_dirs=commitlog_dirs, broker_config=broker_config, dry_run=dry_run, json_output=json_output,
          backup_dir=backup_dir, out=out, slots=slots, entries=entries,
          broker_version=broker_version, workers=workers)
 

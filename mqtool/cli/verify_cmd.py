@@ -6,7 +6,7 @@ import collections
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
@@ -144,6 +144,8 @@ def verify(
                                 help="Exit 0 exactly when the findings (code, file, offset) match "
                                      "this file (a --json document or a list of findings)."),
     commitlog_file_size: int = opt.commitlog_file_size(min=1),
+    commitlog_dirs: Optional[str] = opt.commitlog_dirs(),
+    broker_config: Optional[Path] = opt.broker_config(),
     cq_units: int = opt.cq_units(min=1),
     index_slots: int = opt.index_slots(min=1),
     index_entries: int = opt.index_entries(min=1),
@@ -159,7 +161,8 @@ def verify(
     opt.check_broker_version(broker_version)
     opt.check_mode(mode)
     expectation = _load_expectation(expect) if expect is not None else None
-    store = opt.open_store(store_path, commitlog_file_size, cq_units, index_slots, index_entries)
+    store = opt.open_store(store_path, commitlog_file_size, cq_units, index_slots, index_entries,
+                           commitlog_dirs=commitlog_dirs, broker_config=broker_config)
     total = sum(s.length for s in store.commitlog.segments)
     with progress_bar(total, "verify") as bar:
         report = verify_store(store, quick=quick, progress=bar, broker_version=broker_version,
@@ -168,7 +171,8 @@ def verify(
     # --quick checks no CRC, so it cannot tell whether records carry a property CRC
     passport = store_passport(store, v2_records=report.summary["v2_records"],
                               prop_crc_records=None if quick
-                              else report.summary["prop_crc_records_checked"])
+                              else report.summary["prop_crc_records_checked"],
+                              max_offset=report.recovery.process_offset)
     if expectation is not None:
         try:
             missing, unexpected = compare_findings(report, expectation)

@@ -33,6 +33,7 @@ class DumpOptions:
     cq_units: int | None = None
     index_slots: int | None = None
     index_entries: int | None = None
+    commitlog_dirs: list | None = None  # a multi-path CommitLog's directories (store only)
     progress: object = None            # a tqdm-like bar fed with scanned CommitLog bytes
 
 
@@ -81,7 +82,7 @@ def dump_path(path: Path, options: DumpOptions | None = None) -> Iterator[dict]:
     if kind == "store":
         store = Store(path, commitlog_file_size=options.commitlog_file_size,
                       cq_units_per_file=options.cq_units, index_slots=options.index_slots,
-                      index_entries=options.index_entries)
+                      index_entries=options.index_entries, commitlog_dirs=options.commitlog_dirs)
         yield from iter_commitlog_records(
             store.commitlog, file_name=lambda seg: store.relative(seg.path),
             filters=options.filters, resync=options.resync, messages_only=options.messages_only,

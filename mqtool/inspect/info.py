@@ -340,7 +340,8 @@ def store_info(store: Store, *, check_crc: bool = False, progress=None) -> dict:
         "layout": "bare-commitlog" if store.is_bare_commitlog else "store",
         "geometry": _geometry(store),
         "passport": store_passport(store, v2_records=commitlog["v2_records"],
-                                   prop_crc_records=commitlog["prop_crc_records"]),
+                                   prop_crc_records=commitlog["prop_crc_records"],
+                                   max_offset=cl_end),
         "commitlog": commitlog,
         "consume_queues": {"queues": len(store.consume_queues), "files": cq_files,
                            "bytes": sum(s.length for q in store.consume_queues

@@ -1,6 +1,7 @@
 """CommitLog messages as records: bodies decompressed (bounded), truncated and encoded on request,
-:func:`message_to_dict` - the flat record ``dump``, ``query``, ``export`` and Spark share - the
-message filter, and the record stream of a CommitLog file or directory."""
+:func:`message_to_dict` - the flat record ``dump``, ``query``, ``export`` and Spark share, with a
+``system`` object for system topics and properties (:mod:`mqtool.systopics`) - the message
+filter, and the record stream of a CommitLog file or directory."""
 from __future__ import annotations
 
 import base64
@@ -17,6 +18,7 @@ from ..formats import commitlog as cl_fmt
 from ..scan import (BlankRecord, MessageRecord, Scanner, UnwrittenTail, entry_fields,
                     read_body)
 from ..store import CommitLog, MappedFile, Segment
+from ..systopics import needs_body, system_fields
 from .records import RT_BLANK, RT_CORRUPT, RT_MESSAGE, RT_UNWRITTEN
 
 
@@ -201,6 +203,9 @@ def message_to_dict(record: MessageRecord, stored_body: bytes | None = None, *,
             error = decoded.error
         else:
             body, complete, decompressed = decoded.data, decoded.complete, True
+    system = system_fields(record.topic, props, _system_body(stored, body, decompressed,
+                                                             sys_flag, record.topic, props),
+                           record.store_timestamp, record.reconsume_times)
     truncated = False
     if body is not None and max_body_bytes is not None and (len(body) > max_body_bytes
                                                             or not complete):
@@ -212,7 +217,23 @@ def message_to_dict(record: MessageRecord, stored_body: bytes | None = None, *,
     out["body_decompressed"] = decompressed
     out["body_decompress_error"] = error
     out["body_truncated"] = truncated
+    if system is not None:
+        out["system"] = system
     return out
+
+
+def _system_body(stored: bytes | None, body: bytes | None, decompressed: bool, sys_flag: int,
+                 topic: str, props: dict[str, str]) -> bytes | None:
+    """The body a consumer sees, for the system topics whose bodies are decoded (trace, pop);
+    None for the others (not read)."""
+    if not needs_body(topic, props) or stored is None:
+        return None
+    if decompressed:
+        return body
+    if sys_flag & cl_fmt.COMPRESSED_FLAG:
+        decoded = decompress_body(stored, sys_flag, 1 << 20)
+        return decoded.data if decoded.error is None and decoded.complete else stored
+    return stored
 
 
 # --- inner batches -------------------------------------------------------------------------------

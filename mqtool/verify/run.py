@@ -11,6 +11,7 @@ from ..cores import available_cores, fork_context, worker_initializer
 from ..batchcq import check_batch_consume_queues
 from ..recovery import BrokerRules, RecoveryPlan, predict_recovery, resolve_broker_version
 from ..consumers import consumer_findings, ends_over_files
+from ..controller import check_epoch_file
 from ..dledger import check_dledger
 from ..timer import check_timer_store
 from ..store import CommitLog, Store
@@ -115,7 +116,8 @@ def prepare_checks(store: Store, *, quick: bool = False, broker_version: str = "
                    not quick, rules, queues, unchecked, indexes, blind, engine,
                    frozenset(topic for topic, _ in batch_keys),
                    count_queue_ends=store.dledger is None and (
-                       mode == "abnormal" or (mode == "auto" and store.abort_exists)))
+                       mode == "abnormal" or (mode == "auto" and store.abort_exists)),
+                   extra_commitlog_dirs=tuple(str(d) for d in commitlog.extra_dirs))
     return StoreChecks(store, ctx, version, sink, deferred, queues, mode, quick,
                        force_verify_prop_crc, message_index_safe, later)
 
@@ -154,7 +156,8 @@ def merge_checks(checks: StoreChecks, results: list[_SegmentResult]) -> tuple[_S
         for key, found in r.batch_records.items():
             batch_records.setdefault(key, []).extend(o for o in found if o < plan.process_offset)
     for found in (check_batch_consume_queues(store, batch_records, plan.redispatch_from)
-                  + check_timer_store(store, plan=plan) + check_dledger(store)):
+                  + check_timer_store(store, plan=plan) + check_dledger(store)
+                  + check_epoch_file(store, plan.process_offset)):
         extra = {k: found[k] for k in ("commitlog_offset", "topic", "queue_id", "count")
                  if k in found}
         sink.add(_finding(found["code"], found["file"], found["offset"], found["message"],

@@ -31,7 +31,8 @@ class StoreWriter:
                  batch_topics: frozenset[str] = frozenset(),
                  bcq_units_per_file: int | None = None,
                  property_insertion: PropertyInsertion = PRODUCER_UNIQ_KEY_FIRST,
-                 dledger_self_id: str | None = None, dledger_term: int = 0):
+                 dledger_self_id: str | None = None, dledger_term: int = 0,
+                 commitlog_dirs: list[Path] | None = None):
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.broker_version = broker_version
@@ -40,7 +41,8 @@ class StoreWriter:
         # enableDLegerCommitLog: the records go into DLedger entries (data files as large as
         # CommitLog files, mappedFileSizeCommitLog) instead of commitlog/
         self.commitlog: CommitLogWriter | DLedgerWriter = (
-            CommitLogWriter(self.root / "commitlog", commitlog_file_size)
+            CommitLogWriter(self.root / "commitlog", commitlog_file_size,
+                            directories=commitlog_dirs)
             if dledger_self_id is None else
             DLedgerWriter(self.root / f"{dl_fmt.DLEDGER_DIR_PREFIX}{dledger_self_id}",
                           commitlog_file_size, term=dledger_term))
