@@ -531,7 +531,8 @@ class Store:
         self.is_bare_commitlog = commitlog_dir == self.root
         if not self.is_bare_commitlog and self.commitlog.dledger is None and not any(
                 (self.root / p).exists() for p in ("commitlog", "consumequeue", "index", "checkpoint",
-                                                   "batchconsumequeue")):
+                                                   "batchconsumequeue")) and not rocksdb_parts(
+                self.root):
             raise StoreLayoutError(
                 f"{root}: not a RocketMQ store (no commitlog/, consumequeue/, index/ or checkpoint)")
         self.consume_queues = self._load_queues("consumequeue", cq_fmt.CQ_STORE_UNIT_SIZE)
@@ -620,6 +621,16 @@ class Store:
     def rocksdb_cq(self) -> RocksDBPart | None:
         """The RocksDB ConsumeQueue database (pure RocksDB or a CombineConsumeQueue's), if any."""
         return next((p for p in self.rocksdb if p.kind in (ROCKSDB_CQ, COMBINE_CQ)), None)
+
+    @staticmethod
+    def queues_live_in_rocksdb(root: Path) -> bool:
+        """True when ``root`` is a store whose ConsumeQueues live only in RocksDB and which
+        holds nothing else mqtool cannot explain (RocksDB metadata under config/ aside)."""
+        parts = rocksdb_parts(root)
+        if not any(p.kind == ROCKSDB_CQ for p in parts):
+            return False
+        phrases = {p.phrase for p in parts}
+        return all(f in phrases for f in unexplained_layout(root, "rebuild-queues"))
 
     @property
     def queues_in_rocksdb(self) -> bool:
@@ -713,6 +724,12 @@ DLEDGER_AWARE_COMMANDS = ("recover", "truncate", "rebuild-index", "rebuild-queue
                           "fixture damage")
 
 
+# mutating commands that know a store whose ConsumeQueues live only in RocksDB: recover cuts the
+# CommitLog, rebuilds the index and writes the checkpoint, leaving RocksDB to the broker's start;
+# undo puts back what it changed. Neither writes into the database.
+ROCKSDB_AWARE_COMMANDS = ("recover", "undo")
+
+
 def _known_dledger_layout(root: Path) -> bool:
     folders = [p for p in root.iterdir() if p.name.startswith(dl_fmt.DLEDGER_DIR_PREFIX)]
     if len(folders) != 1 or not (folders[0] / dl_fmt.DATA_DIR).is_dir():
@@ -741,7 +758,8 @@ def unexplained_layout(root: Path, command: str | None = None) -> list[str]:
     dledger_known = command in DLEDGER_AWARE_COMMANDS and _known_dledger_layout(root)
     # mqtool never writes into a RocksDB database, nor repairs what one indexes
     rocksdb = rocksdb_parts(root)
-    findings = [part.phrase for part in rocksdb]
+    findings = [part.phrase for part in rocksdb
+                if not (part.kind == ROCKSDB_CQ and command in ROCKSDB_AWARE_COMMANDS)]
     rocksdb_dirs = {part.folder for part in rocksdb}
     entries = sorted(root.iterdir(), key=lambda p: p.name)
     for entry in entries:

@@ -242,20 +242,46 @@ ROCKS_STORES = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(ROCKS_STORES))
+@pytest.mark.parametrize("name", ["rocks-consumer-offsets", "rocks-cq-restart-crash"])
 def test_rocksdb_stores_are_refused_by_every_mutating_command(name, real_backup, unpack_shared,
                                                               tmp_path):
+    """recover and undo know a store whose queues live in RocksDB (they cut the CommitLog and
+    leave RocksDB to the broker: test_rocksdb.py); every other mutating command refuses it, and
+    every one refuses RocksDB metadata."""
     store = tmp_path / "work" / "store"
     shutil.copytree(unpack_shared(name), store, symlinks=True)
     backup = backup_of(real_backup, store, tmp_path / "backup")
-    assert_all_refused(store, backup, ROCKS_STORES[name], "bit-flip")
-    proc = run_mqtool("recover", "--dry-run", store)
-    assert "mqtool never writes into a RocksDB database" in proc.stderr
+    if name == "rocks-consumer-offsets":
+        assert_all_refused(store, backup, ROCKS_STORES[name], "bit-flip")
+        proc = run_mqtool("recover", "--dry-run", store)
+        assert "mqtool never writes into a RocksDB database" in proc.stderr
+        return
+    before = file_states(store, digest=True)
+    stats = file_states(store, digest=False)
+    for argv in [("rebuild-index", store), ("rebuild-queues", store),
+                 ("rebuild-queues", "--dry-run", store), ("truncate", store, "--to", "0"),
+                 ("rebuild-queues", store, "--topic", "TopicTest", "--out", tmp_path / "o"),
+                 ("fixture", "damage", store, "--kind", "bit-flip")]:
+        proc = run_mqtool(*argv)
+        assert proc.returncode == 2, (argv, proc.stdout, proc.stderr)
+        lines = proc.stderr.splitlines()
+        assert len(lines) == 1 and "refused" in lines[0] and ROCKS_STORES[name] in lines[0]
+        assert "mqtool never writes into a RocksDB database" in lines[0]
+        assert file_states(store, digest=False) == stats, argv
+    assert file_states(store, digest=True) == before
+
+
+def test_every_rocksdb_cq_store_is_refused_but_by_recover_and_undo(unpack_shared):
+    """The same decision for rocks-cq-crash, in process (the CLI runs on the other two)."""
+    store = unpack_shared("rocks-cq-crash")
+    for command in ("rebuild-index", "rebuild-queues", "truncate", "fixture damage"):
+        assert unexplained_layout(store, command)[0].startswith(ROCKS_STORES["rocks-cq-crash"])
+    assert unexplained_layout(store, "recover") == unexplained_layout(store, "undo") == []
 
 
 def test_recovered_rocksdb_stores_stay_refused(unpack_shared):
     for name in ("rocks-cq-crash", "rocks-cq-restart-crash"):
-        findings = unexplained_layout(unpack_shared(name, "recovered.tar.gz"), "recover")
+        findings = unexplained_layout(unpack_shared(name, "recovered.tar.gz"), "rebuild-index")
         assert findings and "a RocksDB ConsumeQueue" in findings[0]
     findings = unexplained_layout(unpack_shared("rocks-consumer-offsets", "reloaded.tar.gz"))
     assert findings and "config/consumerOffsets/ (RocksDB metadata" in findings[0]

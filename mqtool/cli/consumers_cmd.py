@@ -56,7 +56,13 @@ def _render(report) -> None:
     for name, load in report.configs["files"].items():
         out.print(f"config/{name}: {load['reason']}", markup=False, soft_wrap=True)
     for folder, what in report.configs["rocksdb"].items():
-        out.print(f"config/{folder}/: {what} (RocksDB, not read)", markup=False, soft_wrap=True)
+        read = folder == "consumerOffsets" and report.offsets_source == "consumerOffsets/"
+        out.print(f"config/{folder}/: {what} (RocksDB, " + (
+            "read through a shadow copy: these offsets)" if read else "not read)"),
+            markup=False, soft_wrap=True)
+    for note in report.notes:
+        if "RocksDB" in note:
+            out.print(f"note: {note}", markup=False, soft_wrap=True)
     out.print()
     if report.rows:
         table = Table(show_edge=False, pad_edge=False, box=None)

@@ -79,9 +79,16 @@ def make(
     body_size: str = typer.Option("1024/4096", "--body-size",
                                   help="MEAN/MAX body bytes (e.g. 1k/4k); 8% of bodies are empty."),
     ipv6: bool = typer.Option(False, "--ipv6", help="IPv6 store host and (some) born hosts."),
-    broker_version: int = typer.Option(4, "--broker-version",
-                                       help="4 (4.9.8 layout) or 5 (5.3.3: V2 records, abort "
-                                            "PID)."),
+    broker_version: str = typer.Option("4", "--broker-version",
+                                       help="4 (4.9.8 layout), 5 (5.3.3: V2 records, abort "
+                                            "PID) or 5.3.4+ (5.3.3's layout, but classic "
+                                            "batches keep each message's own properties)."),
+    classic_batch_ratio: float = typer.Option(0.0, "--classic-batch-ratio",
+                                              help="Share of sends to ordinary topics that are "
+                                                   "classic batches of 2-6 messages (a record "
+                                                   "each; up to 5.3.3 the batch's UNIQ_KEY, "
+                                                   "WAIT and CLUSTER are appended to every "
+                                                   "message)."),
     prop_crc: bool = typer.Option(False, "--prop-crc",
                                   help="5.2+ __CRC32# property on every record."),
     crash: bool = typer.Option(False, "--crash",
@@ -115,13 +122,15 @@ def make(
     from .. import forge
 
     body_mean, body_max = forge.parse_body_size(body_size)
+    version, newest = forge.parse_forge_version(broker_version)
     options = forge.ForgeOptions(
         messages=messages, seed=seed,
         topics=tuple(t.strip() for t in topics.split(",") if t.strip()), queues=queues,
         long_topic=long_topic, keys=keys, tags=tags, user_properties=user_props,
         delay_ratio=delay_ratio, transaction_ratio=transaction_ratio,
         compress_ratio=compress_ratio, body_mean=body_mean, body_max=body_max, ipv6=ipv6,
-        broker_version=broker_version, prop_crc=prop_crc, crash=crash, dledger=dledger,
+        broker_version=version, newest=newest, classic_batch_ratio=classic_batch_ratio,
+        prop_crc=prop_crc, crash=crash, dledger=dledger,
         dledger_after=dledger_after, index=index,
         commitlog_file_size=forge.parse_size(commitlog_file_size), cq_units=cq_units,
         index_slots=index_slots, index_entries=index_entries,

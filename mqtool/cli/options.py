@@ -161,8 +161,10 @@ def workers(help: str):
 
 def broker_version():
     return typer.Option("auto", "--broker-version",
-                        help=f"Recovery rules: auto, {', '.join(BROKER_VERSIONS)} (auto: 5.3.2+ "
-                             f"when the store has 5.x-only files, else 4.9).")
+                        help=f"Recovery rules: auto, {', '.join(BROKER_VERSIONS)} (auto: the store "
+                             f"passport's: 5.3.4+ where the records show the newest code's "
+                             f"classic batches, 5.3.2+ when the store has 5.x-only files, "
+                             f"else 4.9).")
 
 
 def check_broker_version(value: str) -> str:

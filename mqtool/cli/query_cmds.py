@@ -56,6 +56,9 @@ def _render_explanation(explanation: dict, console) -> None:
         console.print(f"  queryMessage({topic}) returns {len(offsets)} offset(s): "
                       f"{', '.join(map(str, offsets[:12]))}{' ...' if len(offsets) > 12 else ''}",
                       markup=False, soft_wrap=True)
+    if "transaction" in explanation:
+        console.print(f"  transaction: {explanation['transaction']['detail']}", markup=False,
+                      soft_wrap=True)
     if not explanation["reasons"]:
         console.print("  no difference: the broker finds the same messages", markup=False)
     for reason in explanation["reasons"]:
@@ -287,6 +290,11 @@ def salvage_command(
     include_damaged: bool = typer.Option(False, "--include-damaged", help="Also write records "
                                          "that decode but fail a check (body CRC, offset), "
                                          "marked with 'damage'."),
+    open_transactions: bool = typer.Option(False, "--open-transactions", help="Only the "
+                                           "transactions the store shows neither committed nor "
+                                           "rolled back: the newest half copy of each, with its "
+                                           "real topic and what the next check does (see mqtool "
+                                           "transactions)."),
     unconsumed_by: Optional[str] = typer.Option(None, "--unconsumed-by", metavar="GROUP",
                                                 help="Write only the messages GROUP has not "
                                                      "consumed (at or after its committed "
@@ -358,6 +366,11 @@ def export_command(
     pending_timers: bool = typer.Option(False, "--pending-timers", help="Only the 5.x timer "
                                         "messages still pending in the timer wheel (see mqtool "
                                         "timers), each with its due time, for replay elsewhere."),
+    open_transactions: bool = typer.Option(False, "--open-transactions", help="Only the "
+                                           "transactions the store shows neither committed nor "
+                                           "rolled back: the newest half copy of each, with its "
+                                           "real topic and what the next check does (see mqtool "
+                                           "transactions)."),
     unconsumed_by: Optional[str] = typer.Option(None, "--unconsumed-by", metavar="GROUP",
                                                 help="Only the messages at or after GROUP's "
                                                      "committed offset in each of its queues "
@@ -397,7 +410,8 @@ def export_command(
                                 until=until_ms, live_only=live_only, body_mode=body_mode,
                                 decompress=not no_decompress, unwrap=not no_unwrap,
                                 broker_version=broker_version, pending_timers=pending_timers,
-                                progress=bar, unconsumed=positions)
+                                open_transactions=open_transactions, progress=bar,
+                                unconsumed=positions)
     kinds = ", ".join(f"{n} {k}" for k, n in sorted(stats.by_kind.items())) or "none"
     sys.stderr.write(f"mqtool: exported {stats.exported} message(s) ({kinds})\n")
     if stats.damaged_skipped:

@@ -269,9 +269,34 @@ def rebuild_queues_cmd(
     broker_config: Optional[Path] = opt.broker_config(opt.BROKER_CONFIG_HELP
                                                       + opt.REPAIR_DIRS_NOTE),
 ):
-    _run("rebuild-queues", store, commitlog_dirs=commitlog_dirs, broker_config=broker_config, dry_run=dry_run, json_output=json_output,
+    if out is not None and not dry_run and topic is None and queue is None and \
+            commitlog_dirs is None and broker_config is None:
+        from ..store import Store
+        if Store.queues_live_in_rocksdb(store):
+            _export_rocksdb(store, out, cq_units, json_output)
+            return
+    _run("rebuild-queues", store, commitlog_dirs=commitlog_dirs, broker_config=broker_config,
+         dry_run=dry_run, json_output=json_output,
          backup_dir=backup_dir, out=out, topic=topic, queue_id=queue, cq_units=cq_units,
          broker_version=broker_version, workers=workers)
+
+
+def _export_rocksdb(store: Path, out: Path, cq_units: int | None, json_output: bool) -> None:
+    """rebuild-queues --out on a store whose ConsumeQueues live in RocksDB: the units its next
+    start leaves, as file ConsumeQueues in OUT; the store is only read."""
+    from ..rocksdb_recovery import export_file_queues
+    from ..store import Store
+
+    result = export_file_queues(Store(store), out, units_per_file=cq_units)
+    if json_output:
+        emit_json_document(result)
+        return
+    sys.stderr.write(
+        f"mqtool: rebuild-queues: {result['units']:,} units of {result['queues']} queues "
+        f"written as file ConsumeQueues ({result['units_per_file']:,} units per file) to "
+        f"{result['out']}: the RocksDB ConsumeQueue as the broker's next start leaves it "
+        f"(processOffset {result['process_offset']:,}, {result['redispatched_units']:,} units "
+        f"dispatched again from {result['start_file']}); the store was not changed\n")
 
 
 @commands.command("rebuild-index", help=(

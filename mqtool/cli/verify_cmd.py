@@ -107,6 +107,15 @@ def _render_plan(out, report: VerifyReport) -> None:
                      f"kept entries pointing at or past processOffset: {plan.index_entries_stale:,}")
         if plan.confirm_offset is not None:
             lines.append(f"confirmOffset: {plan.confirm_offset:,}")
+        if plan.rocksdb is not None:
+            r = plan.rocksdb
+            stale = ", ".join(r["queues_with_stale_units"][:5]) or "none"
+            lines.append(f"RocksDB ConsumeQueue: now {r['units_now']:,} units (CQ checkpoint "
+                         f"{r['checkpoint'] if r['checkpoint'] is not None else 'absent'}); the "
+                         f"start dispatches {r['redispatched_units']:,} again and leaves "
+                         f"{r['units_after_start']:,} served, {r['stale_units_after_start']:,} "
+                         f"stale (queues: {stale}), CQ checkpoint "
+                         f"{r['cq_checkpoint_after_start']:,}")
     for note in plan.notes:
         lines.append(f"note: {note}")
     for line in lines:
@@ -172,6 +181,8 @@ def verify(
     passport = store_passport(store, v2_records=report.summary["v2_records"],
                               prop_crc_records=None if quick
                               else report.summary["prop_crc_records_checked"],
+                              own_property_batch_records=report.summary[
+                                  "own_property_batch_records"],
                               max_offset=report.recovery.process_offset)
     if expectation is not None:
         try:

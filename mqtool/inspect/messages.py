@@ -15,6 +15,7 @@ from ..errors import MqtoolError
 from ..formats import codecs
 from ..innerbatch import OpenedBatch, is_inner_batch, open_record
 from ..formats import commitlog as cl_fmt
+from ..formats import transaction as tx_fmt
 from ..scan import (BlankRecord, MessageRecord, Scanner, UnwrittenTail, entry_fields,
                     read_body)
 from ..store import CommitLog, MappedFile, Segment
@@ -217,6 +218,10 @@ def message_to_dict(record: MessageRecord, stored_body: bytes | None = None, *,
     out["body_decompressed"] = decompressed
     out["body_decompress_error"] = error
     out["body_truncated"] = truncated
+    txn = transaction_decoded(record.topic, props, stored)
+    if txn is not None:   # a transaction record: its own fields, then any origin/priority
+        system = txn if system is None else {
+            **txn, **{k: v for k, v in system.items() if k != "kind"}}
     if system is not None:
         out["system"] = system
     return out
@@ -234,6 +239,23 @@ def _system_body(stored: bytes | None, body: bytes | None, decompressed: bool, s
         decoded = decompress_body(stored, sys_flag, 1 << 20)
         return decoded.data if decoded.error is None and decoded.complete else stored
     return stored
+
+
+def transaction_decoded(topic: str, props: dict, stored: bytes | None) -> dict | None:
+    """What a transaction system record says, decoded: an op message's body as the half-queue
+    offsets it ends (and the items that are no number), a half message's real topic and queue,
+    producer group, transaction id and check times; None for other topics."""
+    if topic == tx_fmt.TRANS_OP_HALF_TOPIC:
+        offsets, bad = tx_fmt.decode_op_body(stored)
+        return {"kind": "transaction-op", "half_offsets": offsets, "bad_items": bad,
+                "ends_half_messages": props.get("TAGS") == tx_fmt.REMOVE_TAG}
+    if topic == tx_fmt.TRANS_HALF_TOPIC:
+        return {"kind": "transaction-half", "real_topic": props.get(tx_fmt.PROP_REAL_TOPIC),
+                "real_queue_id": tx_fmt.java_int(props.get(tx_fmt.PROP_REAL_QID)),
+                "producer_group": props.get(tx_fmt.PROP_PRODUCER_GROUP),
+                "transaction_id": props.get(tx_fmt.PROP_TRANSACTION_ID),
+                "check_times": tx_fmt.java_int(props.get(tx_fmt.PROP_CHECK_TIMES))}
+    return None
 
 
 # --- inner batches -------------------------------------------------------------------------------

@@ -87,6 +87,7 @@ class _SegmentResult:
     bytes: int = 0
     v2_records: int = 0             # evidence for the store passport
     prop_crc_records: int = 0       # records whose __CRC32# property was checked
+    own_property_batch_records: int = 0   # passport.own_property_batch_record: 5.3.4+ evidence
     # (topic, qid) of a BatchConsumeQueue topic -> offsets of its dispatchable records
     batch_records: dict = field(default_factory=dict)
     # consumers.QueueEnds.summary() of the records the judge accepted (batches engine only)

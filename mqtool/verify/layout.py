@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..backup import repair_leftovers
 from ..errors import ParseError
 from ..store import Store
-from ..vocabulary import ERROR, WARNING
+from ..vocabulary import ERROR, INFO, WARNING
 from .findings import _Sink, _finding
 
 
@@ -56,8 +56,8 @@ def _layout_findings(store: Store, sink: _Sink, version: str) -> None:
                           "(or fails on it)"))
     for part in store.rocksdb:
         sink.add(_finding("ROCKSDB_PRESENT", part.folder + "/", 0,
-                          f"{part.phrase}; mqtool reads no RocksDB file in place and none of "
-                          "its repairs runs on this store"))
+                          f"{part.phrase}; mqtool reads it through a shadow copy and never "
+                          "writes into it", severity=INFO))
     store_state_findings(store, sink)
 
 

@@ -228,6 +228,7 @@ def _report(store: Store, sink: _Sink, plan: RecoveryPlan, results) -> VerifyRep
         "messages_scanned": sum(r.messages for r in results),
         "v2_records": sum(r.v2_records for r in results),
         "prop_crc_records_checked": sum(r.prop_crc_records for r in results),
+        "own_property_batch_records": sum(r.own_property_batch_records for r in results),
         "commitlog_bytes": sum(r.bytes for r in results),
         "listed": len(listed),
     }

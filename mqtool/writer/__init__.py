@@ -22,7 +22,8 @@ Modules, in the order to read them:
 """
 from __future__ import annotations
 
-from .records import (Message, client_inner_message, encode_message, encode_properties,
+from .records import (APPENDED_BATCH_PROPERTIES, CLASSIC_BATCH_LAYOUTS, OWN_PROPERTIES_ONLY,
+                      Message, client_inner_message, encode_message, encode_properties,
                       host_flags, inner_batch_message, message_magic)
 from .files import (atomic_write, fsync_dir, fsync_path, index_file_name, offset_file_name,
                     output_file,
@@ -37,7 +38,7 @@ from .small_files import (broker_identity_bytes, checkpoint_bytes, dledger_check
 from .store import StoreWriter
 from .timer import TimerWriter
 
-__all__ = ["Message", "client_inner_message", "encode_message", "encode_properties",
+__all__ = ["APPENDED_BATCH_PROPERTIES", "CLASSIC_BATCH_LAYOUTS", "OWN_PROPERTIES_ONLY", "Message", "client_inner_message", "encode_message", "encode_properties",
            "host_flags", "inner_batch_message", "message_magic", "atomic_write", "output_file", "fsync_dir",
            "fsync_path", "index_file_name", "offset_file_name", "open_existing_or_zero",
            "CommitLogWriter", "DLedgerWriter", "dledger_checkpoint_bytes",
