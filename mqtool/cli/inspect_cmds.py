@@ -11,7 +11,7 @@ import typer
 
 from . import options as opt
 from .common import (Commands, emit_json, emit_json_document, error_boundary, progress_bar,
-                     stdout_console)
+                     stdout_console, warn_if_live)
 
 commands = Commands()
 
@@ -41,6 +41,8 @@ def info_command(
                            commitlog_dirs=commitlog_dirs, broker_config=broker_config)
     with progress_bar(sum(seg.length for seg in store.commitlog.segments), "scanning") as bar:
         info = lib.store_info(store, check_crc=check_crc, progress=bar)
+    for item in info["repair_leftovers"]:
+        sys.stderr.write(f"mqtool: warning: {item['code']}: {item['path']}: {item['detail']}\n")
     if json_output:
         emit_json_document(info)
     else:
@@ -129,6 +131,7 @@ def dump_command(
         cq_units=cq_units, index_slots=index_slots, index_entries=index_entries,
         commitlog_dirs=resolve_commitlog_dirs(commitlog_dirs, broker_config))
 
+    warn_if_live(path)
     counts: Counter = Counter()
     renderer = None if json_output else TableRenderer(stdout_console())
     with progress_bar(_scan_size(path), "dumping") as bar:

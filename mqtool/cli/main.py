@@ -82,9 +82,21 @@ app.add_typer(fixture_cmd.fixture_app, name="fixture")
 app.add_typer(spark_cmds.spark_app, name="spark")
 
 
+def _paths_as_bytes() -> None:
+    """A path that is not UTF-8 is printed as the bytes it is (what the user typed, what ``ls``
+    shows), not as an escape no shell understands, and never fails the output: Python's
+    ``surrogateescape`` on stdout and stderr, whatever the locale made them."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(errors="surrogateescape")
+        except (AttributeError, ValueError):
+            pass
+
+
 def run(argv: list[str] | None = None) -> None:
     """Console entry point. Usage errors become one line on stderr and exit 2, like every other
     error (click would otherwise draw a box)."""
+    _paths_as_bytes()
     try:
         code = app(args=argv, prog_name="mqtool", standalone_mode=False)
     except click_exceptions.UsageError as err:
