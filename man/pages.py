@@ -39,7 +39,18 @@ It needs no running broker.
 
 Read-only commands (info, dump, verify) never open a store file for writing and work on a
 read-only copy. Data goes to stdout (a table on a terminal, JSON with --json); messages,
-summaries and progress bars go to stderr.
+summaries and progress bars go to stderr. Every command that reads a store whose lock file a
+live process (a running broker) holds says so once, on stderr: what it reads may change under
+it.
+
+Paths are bytes: a store path or file name that is not UTF-8 works like any other. Text output
+prints it as its bytes; JSON output (and a repair's backup manifest) stays valid UTF-8 and
+writes each byte that is not UTF-8 as the escape of Python's surrogateescape (byte 0xff as
+\\udcff), so os.fsencode(json.loads(text)["store"]) gives the path's bytes back.
+
+Worker processes (verify, recover and the rebuilds use one per core) die with the mqtool
+process that started them, whatever ends it (SIGKILL included): none is left holding the
+caller's stdout and stderr.
 
 """ + _GEOMETRY,
         "examples": [
@@ -95,7 +106,9 @@ checkpoint; the passport names every RocksDB database of the store with its evid
 With --json, one JSON document with the keys root, layout, geometry, passport (family,
 claims, recovery_rules, geometry, inconsistencies, layout, and dledger for a DLedger-mode
 store), commitlog, consume_queues, topics,
-index_files, checkpoint, abort, lock and config. Offsets are CommitLog byte offsets,
+index_files, checkpoint, abort, lock, config and repair_leftovers (what an interrupted mqtool
+repair left: code REPAIR_PENDING or REPAIR_LEFTOVER, path, detail; each also a warning on
+stderr). Offsets are CommitLog byte offsets,
 times are epoch milliseconds (the table also shows UTC).""",
         "examples": [
             ("Summary of the example store:", "mqtool info fixtures/rocketmq-4.9.8/clean-small/store"),
@@ -306,6 +319,9 @@ refuse such a store.
 Store: checkpoint later than the newest message (CKPT_AHEAD) or missing (CKPT_MISSING), an
 abort file (ABORT_PRESENT: the last shutdown was abnormal), a lock held by a live process
 (LOCK_HELD), and RECOVERY_TRUNCATES when the broker's next start would drop written data.
+What an interrupted mqtool repair left: its journal (REPAIR_PENDING: the next repair command
+finishes it, undo of its backup takes it back) and stage folders or backup folders without
+manifest.json (REPAIR_LEFTOVER: the next repair or undo removes them); info lists the same.
 ROCKSDB_PRESENT (info) names each RocksDB database of a 5.2+ store (a RocksDB ConsumeQueue, a
 CombineConsumeQueue, RocksDB metadata under config/) with the files that show it. When the
 ConsumeQueues live in RocksDB (read through a shadow copy, never in place) every served unit is

@@ -9,8 +9,17 @@ byte that will change or go away is first copied into STORE/.mqtool-backup/<UTC 
 (or --backup-dir) with a manifest, the path is printed, and files are rewritten through a temp
 file, fsync and rename, with an fsync of the directory. mqtool undo BACKUP restores the store
 byte for byte. Running the command again changes nothing; a run that was killed is finished by
-the next one. --out DIR writes a repaired copy and leaves STORE untouched. The commands never
-prompt: runbooks and CI script them, and --dry-run is how one looks first.
+the next one, and one killed after its changes but before its report is reported by the next
+(its loss report is kept in the backup's manifest; mqtool undo --list shows it). Stage folders
+and backup folders without manifest.json that a run killed early leaves behind (info and verify
+report them as REPAIR_LEFTOVER) are removed by the next repair or undo. --out DIR writes a
+repaired copy and leaves STORE untouched: the copy is built under a hidden name beside DIR and
+renamed to DIR once complete (a failure leaves nothing; what a killed run left is removed
+by the next run to DIR), its files owned by the user running
+mqtool with the modes the umask gives, so a read-only evidence store can be repaired into a
+copy by any user. A store path that is not UTF-8 works like any other; JSON output writes its
+odd bytes as \\udcXX escapes (see mqtool(1)). The commands never prompt: runbooks and CI
+script them, and --dry-run is how one looks first.
 
 A store holding what they cannot explain is refused (exit 2, one line naming it, nothing
 changed), --dry-run included: a RocksDB database of a 5.2+ broker (a RocksDB ConsumeQueue in
@@ -19,6 +28,7 @@ config/consumerOffsets/), a DLedger layout the command does not know, compaction
 an unknown folder holding data, or the folder above a store. mqtool never writes into a RocksDB
 database; recover and undo know a store whose ConsumeQueues live in RocksDB (see
 mqtool-recover(1)), rebuild-queues --out exports its queues as files."""
+
 
 _REPAIR_EXIT = """\
 0 nothing to do, or repaired without losing data.
@@ -149,10 +159,19 @@ choose another geometry.
 Puts a store back exactly as it was before the repair that wrote BACKUP: files the repair
 created are removed, changed and deleted files are restored byte for byte (checked against the
 sha256 digests of their contents in the backup's manifest). It refuses a store in use (exit 3)
-and changes nothing when a file was modified since the repair, unless --force.""",
+and changes nothing when a file was modified since the repair, unless --force. The leftovers of
+repairs killed before they changed anything (a stage folder, a backup folder without
+manifest.json) are removed; given such a backup folder, undo removes only them.
+
+--list STORE lists the store's backups, oldest first: the repair command, its status
+(prepared, applied, undone; incomplete without a manifest), whether it lost data and what
+(the loss report kept in the manifest), and "unreported" for a repair killed after its changes
+and before its report (the next repair command reports it).""",
         "arguments": {"backup": "A backup folder printed by a repair command (given the store "
                                 "instead, undo names its newest backup)."},
-        "output": "What was restored and removed; with --json one JSON document.",
+        "output": "What was restored and removed; with --json one JSON document (keys backup, "
+                  "store, restored, removed, unchanged, conflicts, leftovers_removed; with "
+                  "--list: store and backups).",
         "exit": """\
 0 restored, or nothing left to restore (the backup was undone already).
 
@@ -162,6 +181,8 @@ backup, or files changed since the repair (without --force).
 
 3 refused: a live process holds the store's lock file.""",
         "examples": [("Undo the last repair:",
-                      "mqtool undo STORE/.mqtool-backup/20261122T031500Z")],
+                      "mqtool undo STORE/.mqtool-backup/20261122T031500Z"),
+                     ("Every backup of a store with its loss report:",
+                      "mqtool undo --list STORE")],
     },
 }

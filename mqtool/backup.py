@@ -14,6 +14,16 @@ and ``index/`` only) and neither does :class:`mqtool.store.Store` (names startin
 While the operations run, ``STORE/.mqtool-pending.json`` names the manifest. A repair killed half
 way leaves it behind; the next mutating command finishes the listed operations first (each one is
 idempotent), and ``undo`` of that backup puts every file back whether or not its operation ran.
+
+A repair killed earlier leaves a stage folder (``STORE/.mqtool-stage-<ts>/``) and perhaps a
+backup folder without ``manifest.json``: the store itself is unchanged (the journal is written
+after the manifest, and nothing is changed before the journal). :func:`repair_leftovers` names
+them (``info`` and ``verify`` report them), the next repair or ``undo`` removes them.
+
+The manifest keeps the repair's loss report (``data_loss``, ``lost``, ``summary``); the command
+line marks a backup ``reported`` (an empty file beside the manifest) once it has printed that
+report, so a repair killed between its last change and its report is reported by the next run
+(:func:`unreported_backup`) and ``undo --list`` shows it.
 """
 from __future__ import annotations
 
@@ -27,12 +37,14 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import jsontext
 from .errors import MqtoolError, StoreLayoutError
 from .formats import dledger as dl_fmt
 from .store import data_extents, store_below
 from .writer import fsync_dir, fsync_path
 
 MANIFEST = "manifest.json"
+REPORTED = "reported"
 MANIFEST_FORMAT = "mqtool-backup/1"
 PENDING = ".mqtool-pending.json"
 BACKUP_DIR = ".mqtool-backup"
@@ -247,7 +259,8 @@ def write_json_atomically(path: Path, document) -> None:
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(document, fh, ensure_ascii=False, indent=1)
+        # paths that are not UTF-8 are kept reversibly (mqtool.jsontext)
+        fh.write(jsontext.dumps(document, indent=1))
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
@@ -452,6 +465,110 @@ def load_manifest(backup_dir: Path) -> dict:
     return manifest
 
 
+# --- what interrupted repairs leave behind ---------------------------------------------------------
+
+def _pending_stage(store_root: Path) -> str | None:
+    try:
+        pending = read_pending(store_root)
+        return None if pending is None else \
+            load_manifest(Path(pending["manifest"]).parent).get("stage")
+    except (BackupError, KeyError, TypeError):
+        return None
+
+
+def repair_leftovers(store_root: Path) -> list[dict]:
+    """What interrupted repairs left in a store, each ``{"kind", "path", "detail"}`` with kind
+    ``pending`` (a repair stopped half-way: the next repair finishes it, undo of its backup takes
+    it back), ``stage`` or ``backup`` (a stage folder, a backup folder without manifest: left by
+    a repair killed before it changed anything; the next repair or undo removes them)."""
+    root = Path(store_root)
+    found = []
+    try:
+        pending = read_pending(root)
+    except BackupError as err:
+        found.append({"kind": "pending", "path": PENDING, "detail": str(err)})
+        pending = None
+    if pending is not None:
+        found.append({"kind": "pending", "path": PENDING,
+                      "detail": f"a repair was interrupted half-way (backup "
+                                f"{Path(pending.get('manifest', '?')).parent}); the next repair "
+                                "command finishes it, undo of that backup takes it back"})
+    keep = _pending_stage(root)
+    keep = Path(keep).resolve() if keep else None
+    for path in sorted(root.glob(STAGE_PREFIX + "*")):
+        if path.is_dir() and path.resolve() != keep:
+            found.append({"kind": "stage", "path": path.name,
+                          "detail": "stage folder of a repair killed before it changed the store; "
+                                    "the next repair or undo removes it"})
+    for path in sorted((root / BACKUP_DIR).glob("*")):
+        if path.is_dir() and not (path / MANIFEST).exists():
+            found.append({"kind": "backup", "path": f"{BACKUP_DIR}/{path.name}",
+                          "detail": "backup folder without manifest.json, of a repair killed "
+                                    "while it was saving (the store was not changed); the next "
+                                    "repair or undo removes it"})
+    return found
+
+
+def remove_leftovers(store_root: Path) -> list[str]:
+    """Remove the stage folders and manifest-less backup folders :func:`repair_leftovers` names
+    (never the pending repair's own stage); returns what was removed, relative to the store."""
+    removed = []
+    for item in repair_leftovers(store_root):
+        if item["kind"] in ("stage", "backup"):
+            shutil.rmtree(Path(store_root) / item["path"], ignore_errors=True)
+            removed.append(item["path"])
+    return removed
+
+
+def mark_reported(backup_dir: Path) -> None:
+    """Note that the report of the repair that made ``backup_dir`` reached its caller."""
+    try:
+        (Path(backup_dir) / REPORTED).touch()
+    except OSError:
+        pass
+
+
+def unreported_backup(store_root: Path) -> dict | None:
+    """The manifest of the newest backup in the store's backup folder when its repair applied
+    every change but was killed before it reported (``backup_dir`` added), else None."""
+    newest = newest_backup(store_root)
+    if newest is None or (newest / REPORTED).exists():
+        return None
+    try:
+        manifest = load_manifest(newest)
+    except BackupError:
+        return None
+    if manifest.get("status") != "applied":
+        return None
+    manifest["backup_dir"] = str(newest)
+    return manifest
+
+
+def list_backups(store_root: Path) -> list[dict]:
+    """Every folder in the store's backup folder, oldest first: its repair, status (prepared,
+    applied, undone; incomplete without manifest), loss report and whether it was reported."""
+    out = []
+    for path in sorted((Path(store_root) / BACKUP_DIR).glob("*")):
+        if not path.is_dir():
+            continue
+        entry = {"backup": str(path), "name": path.name}
+        try:
+            manifest = load_manifest(path)
+        except BackupError:
+            entry.update(status="incomplete", command=None, data_loss=None, lost=[],
+                         summary=None, reported=False)
+            out.append(entry)
+            continue
+        entry.update(status=manifest.get("status"), command=manifest.get("command"),
+                     argv=manifest.get("argv"), created=manifest.get("created"),
+                     applied=manifest.get("applied"), undone=manifest.get("undone"),
+                     data_loss=manifest.get("data_loss"), lost=manifest.get("lost", []),
+                     summary=manifest.get("summary"),
+                     reported=(path / REPORTED).exists())
+        out.append(entry)
+    return out
+
+
 # --- undo ----------------------------------------------------------------------------------------
 
 @dataclass
@@ -463,11 +580,12 @@ class UndoReport:
     unchanged: list[str] = field(default_factory=list)
     conflicts: list[str] = field(default_factory=list)
     dry_run: bool = False
+    leftovers: list[str] = field(default_factory=list)   # of interrupted repairs, removed
 
     def to_dict(self) -> dict:
         return {"backup": self.backup, "store": self.store, "dry_run": self.dry_run,
                 "restored": self.restored, "removed": self.removed, "unchanged": self.unchanged,
-                "conflicts": self.conflicts}
+                "conflicts": self.conflicts, "leftovers_removed": self.leftovers}
 
 
 def _current_state(store_root: Path, op: dict) -> str:
@@ -512,12 +630,35 @@ def undo_backup(backup_dir: Path, *, force: bool = False, dry_run: bool = False,
     backup_dir = Path(backup_dir).absolute()
     if backup_dir.is_file() and backup_dir.name == MANIFEST:
         backup_dir = backup_dir.parent
+    if _is_incomplete_backup(backup_dir):
+        # a repair killed while it was saving: it changed nothing, only its leftovers go
+        store_root = backup_dir.parent.parent
+        report = UndoReport(str(backup_dir), str(store_root), dry_run=dry_run)
+        with (guard(store_root) if guard is not None else contextlib.nullcontext()):
+            report.leftovers = [item["path"] for item in repair_leftovers(store_root)
+                                if item["kind"] != "pending"]
+            if not dry_run:
+                remove_leftovers(store_root)
+        return report
     manifest = load_manifest(backup_dir)
     store_root = Path(manifest["store"])
     if not store_root.is_dir():
         raise StoreLayoutError(f"{store_root}: the store this backup belongs to is gone")
     with (guard(store_root) if guard is not None else contextlib.nullcontext()):
         return _undo(backup_dir, manifest, store_root, force=force, dry_run=dry_run)
+
+
+def _is_incomplete_backup(backup_dir: Path) -> bool:
+    """A folder of a store's default backup folder without a manifest that no journal names."""
+    if not backup_dir.is_dir() or (backup_dir / MANIFEST).exists() \
+            or backup_dir.parent.name != BACKUP_DIR:
+        return False
+    store_root = backup_dir.parent.parent
+    try:
+        pending = read_pending(store_root)
+    except BackupError:
+        return False
+    return pending is None or Path(pending["manifest"]).parent.resolve() != backup_dir.resolve()
 
 
 def _check_room(backup_dir: Path, manifest: dict) -> None:
@@ -607,6 +748,7 @@ def _undo(backup_dir: Path, manifest: dict, store_root: Path, *, force: bool,
         if stage and Path(stage).is_dir():
             shutil.rmtree(stage, ignore_errors=True)
         clear_pending(store_root)
+        report.leftovers = remove_leftovers(store_root)
         manifest["status"] = "undone"
         manifest["undone"] = utc_stamp()
         write_json_atomically(backup_dir / MANIFEST, manifest)
@@ -619,4 +761,5 @@ __all__ = ["BackupError", "UndoReport", "undo_backup", "load_manifest", "read_pe
            "write_pending", "clear_pending", "save_range", "restore_file", "sha256_file",
            "write_json_atomically", "utc_stamp", "in_place_digests", "content_digest",
            "in_place_content_digests", "save_changes", "restore_changes", "DIGEST_FORMAT",
-           "MANIFEST", "PENDING", "BACKUP_DIR", "STAGE_PREFIX"]
+           "MANIFEST", "PENDING", "BACKUP_DIR", "STAGE_PREFIX", "REPORTED", "repair_leftovers",
+           "remove_leftovers", "mark_reported", "unreported_backup", "list_backups"]

@@ -179,8 +179,20 @@ def java_hashes(data: np.ndarray, starts: np.ndarray, ends: np.ndarray,
     Strings are right-aligned in a matrix per width class (leading zero units add nothing to
     the polynomial sum(u_i * 31^(n-1-i)) mod 2^32), multiplied by the powers of 31 and summed;
     non-ASCII strings are decoded from UTF-8 to UTF-16 units and summed the same way."""
-    starts = np.asarray(starts, dtype=np.int64)
-    ends = np.asarray(ends, dtype=np.int64)
+    starts = np.ascontiguousarray(starts, dtype=np.int64)
+    ends = np.ascontiguousarray(ends, dtype=np.int64)
+    from .scan.native import core        # the scanner's choice of path (imports this module)
+    if core is not None and data.dtype == np.uint8 and data.flags.c_contiguous:
+        # the same contract, one string at a time in Rust: exact False only where the bytes
+        # are not well-formed 1- to 3-byte UTF-8
+        return core.java_hashes(data, starts, ends, None if prefix is None else
+                                np.ascontiguousarray(prefix, dtype=np.uint32))
+    return _java_hashes_numpy(data, starts, ends, prefix)
+
+
+def _java_hashes_numpy(data: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                       prefix: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`java_hashes` with numpy: the reference the native core is held to."""
     lengths = ends - starts
     hashes = np.zeros(len(starts), dtype=np.uint32)
     exact = lengths <= HASH_MAX_LENGTH
@@ -410,6 +422,16 @@ def property_values(blob: np.ndarray, begins: np.ndarray, names: tuple[str, ...]
     Separators are ASCII bytes, which UTF-8 decoding never merges into another character, so
     splitting the bytes is splitting the decoded text: a pair counts when its segment starts with
     the name and 0x01 and has a value after it; a later pair wins."""
+    from .scan.native import core        # the scanner's choice of path (imports this module)
+    if core is not None and blob.dtype == np.uint8 and blob.flags.c_contiguous:
+        patterns = [(name + codecs.NAME_VALUE_SEPARATOR).encode("utf-8") for name in names]
+        spans = core.property_values(blob, np.ascontiguousarray(begins, dtype=np.int64), patterns)
+        return dict(zip(names, spans))
+    return _property_values_numpy(blob, begins, names)
+
+
+def _property_values_numpy(blob: np.ndarray, begins: np.ndarray, names: tuple[str, ...]) -> dict:
+    """:func:`property_values` with numpy: the reference the native core is held to."""
     separators = np.flatnonzero(blob == _PROPERTY)
     seg_starts = separators + 1
     seg_ends = np.empty_like(separators)

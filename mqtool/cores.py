@@ -1,12 +1,20 @@
 """How many cores mqtool may use: the one answer every parallel step (verify's file checks,
-recover's scan, the backup's digests) sizes its workers by; and the threads that share file
-work out over them."""
+recover's scan, the backup's digests) sizes its workers by; the threads that share file
+work out over them; and the rule that no worker process outlives the process that started it."""
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import os
+import signal
 import sys
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
+
+#: prctl(2) option: the signal the kernel sends this process when its parent dies
+_PR_SET_PDEATHSIG = 1
+_WATCH_SECONDS = 0.2
 
 
 def available_cores() -> int:
@@ -26,6 +34,45 @@ def fork_context():
     if sys.platform == "linux":
         return multiprocessing.get_context("fork")
     return None
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Called first in every worker process mqtool starts (a pool's initializer, a process's
+    target): the worker never outlives ``parent_pid``, whatever ends that process (SIGKILL
+    included), so no orphan sleeps on with the caller's stdout and stderr open.
+
+    On Linux the kernel kills the worker (``prctl(PR_SET_PDEATHSIG, SIGKILL)``); a parent that
+    died between the fork and that call has already handed the worker to another parent, which
+    the ``getppid`` check right after catches. Elsewhere a thread watches ``getppid``. The
+    signal follows the *thread* that forked the worker: pools are started and closed by one
+    thread of the caller, which outlives them."""
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            armed = libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) == 0
+        except (OSError, AttributeError):
+            armed = False
+        if armed:
+            if os.getppid() != parent_pid:
+                os._exit(1)
+            return
+    if os.getppid() != parent_pid:
+        os._exit(1)
+    threading.Thread(target=_watch_parent, args=(parent_pid,), name="mqtool-parent-watch",
+                     daemon=True).start()
+
+
+def _watch_parent(parent_pid: int) -> None:
+    while os.getppid() == parent_pid:
+        time.sleep(_WATCH_SECONDS)
+    os._exit(1)
+
+
+def worker_initializer(parent_pid: int, init=None, *args) -> None:
+    """A pool initializer: :func:`die_with_parent`, then ``init(*args)``."""
+    die_with_parent(parent_pid)
+    if init is not None:
+        init(*args)
 
 
 def map_on_cores(fn, items, *, cost=None, limit: int | None = None) -> list:

@@ -19,13 +19,14 @@ is tested against; where they and the spec differ, the stores win (see the comme
 from __future__ import annotations
 
 import dataclasses
+import os
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
 from .codec import numpy_dtype
-from .cores import fork_context
+from .cores import fork_context, worker_initializer
 from .passport import store_passport
 from .queue_recovery import (QueueRecovery, QueueTruncation, queue_kinds, recover_consume_queue,
                              scan_valid_prefix, truncate_dirty_logic)
@@ -256,7 +257,9 @@ def judge_segments(segments: list[Segment], rules: BrokerRules, progress=None,
         # a spawned child could not re-import ``python -m mqtool``: fork only
         return {seg.base_offset: judge_segment(seg, rules, progress) for seg in segments}
     verdicts = {}
-    with ProcessPoolExecutor(count, mp_context=context) as pool:
+    # the workers die with this process, whatever kills it (no orphan holds the caller's pipes)
+    with ProcessPoolExecutor(count, mp_context=context, initializer=worker_initializer,
+                             initargs=(os.getpid(),)) as pool:
         for seg, verdict in zip(segments, pool.map(_judge_alone,
                                                    [(seg, rules) for seg in segments])):
             verdicts[seg.base_offset] = verdict

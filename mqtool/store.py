@@ -504,6 +504,22 @@ def lock_holder(path: Path) -> bool:
         os.close(fd)
 
 
+_STORE_MARKS = ("commitlog", "consumequeue", "checkpoint", "index")
+
+
+def live_lock_of(path: Path) -> Path | None:
+    """The lock file of the store ``path`` belongs to (a store root, a bare CommitLog directory,
+    a file inside a store) when a live process holds it, else None. The store is the nearest
+    folder at or above ``path`` holding ``lock`` beside its data."""
+    path = Path(path).absolute()
+    folders = ([path] if path.is_dir() else []) + list(path.parents)[:4]
+    for folder in folders:
+        lock = folder / "lock"
+        if lock.is_file() and any((folder / name).exists() for name in _STORE_MARKS):
+            return lock if lock_holder(lock) else None
+    return None
+
+
 class Store:
     """A RocketMQ store root (or the parts of one that exist)."""
 

@@ -67,6 +67,12 @@ CODES: dict[str, tuple[str, str]] = {
     "CKPT_MISSING": (WARNING, "the checkpoint file is missing or unreadable"),
     "ABORT_PRESENT": (WARNING, "the abort file exists: the last shutdown was abnormal"),
     "LOCK_HELD": (WARNING, "a live process holds the store's lock file"),
+    "REPAIR_PENDING": (WARNING, "an mqtool repair was interrupted half-way (.mqtool-pending.json): "
+                                "the next repair command finishes it, undo of its backup takes "
+                                "it back"),
+    "REPAIR_LEFTOVER": (WARNING, "a stage folder or a backup folder without manifest.json left by "
+                                 "an mqtool repair killed before it changed the store: the next "
+                                 "repair or undo removes it"),
     "RECOVERY_TRUNCATES": (ERROR, "the broker's next start would drop written data"),
     "BCQ_DANGLING": (ERROR, "a BatchConsumeQueue unit points where no record starts"),
     "BCQ_MISMATCH": (ERROR, "a BatchConsumeQueue unit disagrees with its record"),

@@ -1,6 +1,7 @@
 """Shared test plumbing: where the reference stores are, and how to run the real CLI."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import gzip
 import json
@@ -111,6 +112,53 @@ def v5_timer_crash_unpacked(unpack_shared) -> Path:
     holding ``store/`` and ``recovered/`` (shared by tests: copy before changing anything)."""
     unpack_shared("v5-timer-crash", "store.tar.gz")
     return unpack_shared("v5-timer-crash", "recovered.tar.gz").parent
+
+
+# --- both record walks: the native core and the numpy path ----------------------------------------
+
+WALK_PATHS = ("native", "numpy")
+
+
+def available_walks() -> list[str]:
+    """The record walks this install has (the numpy path always)."""
+    from mqtool.scan import native
+    return [p for p in WALK_PATHS if p == "numpy" or native.core is not None]
+
+
+@contextlib.contextmanager
+def use_walk(path: str):
+    """Runs the block (in this process) on one record walk."""
+    from mqtool.scan import native
+    saved = native.core
+    if path == "numpy":
+        native.core = None
+    try:
+        yield
+    finally:
+        native.core = saved
+
+
+@pytest.fixture(scope="module", params=WALK_PATHS)
+def walk_path(request):
+    """Runs a test once on each record walk: the native core (mqtool._native) and the numpy path
+    (also in the mqtool processes the test starts, through MQTOOL_NATIVE=0). Conformance tests
+    that reach the scanner's batches use it (``@pytest.mark.usefixtures("walk_path")``); module
+    scope keeps hypothesis' function-scoped-fixture check quiet and each path's tests together."""
+    from mqtool.scan import native
+    saved_core, saved_env = native.core, os.environ.get("MQTOOL_NATIVE")
+    if request.param == "native" and native.core is None:
+        pytest.skip(f"no native core ({native.reason})")
+    if request.param == "numpy":
+        native.core = None
+        os.environ["MQTOOL_NATIVE"] = "0"
+    try:
+        yield request.param
+    finally:
+        native.core = saved_core
+        if saved_env is None:
+            os.environ.pop("MQTOOL_NATIVE", None)
+        else:
+            os.environ["MQTOOL_NATIVE"] = saved_env
 
 
 @pytest.fixture(scope="module")

@@ -182,6 +182,7 @@ store_contents = st.lists(st.one_of(st.binary(max_size=300), mutated(REAL_RECORD
                           min_size=len(STORE_FILES), max_size=len(STORE_FILES))
 
 
+@pytest.mark.usefixtures("walk_path")
 @FUZZ
 @given(store_contents)
 def test_store_of_random_files(random_files_root, contents):
@@ -232,6 +233,7 @@ def test_store_refuses_missing_and_non_store(tmp_path):
         Store(tmp_path)
 
 
+@pytest.mark.usefixtures("walk_path")
 @FUZZ
 @given(st.lists(st.binary(max_size=400), min_size=1, max_size=3), st.integers(-5, 3000))
 def test_message_at_on_random_segments(random_files_root, contents, offset):

@@ -115,6 +115,7 @@ def test_uniq_key_against_out_of_range_store_times(now_ms):
     assert isinstance(uniq_key_windows(UNIQ_KEY, min(now_ms, 0), now_ms), list)
 
 
+@pytest.mark.usefixtures("walk_path")
 def test_a_commitlog_file_name_past_int64(store):
     commitlog = store / "commitlog"
     last = sorted(commitlog.iterdir())[-1]
@@ -136,6 +137,7 @@ def _run_limited(*args):
     return proc
 
 
+@pytest.mark.usefixtures("walk_path")
 def test_a_2_gib_sparse_consume_queue_file(store):
     queue_dir = next(p for p in sorted((store / "consumequeue").rglob("*")) if p.is_file()).parent
     victim = sorted(queue_dir.iterdir())[0]

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from conftest import SHARED_STORES, reference_dirs
+from conftest import SHARED_STORES, available_walks, reference_dirs, use_walk
 from test_scanner import SCALE, build_record, mutated_segments, segments
 from mqtool import codec, scan
 from mqtool.formats import codecs
@@ -44,10 +44,12 @@ def batch_events(buf, base, **kw) -> list:
 
 def assert_same_scan(buf, base, **kw):
     expected = reference_events(buf, base, **kw)
-    assert batch_events(buf, base, **kw) == expected
-    # batch boundaries anywhere change nothing
-    for size in (1, 2, 3):
-        assert batch_events(buf, base, batch_records=size, **kw) == expected
+    for walk in available_walks():       # the numpy path and the native core
+        with use_walk(walk):
+            assert batch_events(buf, base, **kw) == expected, walk
+            # batch boundaries anywhere change nothing
+            for size in (1, 2, 3):
+                assert batch_events(buf, base, batch_records=size, **kw) == expected, walk
 
 
 # --- generated and damaged segments --------------------------------------------------------------
@@ -80,8 +82,10 @@ def test_hints_change_nothing(segment, data, check_crc):
     hints = np.array(true + wrong + true[:2], dtype=np.int64)
     expected = reference_events(buf, base, check_crc=check_crc, resync=True)
     for size in (1, 3, 1000):
-        assert batch_events(buf, base, check_crc=check_crc, resync=True, hints=hints,
-                            batch_records=size) == expected
+        for walk in available_walks():
+            with use_walk(walk):
+                assert batch_events(buf, base, check_crc=check_crc, resync=True, hints=hints,
+                                    batch_records=size) == expected, walk
 
 
 @settings(max_examples=100 * SCALE, **SETTINGS)

@@ -413,6 +413,7 @@ def test_body_crc_and_physical_offset_flags():
     assert scan.find_sync_point(buf, 1, len(buf), 0) == len(buf) - len(empty_body)
 
 
+@pytest.mark.usefixtures("walk_path")
 def test_split_scans_cover_the_file_exactly_once():
     buf, positions = file_of(12, 256)
     whole = [e.offset for e in scan_all(buf, 0) if isinstance(e, scan.MessageRecord)]
@@ -520,6 +521,7 @@ def test_fixed_struct_codecs_equal_declaration(name, data):
     assert packer.pack(*values) == decl.build(parsed) == raw
 
 
+@pytest.mark.usefixtures("walk_path")
 def test_message_at_and_read_body(tmp_path):
     root = tmp_path / "store"
     writer = StoreWriter(root, commitlog_file_size=8192, cq_units_per_file=10, index_slots=8,
@@ -591,6 +593,7 @@ def dump(ref: Path) -> dict:
         return json.load(fh)
 
 
+@pytest.mark.usefixtures("walk_path")
 @pytest.mark.parametrize("ref", REFS, ids=REF_IDS)
 def test_scanner_matches_broker_file_scan(ref):
     """Per file: the same messages at the same offsets as the broker's MessageDecoder, and the

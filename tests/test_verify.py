@@ -125,6 +125,7 @@ def test_broker_recovered_store_keeps_tag_hash_in_delay_queue(shared_stores):
     assert hashed and _keys(report, "warning") == hashed
 
 
+@pytest.mark.usefixtures("walk_path")
 def test_clean_small_damaged_names_the_record(shared_stores):
     ref = shared_stores / "clean-small-damaged"
     damage = _json(ref / "damage.json")
@@ -137,6 +138,7 @@ def test_clean_small_damaged_names_the_record(shared_stores):
     assert truncates.details["messages"] == 1 + damage["messagesInFileAfterDamaged"]
 
 
+@pytest.mark.usefixtures("walk_path")
 def test_v5_damaged(shared_stores):
     ref = shared_stores / "v5-damaged"
     damage = _json(ref / "damage.json")
@@ -145,6 +147,7 @@ def test_v5_damaged(shared_stores):
     assert _errors(report) == {("CL_CRC_MISMATCH", *where), ("RECOVERY_TRUNCATES", *where)}
 
 
+@pytest.mark.usefixtures("walk_path")
 def test_prop_crc_damage_is_named(shared_stores):
     ref = shared_stores / "v5-propcrc-damaged"
     damage = _json(ref / "damage.json")
@@ -175,6 +178,7 @@ def test_offset_field_mismatch(store_copy):
     assert _errors(report) == {("CL_OFFSET_MISMATCH", _cl(m), m["filePos"])}
 
 
+@pytest.mark.usefixtures("walk_path")
 def test_bad_magic_truncates(store_copy):
     m = _middle_message()
     _patch(store_copy / _cl(m), m["filePos"] + 4, b"\x12\x34\x56\x78")
@@ -186,6 +190,7 @@ def test_bad_magic_truncates(store_copy):
     assert report.recovery.messages_lost == later - 1  # the damaged record no longer decodes
 
 
+@pytest.mark.usefixtures("walk_path")
 def test_length_mismatch(store_copy):
     m = _middle_message()
     _patch(store_copy / _cl(m), m["filePos"], struct.pack(">i", m["storeSize"] + 1))
@@ -193,6 +198,7 @@ def test_length_mismatch(store_copy):
     assert ("CL_LENGTH_MISMATCH", _cl(m), m["filePos"]) in _errors(report)
 
 
+@pytest.mark.usefixtures("walk_path")
 def test_body_crc_and_quick(store_copy):
     m = _middle_message()
     body = m["filePos"] + 88  # IPv4 hosts: 84 fixed bytes, then the 4-byte body length
@@ -353,6 +359,7 @@ def test_stale_record_past_the_write_end(store_copy):
     assert report.recovery.process_offset == end and report.recovery.messages_lost == 1
 
 
+@pytest.mark.usefixtures("walk_path")
 def test_workers_give_the_same_findings(store_copy):
     m = _middle_message()
     _patch(store_copy / _cl(m), m["filePos"] + 28, struct.pack(">q", 1))
@@ -581,6 +588,7 @@ def _damage_raw(root: Path, rng: random.Random) -> None:
                        rng.choice([b" ", b"\xc3", b"\x01", b"\x02", b"z"]))
 
 
+@pytest.mark.usefixtures("walk_path")
 @pytest.mark.parametrize("seed", range(12))
 def test_engines_agree_on_damaged_copies(tmp_path, seed):
     from mqtool.forge import DAMAGE_KINDS, damage_store
@@ -621,6 +629,7 @@ def test_engines_agree_past_the_listing_caps(tmp_path, monkeypatch):
     _same_reports(root)
 
 
+@pytest.mark.usefixtures("walk_path")
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                    HealthCheck.function_scoped_fixture])
 @given(st.data())
@@ -667,6 +676,7 @@ def test_engines_agree_on_writer_stores_with_random_faults(tmp_path_factory, dat
     _same_reports(root)
 
 
+@pytest.mark.usefixtures("walk_path")
 def test_batch_engine_on_records_the_reference_decoder_made(store_copy, monkeypatch):
     """When the scanner's fast path declines everything, records come one by one from
     decode_message as one-record batches: the batch engine's results are the same."""
@@ -676,9 +686,11 @@ def test_batch_engine_on_records_the_reference_decoder_made(store_copy, monkeypa
         _damage_raw(store_copy, rng)
     expected = verify_store(Store(store_copy), engine="records").to_dict()
     monkeypatch.setattr(scan_module.batches, "_fast_batch", lambda *args, **kwargs: None)
+    monkeypatch.setattr(scan_module.batches, "_native_batch", lambda *args, **kwargs: None)
     assert verify_store(Store(store_copy)).to_dict() == expected
 
 
+@pytest.mark.usefixtures("walk_path")
 def test_damage_in_an_early_file_gives_no_false_queue_gaps(tmp_path, mqtool):
     """4.9 normal recovery starts at the third-to-last file, so a CRC error in file 0 stops only
     that file's judge: the records after it still continue their queues."""

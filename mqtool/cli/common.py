@@ -6,7 +6,6 @@ rich is imported by the helpers that print with it, not when the CLI loads.
 from __future__ import annotations
 
 import functools
-import json
 import os
 import sys
 import traceback
@@ -15,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from .. import jsontext
 from ..errors import EXIT_USAGE, MqtoolError
 
 if TYPE_CHECKING:
@@ -69,6 +69,25 @@ def stderr_console() -> Console:
     from rich.console import Console
 
     return Console(stderr=True, highlight=False, emoji=False)
+
+
+_WARNED_LIVE: set[str] = set()
+
+
+def warn_if_live(path) -> None:
+    """One line on stderr, once per store and run, when a live process (a broker) holds the lock
+    of the store a read command reads: what it reads may change under it."""
+    from ..store import live_lock_of
+
+    try:
+        lock = live_lock_of(path)
+    except OSError:
+        return
+    if lock is None or str(lock) in _WARNED_LIVE:
+        return
+    _WARNED_LIVE.add(str(lock))
+    sys.stderr.write(f"mqtool: warning: {os.fsdecode(lock.parent)}: a live process (a running "
+                     "broker?) holds the store's lock; files may change while they are read\n")
 
 
 def fail(message: str, code: int = EXIT_USAGE) -> None:
@@ -135,14 +154,14 @@ def flush_stdout() -> None:
 def emit_json(obj) -> None:
     """One JSON document or line on stdout."""
     try:
-        sys.stdout.write(json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n")
+        sys.stdout.write(jsontext.dumps(obj, separators=(",", ":")) + "\n")
     except BrokenPipeError:
         discard_stdout()
 
 
 def emit_json_document(obj) -> None:
     try:
-        sys.stdout.write(json.dumps(obj, ensure_ascii=False, indent=2) + "\n")
+        sys.stdout.write(jsontext.dumps(obj, indent=2) + "\n")
     except BrokenPipeError:
         discard_stdout()
 

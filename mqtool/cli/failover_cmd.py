@@ -9,7 +9,7 @@ import typer
 
 from ..errors import EXIT_FINDINGS
 from . import options as opt
-from .common import Commands, emit_json_document, error_boundary, stdout_console
+from .common import Commands, emit_json_document, error_boundary, stdout_console, warn_if_live
 
 commands = Commands()
 
@@ -47,6 +47,8 @@ def failover_command(
     opt.check_not_negative(limit, "--limit")
     body_mode = opt.body_mode(body, "base64")
     old, new = Store(old_store), Store(new_store)
+    warn_if_live(old_store)
+    warn_if_live(new_store)
     report = failover_report(old, new)
     if export is not None:
         from ..salvage import check_output_outside

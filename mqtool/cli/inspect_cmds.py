@@ -12,7 +12,7 @@ import typer
 from ..vocabulary import FILE_KINDS
 from . import options as opt
 from .common import (SETTINGS, Commands, emit_json, emit_json_document, error_boundary,
-                     flush_stdout, progress_bar, stdout_console)
+                     flush_stdout, progress_bar, stdout_console, warn_if_live)
 
 commands = Commands()
 
@@ -42,6 +42,8 @@ def info_command(
                            commitlog_dirs=commitlog_dirs, broker_config=broker_config)
     with progress_bar(sum(seg.length for seg in store.commitlog.segments), "scanning") as bar:
         info = lib.store_info(store, check_crc=check_crc, progress=bar)
+    for item in info["repair_leftovers"]:
+        sys.stderr.write(f"mqtool: warning: {item['code']}: {item['path']}: {item['detail']}\n")
     if json_output:
         emit_json_document(info)
     else:
@@ -137,6 +139,7 @@ def dump_command(
         cq_units=cq_units, index_slots=index_slots, index_entries=index_entries,
         commitlog_dirs=resolve_commitlog_dirs(commitlog_dirs, broker_config))
 
+    warn_if_live(path)
     counts: Counter = Counter()
     renderer = None if json_output else TableRenderer(stdout_console())
     with progress_bar(_scan_size(path), "dumping") as bar:

@@ -276,6 +276,10 @@ def render_info(info: dict, console: Console, per_queue: bool) -> None:
     if info["stray_files"]:
         console.print(f"[bold]unknown entries[/] {', '.join(info['stray_files'])}",
                       highlight=False)
+    for item in info.get("repair_leftovers", []):
+        line = Text("interrupted repair ", style="bold")
+        line.append(f"{item['code']} {item['path']}: {item['detail']}", style="yellow")
+        console.print(line, highlight=False)
 
 
 # --- dump ----------------------------------------------------------------------------------------

@@ -84,7 +84,8 @@ app = typer.Typer(
 
 def _version(value: bool):
     if value:
-        print(f"mqtool {__version__}")
+        from ..scan import native
+        print(f"mqtool {__version__} ({native.describe()})")
         raise typer.Exit(0)
 
 
@@ -95,7 +96,7 @@ def main(
                                           "when it is a terminal)."),
     debug: bool = typer.Option(False, "--debug", help="Show a traceback on errors."),
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                 help="Print the version and exit."),
+                                 help="Print the version, and whether the native core or the numpy path runs, and exit."),
 ):
     """Inspect, verify and repair RocketMQ stores offline. Read-only commands never open a store
     file for writing."""
@@ -112,10 +113,22 @@ app.add_typer(fixture_cmd.fixture_app, name="fixture")
 app.add_typer(spark_cmds.spark_app, name="spark")
 
 
+def _paths_as_bytes() -> None:
+    """A path that is not UTF-8 is printed as the bytes it is (what the user typed, what ``ls``
+    shows), not as an escape no shell understands, and never fails the output: Python's
+    ``surrogateescape`` on stdout and stderr, whatever the locale made them."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(errors="surrogateescape")
+        except (AttributeError, ValueError):
+            pass
+
+
 def run(argv: list[str] | None = None) -> None:
     """Console entry point. Usage errors become one line on stderr and exit 2, like every other
     error (click would otherwise draw a box). A reader of stdout that went away changes
     neither the status nor stderr (see common.discard_stdout)."""
+    _paths_as_bytes()
     try:
         code = app(args=argv, prog_name="mqtool", standalone_mode=False)
         flush_stdout()

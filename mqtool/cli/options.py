@@ -17,7 +17,7 @@ import typer
 
 from ..errors import MqtoolError
 from ..vocabulary import BROKER_VERSIONS, MODES
-from .common import fail
+from .common import fail, warn_if_live
 
 
 # --- the store -----------------------------------------------------------------------------------
@@ -79,11 +79,13 @@ def open_store(path: Path, commitlog_file_size=None, cq_units=None, index_slots=
                index_entries=None, *, commitlog_dirs: Optional[str] = None,
                broker_config: Optional[Path] = None):
     """The store with the geometry overrides, each checked to be positive, and the CommitLog
-    directories --commitlog-dirs / --broker-config name."""
+    directories --commitlog-dirs / --broker-config name; a store whose lock a live process
+    holds is warned about (every command opening a store here only reads it)."""
     from ..brokerconf import resolve_commitlog_dirs
     from ..store import Store
 
     check_geometry(commitlog_file_size, cq_units, index_slots, index_entries)
+    warn_if_live(path)
     store = Store(path, commitlog_file_size=commitlog_file_size, cq_units_per_file=cq_units,
                   index_slots=index_slots, index_entries=index_entries,
                   commitlog_dirs=resolve_commitlog_dirs(commitlog_dirs, broker_config))

@@ -13,8 +13,9 @@ import typer
 from ..errors import EXIT_FINDINGS, MqtoolError
 from ..vocabulary import BROKER_VERSIONS
 from . import options as opt
+from .. import jsontext
 from .common import (Commands, emit_json, emit_json_document, error_boundary, flush_stdout,
-                     progress_bar, stdout_console)
+                     progress_bar, stdout_console, warn_if_live)
 
 if TYPE_CHECKING:
     from ..store import Store
@@ -260,8 +261,10 @@ def _output(path: Path | None, store: Store):
         return
     from ..salvage import check_output_outside
 
+    from ..writer import output_file
+
     check_output_outside(store, path)
-    with open(path, "w", encoding="utf-8") as fh:
+    with output_file(path, "w", encoding="utf-8") as fh:
         yield fh
 
 
@@ -334,8 +337,10 @@ def salvage_command(
                          unconsumed=positions)
     document = report.to_dict()
     if map_path is not None:
-        with open(map_path, "w", encoding="utf-8") as fh:
-            fh.write(json.dumps(document, ensure_ascii=False, indent=2) + "\n")
+        from ..writer import output_file
+
+        with output_file(map_path, "w", encoding="utf-8") as fh:
+            fh.write(jsontext.dumps(document, indent=2) + "\n")
     elif str(out) != "-":
         emit_json_document(document)
     t = report.truncation
@@ -474,6 +479,8 @@ def diff_command(
 
     opt.check_not_negative(limit, "--limit")
     a, b = Store(store_a), Store(store_b)
+    warn_if_live(store_a)
+    warn_if_live(store_b)
     total = sum(s.length for s in a.commitlog.segments) + sum(s.length for s in
                                                               b.commitlog.segments)
     with progress_bar(total, "comparing") as bar:

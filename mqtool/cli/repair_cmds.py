@@ -101,10 +101,20 @@ def _render(result: RepairResult, command: str) -> None:
 def _finish(result: RepairResult, command: str, json_output: bool) -> None:
     for warning in result.warnings:
         sys.stderr.write(f"mqtool: warning: {warning}\n")
-    if result.resumed is not None:
+    resumed = result.resumed
+    if resumed is not None and resumed.get("unreported"):
+        loss = "with data loss" if resumed.get("data_loss") else "without data loss"
+        sys.stderr.write(f"mqtool: {command}: the last {resumed.get('command')} was stopped "
+                         f"after its changes, before it reported: it repaired {loss} (backup: "
+                         f"{resumed.get('backup_dir')})\n")
+    elif resumed is not None:
         sys.stderr.write(f"mqtool: {command}: finished an interrupted "
-                         f"{result.resumed.get('command')} first (backup: "
-                         f"{result.resumed.get('backup_dir')})\n")
+                         f"{resumed.get('command')} first (backup: "
+                         f"{resumed.get('backup_dir')})\n")
+    if resumed is not None:
+        for line in resumed.get("lost") or []:
+            sys.stderr.write(f"mqtool: {command}: lost by the last {resumed.get('command')}: "
+                             f"{line}\n")
     if json_output:
         emit_json_document(result.to_dict())
     else:
@@ -119,6 +129,14 @@ def _finish(result: RepairResult, command: str, json_output: bool) -> None:
     status = {"planned": f"dry run, nothing changed (the repair would run{loss})",
               "repaired": f"repaired{loss}"}.get(result.status, result.status)
     sys.stderr.write(f"mqtool: {command}: {status}{tail}\n")
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BrokenPipeError:
+        pass
+    from ..repair import mark_reported
+
+    mark_reported(result)
     raise typer.Exit(EXIT_FINDINGS if result.data_loss else EXIT_OK)
 
 
@@ -134,7 +152,7 @@ def _run(command: str, store: Path, *, dry_run: bool, json_output: bool, backup_
     if dry_run and out is not None:
         fail("--dry-run and --out do not go together")
     result = repair.run_repair(command, store, dry_run=dry_run, backup_dir=backup_dir, out=out,
-                               progress=_progress, argv=sys.argv[1:],
+                               progress=_progress, argv=sys.argv[1:], reported=False,
                                broker_version=broker_version, **options)
     _finish(result, command, json_output)
 
@@ -312,7 +330,11 @@ def rebuild_index_cmd(
 @commands.command("undo", help=(
     "Put a store back exactly as it was before the repair that made BACKUP: files the repair "
     "created are removed, changed and deleted files restored byte for byte. Refuses (exit 3) a "
-    "store in use, and changes nothing when a file was modified since the repair unless --force."
+    "store in use, and changes nothing when a file was modified since the repair unless --force. "
+    "Leftovers of repairs killed before they changed anything (a stage folder, a backup folder "
+    "without manifest.json) are removed; given such a backup folder, undo removes them only. "
+    "--list STORE lists the store's backups: the repair, its status and its loss report (a "
+    "repair killed before it reported shows as unreported; its next run reports it)."
     "\n\nExit status: 0 restored, or nothing left to restore (the backup was undone "
     "already); 2 not a backup (given a store, undo names its newest backup, or says it has "
     "none: nothing to undo), an unusable backup, or a conflict; 3 refused."))
@@ -320,14 +342,21 @@ def rebuild_index_cmd(
 def undo_cmd(
     backup: Path = typer.Argument(..., metavar="BACKUP",
                                   help="A backup folder printed by a repair command (given the store "
-                                       "instead, undo names its newest backup)."),
+                                       "instead, undo names its newest backup; with --list, the "
+                                       "store)."),
     force: bool = typer.Option(False, "--force",
                                help="Restore even files changed since the repair."),
+    list_backups: bool = typer.Option(False, "--list",
+                                      help="List the backups of the store BACKUP (or of the "
+                                           "store a backup folder belongs to); change nothing."),
     dry_run: bool = opt.dry_run(),
     json_output: bool = opt.json_output(),
 ):
     from ..repair import run_undo
 
+    if list_backups:
+        _list_backups(backup, json_output)
+        raise typer.Exit(EXIT_OK)
     report = run_undo(backup, force=force, dry_run=dry_run)
     if json_output:
         emit_json_document(report.to_dict())
@@ -341,7 +370,33 @@ def undo_cmd(
         if report.conflicts:
             out.print(f"conflicts (forced): {', '.join(report.conflicts)}", markup=False,
                       soft_wrap=True)
+        for path in report.leftovers:
+            out.print(f"leftover {path} (of a repair killed before it changed the store): "
+                      + ("would remove" if dry_run else "removed"), markup=False,
+                      soft_wrap=True)
     verb = "would restore" if dry_run else "restored"
     sys.stderr.write(f"mqtool: undo: {verb} {len(report.restored)} file(s), removed "
                      f"{len(report.removed)} from {report.backup}\n")
     raise typer.Exit(EXIT_OK)
+
+
+def _list_backups(path: Path, json_output: bool) -> None:
+    from ..backup import BACKUP_DIR, list_backups
+
+    store = path.parent.parent if path.parent.name == BACKUP_DIR else path
+    if not store.is_dir():
+        fail(f"{store}: no such store")
+    backups = list_backups(store)
+    if json_output:
+        emit_json_document({"store": str(store), "backups": backups})
+        return
+    out = stdout_console()
+    out.print(f"store: {store}", markup=False, soft_wrap=True)
+    for entry in backups:
+        loss = {True: "data loss", False: "no data loss", None: "-"}[entry["data_loss"]]
+        note = "" if entry["reported"] or entry["status"] != "applied" else ", unreported"
+        out.print(f"{entry['backup']}  {entry['command'] or '-'}  {entry['status']}  {loss}{note}",
+                  markup=False, soft_wrap=True)
+        for line in entry["lost"]:
+            out.print(f"  lost: {line}", markup=False, soft_wrap=True)
+    sys.stderr.write(f"mqtool: undo: {len(backups)} backup(s) of {store}\n")

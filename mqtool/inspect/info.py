@@ -7,6 +7,7 @@ from collections import Counter
 
 import numpy as np
 
+from ..backup import repair_leftovers
 from ..config import STORE_CONFIGS, read_store_configs, text_keys
 from ..errors import ParseError
 from ..formats import checkpoint as ckpt_fmt
@@ -390,4 +391,8 @@ def store_info(store: Store, *, check_crc: bool = False, progress=None) -> dict:
         "config": _config_section(store, family),
         "consumer_groups": _consumer_groups(store, family),
         "stray_files": _stray_root_entries(store),
+        # what interrupted mqtool repairs left (verify's REPAIR_PENDING / REPAIR_LEFTOVER)
+        "repair_leftovers": [] if store.is_bare_commitlog else [
+            {"code": "REPAIR_PENDING" if item["kind"] == "pending" else "REPAIR_LEFTOVER",
+             **item} for item in repair_leftovers(store.root)],
     }

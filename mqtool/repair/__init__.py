@@ -65,9 +65,10 @@ from .bookkeeping import CHECKPOINT_LONGS, EMPTY_POSITION_CHECKPOINT, POSITION_C
 from .changes import build_plan
 from .planners import (PLANNERS, plan_rebuild_index, plan_rebuild_queues, plan_recover,
                        plan_truncate, record_boundaries_ok)
-from .run import RepairResult, refuse_commitlog_dirs, run_repair, run_undo
+from .run import RepairResult, mark_reported, refuse_commitlog_dirs, run_repair, run_undo
 
 __all__ = ["RepairPlan", "FileOp", "Stage", "RepairResult", "RepairError", "run_repair", "run_undo",
+           "mark_reported",
            "plan_recover", "plan_truncate", "plan_rebuild_queues", "plan_rebuild_index",
            "apply_plan", "resume_pending", "query_index", "query_message_offsets", "dispatch",
            "iter_records", "StagedConsumeQueueWriter", "RepairIndexWriter", "KILL_ENV", "data_end",

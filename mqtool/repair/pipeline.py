@@ -16,6 +16,7 @@ before the repair starts any thread of its own."""
 from __future__ import annotations
 
 import multiprocessing
+import os
 import queue as _queue
 import traceback
 
@@ -24,6 +25,7 @@ import numpy as np
 from .. import codec as _codec
 from ..formats import codecs
 from ..formats import commitlog as cl_fmt
+from ..cores import die_with_parent
 from ..recovery import FileJudge
 from ..scan import _COLUMNS, RecordBatch, TopicTable, scan_segment_batches
 from ..store import MappedFile
@@ -137,6 +139,12 @@ def _reput_files(segments, start: int, stop: int, out, first: int, step: int) ->
         out.put(("error", traceback.format_exc()))
 
 
+def _guarded(parent_pid: int, target, *args) -> None:
+    """A worker's entry: armed to die with ``parent_pid`` before it does anything."""
+    die_with_parent(parent_pid)
+    target(*args)
+
+
 class ParallelJudgedRecords:
     """:func:`~mqtool.repair.dispatching.judged_records` with the scan in ``workers`` worker
     processes; started at construction, read through :meth:`parsed_batches`."""
@@ -154,8 +162,9 @@ class ParallelJudgedRecords:
         self._queues = [context.Queue(_QUEUE_DEPTH) for _ in range(count)]
         target, head = (_scan_files, (self.segments, rules, hints)) if reput is None \
             else (_reput_files, (self.segments, *reput))
-        self._procs = [context.Process(target=target, name=f"mqtool-scan-{i}",
-                                       args=(*head, q, i, count),
+        # each worker dies with this process, whatever kills it (no orphan holds our pipes)
+        self._procs = [context.Process(target=_guarded, name=f"mqtool-scan-{i}",
+                                       args=(os.getpid(), target, *head, q, i, count),
                                        daemon=True)
                        for i, q in enumerate(self._queues)]
         for proc in self._procs:

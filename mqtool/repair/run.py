@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import os
 import shutil
 from contextlib import contextmanager
 import tempfile
@@ -13,8 +14,8 @@ from .. import backup as bk
 from ..errors import StoreLockedError
 from ..store import Store
 from ..lock import store_lock
-from .transaction import (RepairError, RepairPlan, Stage, apply_plan, remove_stale_stages,
-                          resume_pending, sparse_copy)
+from .transaction import (RepairError, RepairPlan, Stage, _kill_point, apply_plan,
+                          remove_stale_stages, resume_pending, sparse_copy)
 from .planners import PLANNERS
 from .epoch import plan_epoch_cut
 from .heap import retained_heap
@@ -49,22 +50,63 @@ class RepairResult:
             data["resumed"] = {"backup": self.resumed.get("backup_dir"),
                                "command": self.resumed.get("command"),
                                "data_loss": self.resumed.get("data_loss"),
-                               "summary": self.resumed.get("summary")}
+                               "summary": self.resumed.get("summary"),
+                               "lost": self.resumed.get("lost", []),
+                               "unreported": bool(self.resumed.get("unreported"))}
         if self.plan is not None:
             data.update(self.plan.to_dict())
         return data
 
 
 def _copy_store(source: Path, dest: Path) -> None:
-    """The store copied for --out, holes kept (a DLedger index file is 160 MiB of mostly hole)."""
-    ignore = shutil.ignore_patterns(bk.BACKUP_DIR, bk.STAGE_PREFIX + "*", bk.PENDING)
-    shutil.copytree(source, dest, ignore=ignore, dirs_exist_ok=True,
-                    copy_function=_sparse_copy_with_stat)
+    """The store copied for --out, holes kept (a DLedger index file is 160 MiB of mostly hole),
+    modification times kept (the broker's clean-up goes by them) but not modes: the copy is the
+    writing user's, with the modes the umask gives, whatever the evidence's (often read-only)
+    were. mqtool's own backups, stages and journal are left out."""
+    skipped = {bk.BACKUP_DIR, bk.PENDING}
+    dest.mkdir(exist_ok=True)
+    # symbolic links are followed (a commitlog/ linked to another disk is copied as a folder)
+    for folder, dirs, files in os.walk(source, followlinks=True):
+        here = Path(folder)
+        rel = here.relative_to(source)
+        if rel == Path("."):
+            dirs[:] = [d for d in dirs if d not in skipped and not d.startswith(bk.STAGE_PREFIX)]
+            files = [f for f in files if f not in skipped]
+        for name in dirs:
+            (dest / rel / name).mkdir(exist_ok=True)
+        for name in files:
+            src = here / name
+            sparse_copy(src, dest / rel / name)
+            stat = src.stat()
+            os.utime(dest / rel / name, ns=(stat.st_atime_ns, stat.st_mtime_ns))
 
 
-def _sparse_copy_with_stat(source: str, dest: str) -> None:
-    sparse_copy(Path(source), Path(dest))
-    shutil.copystat(source, dest)
+def _building_name(out: Path) -> Path:
+    """Where a copy for ``out`` is made: a hidden sibling, renamed to ``out`` once complete."""
+    return out.parent / f".{out.name}.mqtool-partial-{os.getpid()}"
+
+
+def _remove_dead_partials(out: Path) -> None:
+    """Copies for ``out`` that a killed run left half-made (their process is gone)."""
+    for path in out.parent.glob(f".{out.name}.mqtool-partial-*"):
+        try:
+            os.kill(int(path.name.rsplit("-", 1)[1]), 0)
+            continue                       # its run is still going
+        except ProcessLookupError:
+            pass
+        except (ValueError, PermissionError):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _move_into_place(building: Path, out: Path) -> None:
+    """Rename the finished copy to ``out`` (an empty folder there is replaced)."""
+    try:
+        os.replace(building, out)
+    except OSError:
+        out.rmdir()           # not empty: checked before anything was copied
+        os.replace(building, out)
+    bk.fsync_dir(out.parent)
 
 
 def _check_backup_dir(store_root: Path, backup_dir: Path) -> Path:
@@ -103,14 +145,30 @@ def refuse_commitlog_dirs(store_path: Path, command: str, dirs: list[Path] | Non
 def run_repair(command: str, store_path: Path, *, dry_run: bool = False,
                backup_dir: Path | None = None, out: Path | None = None,
                store_options: dict | None = None, progress=None, argv=None,
-               **options) -> RepairResult:
+               reported: bool = True, **options) -> RepairResult:
     """Plan ``command`` on a store and, unless ``dry_run``, back up and apply it (on a copy with
     ``out``). A repair in place holds the store's lock (:mod:`mqtool.lock`) for its whole run and
-    refuses (exit 3) a store whose lock another process holds."""
+    refuses (exit 3) a store whose lock another process holds.
+
+    A repair whose run was killed after its changes but before its report is reported by the
+    next run (``resumed`` with ``unreported``). ``reported=False``: the caller reports the result
+    and then calls :func:`mark_reported`; otherwise returning counts as reporting."""
     with retained_heap():
-        return _checked_repair(command, store_path, dry_run=dry_run, backup_dir=backup_dir,
-                               out=out, store_options=store_options, progress=progress,
-                               argv=argv, **options)
+        result = _checked_repair(command, store_path, dry_run=dry_run, backup_dir=backup_dir,
+                                 out=out, store_options=store_options, progress=progress,
+                                 argv=argv, **options)
+    _kill_point("applied")
+    if reported:
+        mark_reported(result)
+    return result
+
+
+def mark_reported(result: RepairResult) -> None:
+    """Note in their backups that the report of this repair (and of the one it finished or
+    reported) reached its caller."""
+    for backup in (result.backup, (result.resumed or {}).get("backup_dir")):
+        if backup is not None:
+            bk.mark_reported(Path(backup))
 
 
 def _checked_repair(command: str, store_path: Path, *, dry_run: bool, backup_dir: Path | None,
@@ -167,14 +225,54 @@ def _run_repair(command: str, source: Path, *, dry_run: bool, backup_dir: Path |
     if not dry_run and out is None:
         resumed = resume_pending(source)
         remove_stale_stages(source)
+        if resumed is None:
+            resumed = bk.unreported_backup(source)
+            if resumed is not None:
+                resumed["unreported"] = True
     elif bk.read_pending(source) is not None:
         warnings.append("an interrupted repair is pending; it is finished before anything else "
                         "when a repair runs without --dry-run")
+    else:
+        if out is None:
+            warnings += [f"{item['path']}: {item['detail']}"
+                         for item in bk.repair_leftovers(source) if item["kind"] != "pending"]
+        previous = bk.unreported_backup(source) if out is None else None
+        if previous is not None:
+            warnings.append(f"the last {previous.get('command')} (backup "
+                            f"{previous['backup_dir']}) was stopped before it reported"
+                            + (" its data loss" if previous.get("data_loss") else "")
+                            + "; the next repair reports it (or: mqtool undo --list)")
     target = source
+    building = None
     if out is not None and not dry_run:
-        out.mkdir(parents=True, exist_ok=True)
-        _copy_store(source, out)
-        target = out
+        # the copy is made under a hidden sibling name and renamed once repaired: a failure or
+        # a kill leaves no half-made copy under the name asked for
+        out.parent.mkdir(parents=True, exist_ok=True)
+        building = _building_name(out.absolute())
+        _remove_dead_partials(out.absolute())
+        shutil.rmtree(building, ignore_errors=True)
+        target = building
+    try:
+        if building is not None:
+            _copy_store(source, building)
+        result = _plan_and_finish(command, source, target, dry_run=dry_run, out=out,
+                                  backup_dir=backup_dir, store_options=store_options,
+                                  progress=progress, argv=argv, resumed=resumed,
+                                  warnings=warnings, **options)
+    except BaseException:
+        if building is not None:
+            shutil.rmtree(building, ignore_errors=True)
+        raise
+    if building is not None:
+        _move_into_place(building, out)
+        if result.plan is not None:
+            result.plan.store = out
+    return result
+
+
+def _plan_and_finish(command: str, source: Path, target: Path, *, dry_run: bool, out,
+                     backup_dir, store_options: dict, progress, argv, resumed, warnings,
+                     **options) -> RepairResult:
     stamp = bk.utc_stamp()
     if dry_run:
         stage_root = Path(tempfile.mkdtemp(prefix="mqtool-stage-"))
@@ -188,6 +286,8 @@ def _run_repair(command: str, source: Path, *, dry_run: bool, backup_dir: Path |
     except BaseException:
         stage.cleanup()
         raise
+    if not dry_run:
+        _kill_point("planned")
     return _finish_repair(plan, stage, target, dry_run=dry_run, out=out, backup_dir=backup_dir,
                           stamp=stamp, argv=argv, resumed=resumed, warnings=warnings)
 

@@ -193,9 +193,10 @@ def sparse_copy(source: Path, target: Path) -> None:
 
 # --- apply ---------------------------------------------------------------------------------------------
 
-def _kill_point(step: int) -> None:
-    """Test hook: SIGKILL this process after ``step`` (-1: backup data saved, manifest not yet
-    written; 0: journal written, nothing changed; n: n operations applied)."""
+def _kill_point(step) -> None:
+    """Test hook: SIGKILL this process after ``step`` ("planned": the stage computed, nothing
+    saved yet; -1: backup data saved, manifest not yet written; 0: journal written, nothing
+    changed; n: n operations applied; "applied": the repair done, not yet reported)."""
     wanted = os.environ.get(KILL_ENV)
     if wanted is not None and wanted.strip() == str(step):
         os.kill(os.getpid(), signal.SIGKILL)
@@ -513,23 +514,9 @@ def resume_pending(store_root: Path) -> dict | None:
 
 
 def remove_stale_stages(store_root: Path) -> None:
-    """Stage folders left by a repair killed before its backup was complete: nothing in the store
-    was changed by them, and no journal refers to them."""
-    pending = bk.read_pending(store_root)
-    keep = None
-    if pending is not None:
-        try:
-            keep = bk.load_manifest(Path(pending["manifest"]).parent).get("stage")
-        except bk.BackupError:
-            keep = None
-    for path in Path(store_root).glob(bk.STAGE_PREFIX + "*"):
-        if path.is_dir() and str(path) != keep:
-            shutil.rmtree(path, ignore_errors=True)
-    # a default backup folder without a manifest belongs to a repair killed while it was still
-    # copying: it never changed the store
-    for path in (Path(store_root) / bk.BACKUP_DIR).glob("*"):
-        if path.is_dir() and not (path / bk.MANIFEST).exists():
-            shutil.rmtree(path, ignore_errors=True)
+    """Stage folders and manifest-less backup folders left by a repair killed before its backup
+    was complete: nothing in the store was changed by them, and no journal refers to them."""
+    bk.remove_leftovers(store_root)
 
 
 def refuse_if_locked(root: Path) -> None:

@@ -2,6 +2,7 @@
 have written, and the store's geometry as the report states it."""
 from __future__ import annotations
 
+from ..backup import repair_leftovers
 from ..errors import ParseError
 from ..store import Store
 from ..vocabulary import ERROR, INFO, WARNING
@@ -62,7 +63,8 @@ def _layout_findings(store: Store, sink: _Sink, version: str) -> None:
 
 def store_state_findings(store: Store, sink: _Sink) -> None:
     """The store's own small files as verify judges them (CKPT_MISSING, ABORT_PRESENT,
-    LOCK_HELD): part of :func:`_layout_findings`."""
+    LOCK_HELD; REPAIR_PENDING and REPAIR_LEFTOVER for what an interrupted mqtool repair left):
+    part of :func:`_layout_findings`."""
     try:
         ckpt = store.read_checkpoint()
     except ParseError as err:
@@ -82,3 +84,7 @@ def store_state_findings(store: Store, sink: _Sink) -> None:
         sink.add(_finding("LOCK_HELD", "lock", 0,
                           "a live process holds the lock file: a broker is probably running on "
                           "this store, which may change while it is read"))
+    if not store.is_bare_commitlog:
+        for item in repair_leftovers(store.root):
+            code = "REPAIR_PENDING" if item["kind"] == "pending" else "REPAIR_LEFTOVER"
+            sink.add(_finding(code, item["path"], 0, item["detail"]))

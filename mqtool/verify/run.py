@@ -3,10 +3,11 @@ processes when asked), the recovery prediction, the merge into the report."""
 from __future__ import annotations
 
 import multiprocessing
+import os
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
-from ..cores import available_cores, fork_context
+from ..cores import available_cores, fork_context, worker_initializer
 from ..batchcq import check_batch_consume_queues
 from ..recovery import (VERSION_532, VERSION_534, BrokerRules, RecoveryPlan, predict_recovery,
                         resolve_broker_version)
@@ -214,7 +215,8 @@ def _run_segments(store: Store, ctx: _Context, progress, workers: int | None,
     # Processes, not threads: the checks are many small numpy steps and Python between them,
     # which hold the GIL (only the CRC of large buffers releases it).
     with ProcessPoolExecutor(max_workers=count, mp_context=_pool_context(),
-                             initializer=_init_worker, initargs=(ctx,)) as pool:
+                             initializer=worker_initializer,
+                             initargs=(os.getpid(), _init_worker, ctx)) as pool:
         # map() submits every file at once (a fork pool starts all its workers then): the
         # parent's own checks run while they work
         checked = pool.map(_worker_check, range(n))

@@ -26,6 +26,7 @@ from .records import (APPENDED_BATCH_PROPERTIES, CLASSIC_BATCH_LAYOUTS, OWN_PROP
                       Message, client_inner_message, encode_message, encode_properties,
                       host_flags, inner_batch_message, message_magic)
 from .files import (atomic_write, fsync_dir, fsync_path, index_file_name, offset_file_name,
+                    output_file,
                     open_existing_or_zero)
 from .commitlog import CommitLogWriter
 from .dledger import DLedgerWriter
@@ -38,7 +39,7 @@ from .store import StoreWriter
 from .timer import TimerWriter
 
 __all__ = ["APPENDED_BATCH_PROPERTIES", "CLASSIC_BATCH_LAYOUTS", "OWN_PROPERTIES_ONLY", "Message", "client_inner_message", "encode_message", "encode_properties",
-           "host_flags", "inner_batch_message", "message_magic", "atomic_write", "fsync_dir",
+           "host_flags", "inner_batch_message", "message_magic", "atomic_write", "output_file", "fsync_dir",
            "fsync_path", "index_file_name", "offset_file_name", "open_existing_or_zero",
            "CommitLogWriter", "DLedgerWriter", "dledger_checkpoint_bytes",
            "dledger_currterm_bytes", "BatchConsumeQueueWriter", "ConsumeQueueWriter",

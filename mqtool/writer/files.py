@@ -2,8 +2,10 @@
 IndexFile time names, durable writes, sparse zero-filled files opened for update."""
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import os
+import stat
 from pathlib import Path
 
 
@@ -40,6 +42,31 @@ def atomic_write(path: Path, data: bytes) -> None:
         os.fsync(fh.fileno())
     os.replace(tmp, path)
     fsync_dir(path.parent)
+
+
+@contextlib.contextmanager
+def output_file(path: Path, mode: str = "w", **options):
+    """An output file (an export, a salvage, its map) written whole or not at all: into a hidden
+    sibling, renamed to ``path`` when the body ends without error, removed when it fails. A path
+    that exists and is no regular file (``/dev/null``, a FIFO) is written directly."""
+    path = Path(path)
+    try:
+        direct = not stat.S_ISREG(os.stat(path).st_mode)
+    except FileNotFoundError:
+        direct = False
+    if direct:
+        with open(path, mode, **options) as fh:
+            yield fh
+        return
+    tmp = path.with_name(f".{path.name}.mqtool-partial-{os.getpid()}")
+    try:
+        with open(tmp, mode, **options) as fh:
+            yield fh
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
 
 
 class _SequentialFile:

@@ -1,0 +1,133 @@
+"""The native core against physics and against the numpy path, in one run.
+
+    python benchmarks/native_speed.py [--geometry default|large] [--messages N] [--repeat 3]
+
+On the crashed store ``recover_speed.py`` makes (default geometry: 128 MiB CommitLog files,
+6,000,000-byte ConsumeQueue files, a 420,000,040-byte IndexFile, 600,000 messages; ``large``:
+1 GiB CommitLog files, 1.1 M messages), with a warm page cache, it times ``--repeat`` rounds
+(interleaved, so that a burst of load hits every figure alike) and prints the medians:
+
+* zlib.crc32 over the CommitLog files (the bound: a verify that checks every body cannot beat it);
+* ``verify`` and ``verify --quick`` (whole processes, native core), as ratios to the bound;
+* ``recover`` of a fresh copy (checkpoint zeroed, as recover_speed.py) against ``verify``;
+* ``verify --workers 1`` on the native core and on the numpy path (``MQTOOL_NATIVE=0``);
+* the peak RSS of every command, the CPU seconds, and the machine's load before and after.
+
+Goals (issue 25): verify <= 1.2 x the bound, --quick <= 0.8 x, recover <= 1.1 x verify, peak RSS
+<= 300 MB, the native path >= 3 x the numpy path with --workers 1. The machine may be shared:
+read the CPU ratios beside the wall ones.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import zlib
+from pathlib import Path
+
+from _common import (STORES, crc_files_seconds, ensure_store, fmt_bytes, load_average,
+                     read_files_seconds, run_child_timed)
+from recover_speed import _copy, _store_args
+
+from mqtool.scan import native
+from mqtool.store import Store
+
+
+def _timed(args: list[str], numpy_path: bool = False) -> dict:
+    saved = os.environ.get("MQTOOL_NATIVE")
+    if numpy_path:
+        os.environ["MQTOOL_NATIVE"] = "0"
+    try:
+        took = run_child_timed(args)
+    finally:
+        if numpy_path:
+            if saved is None:
+                os.environ.pop("MQTOOL_NATIVE", None)
+            else:
+                os.environ["MQTOOL_NATIVE"] = saved
+    if took["rc"] not in (0, 1):
+        raise SystemExit(f"mqtool {args[0]} failed ({took['rc']}): {took['stderr'][-2000:]}")
+    return took
+
+
+def _median(runs: list[dict], key: str) -> float:
+    return statistics.median(r[key] for r in runs)
+
+
+def measure(geometry: str, messages: int, repeat: int) -> None:
+    root = ensure_store(f"recover-{geometry}-{messages}", _store_args(geometry, messages))
+    segments = Store(root).commitlog.segments
+    paths = [s.path for s in segments]
+    size = sum(s.length for s in segments)
+    geometry_args = ["--cq-units", "300000", "--index-slots", "5000000", "--index-entries",
+                     "20000000"]
+    work = Path(tempfile.mkdtemp(prefix="native-bench-", dir=STORES))
+    copy = work / "copy"
+    runs: dict[str, list[dict]] = {}
+    crc_runs = []
+    load_before = load_average()
+    print(f"== {root.name}: {len(paths)} CommitLog files, {fmt_bytes(size)}; "
+          f"{native.describe()}", flush=True)
+    read_files_seconds(paths)       # warm the page cache
+    try:
+        for _ in range(repeat):
+            wall, cpu = crc_files_seconds(paths, zlib.crc32)
+            crc_runs.append({"seconds": wall, "cpu": cpu})
+            for label, args, numpy_path in (
+                    ("verify", ["verify", "--json", *geometry_args, str(root)], False),
+                    ("verify --quick", ["verify", "--quick", "--json", *geometry_args,
+                                        str(root)], False),
+                    ("verify --workers 1 (native)", ["verify", "--json", "--workers", "1",
+                                                     *geometry_args, str(root)], False),
+                    ("verify --workers 1 (numpy)", ["verify", "--json", "--workers", "1",
+                                                    *geometry_args, str(root)], True)):
+                runs.setdefault(label, []).append(_timed(args, numpy_path))
+            _copy(root, copy, zero_checkpoint=geometry == "default")
+            read_files_seconds(paths)
+            runs.setdefault("verify (copy)", []).append(_timed(["verify", "--json", str(copy)]))
+            runs.setdefault("recover", []).append(_timed(["recover", "--json", str(copy)]))
+    finally:
+        if copy.exists():
+            _copy_cleanup(work)
+    print(f"  {load_before} (before), {load_average()} (after); medians of {repeat}")
+    crc_s, crc_cpu = _median(crc_runs, "seconds"), _median(crc_runs, "cpu")
+    print(f"  zlib.crc32 of the files        {crc_s:7.2f} s   cpu {crc_cpu:6.2f} s   (the bound)")
+    for label, rs in runs.items():
+        print(f"  {label:30} {_median(rs, 'seconds'):7.2f} s   cpu {_median(rs, 'cpu'):6.2f} s"
+              f"   peak RSS {fmt_bytes(max(r['rss'] for r in rs))}")
+    v, q = runs["verify"], runs["verify --quick"]
+    print(f"  verify / bound                 {_median(v, 'seconds') / crc_s:7.2f} x   cpu "
+          f"{_median(v, 'cpu') / crc_cpu:5.2f} x   (goal <= 1.2)")
+    print(f"  verify --quick / bound         {_median(q, 'seconds') / crc_s:7.2f} x   cpu "
+          f"{_median(q, 'cpu') / crc_cpu:5.2f} x   (goal <= 0.8)")
+    ratios = [r["seconds"] / c["seconds"] for r, c in zip(runs["recover"], runs["verify (copy)"])]
+    print(f"  recover / verify (same copy)   {statistics.median(ratios):7.2f} x   "
+          f"(goal <= 1.1)")
+    serial_native, serial_numpy = (runs["verify --workers 1 (native)"],
+                                   runs["verify --workers 1 (numpy)"])
+    print(f"  --workers 1 numpy / native     "
+          f"{_median(serial_numpy, 'seconds') / _median(serial_native, 'seconds'):7.2f} x   cpu "
+          f"{_median(serial_numpy, 'cpu') / _median(serial_native, 'cpu'):5.2f} x   (goal >= 3)")
+    worst = max(r["rss"] for rs in runs.values() for r in rs)
+    print(f"  peak RSS                       {fmt_bytes(worst):>10}   (goal <= 300 MB)")
+
+
+def _copy_cleanup(work: Path) -> None:
+    import shutil
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--geometry", choices=("default", "large"), default="default")
+    parser.add_argument("--messages", type=int, default=None,
+                        help="default 600,000 (default geometry) / 1,100,000 (large)")
+    parser.add_argument("--repeat", type=int, default=3, help="rounds; medians are printed")
+    args = parser.parse_args()
+    messages = args.messages or (600_000 if args.geometry == "default" else 1_100_000)
+    measure(args.geometry, messages, max(1, args.repeat))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,292 @@
+//! mqtool's native core: the CommitLog record walk of `mqtool.scan.batches._fast_batch`, compiled.
+//!
+//! The Python scanner stays the reference: this module decides nothing it does not. For a byte
+//! range of one CommitLog file it returns the leading run of records the broker accepts, as
+//! columns (numpy arrays, no Python object per record); the record where the run stops goes to
+//! the interpreted decoder, exactly as on the numpy path.
+//!
+//! The bytes are hostile: every read goes through `slice::get` and checked arithmetic, so a
+//! damaged length ends the run instead of reading outside the buffer; every entry point runs
+//! under `catch_unwind` so that a bug surfaces as a `ValueError`, never as a dead interpreter.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use numpy::{IntoPyArray, PyArray1};
+use pyo3::buffer::PyBuffer;
+use pyo3::exceptions::{PyBufferError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
+
+mod hashcode;
+mod walk;
+
+use walk::{Columns, Layout, RunParams};
+
+/// The bytes behind a Python buffer (mmap, bytes, bytearray, memoryview), held while in use.
+struct Bytes {
+    _buffer: PyBuffer<u8>,
+    ptr: usize,
+    len: usize,
+}
+
+impl Bytes {
+    fn get(obj: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let buffer = PyBuffer::<u8>::get(obj)?;
+        if !buffer.is_c_contiguous() {
+            return Err(PyBufferError::new_err("the buffer is not contiguous"));
+        }
+        let ptr = buffer.buf_ptr() as usize;
+        let len = buffer.len_bytes();
+        Ok(Bytes { _buffer: buffer, ptr, len })
+    }
+
+    /// The buffer's bytes. Another process (a running broker) may change the mapped pages while
+    /// they are read; every rule below reads each value once and checks it before use, so
+    /// such a change gives a wrong answer at worst, never a read outside the mapping.
+    fn slice(&self) -> &[u8] {
+        if self.len == 0 {
+            return &[];
+        }
+        // SAFETY: the exporter keeps ptr..ptr+len valid while `_buffer` is held (an mmap
+        // refuses to close while exported), and nothing here writes through it.
+        unsafe { std::slice::from_raw_parts(self.ptr as *const u8, self.len) }
+    }
+}
+
+thread_local! {
+    /// Where the last panic on this thread happened (the hook below records it).
+    static LAST_PANIC: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+}
+
+/// Panics print nothing (mqtool's errors are one line on stderr): the hook keeps the message
+/// and its place for the ValueError that `guarded` raises.
+fn quiet_panics() {
+    std::panic::set_hook(Box::new(|info| {
+        let place = info.location().map(|l| format!(" at {}:{}", l.file(), l.line()));
+        let text = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown cause".to_string());
+        LAST_PANIC.with(|last| *last.borrow_mut() = format!("{text}{}", place.unwrap_or_default()));
+    }));
+}
+
+/// Runs `f` so that a panic becomes a ValueError.
+fn guarded<T>(what: &str, f: impl FnOnce() -> T) -> PyResult<T> {
+    catch_unwind(AssertUnwindSafe(f)).map_err(|_| {
+        let detail = LAST_PANIC.with(|last| last.borrow().clone());
+        PyValueError::new_err(format!("native {what} failed: {detail}"))
+    })
+}
+
+fn column<'py, T: numpy::Element>(py: Python<'py>, v: Vec<T>) -> Bound<'py, PyArray1<T>> {
+    v.into_pyarray(py)
+}
+
+/// The run of records from file position `pos` that the scanner's decode_message accepts
+/// (`_fast_batch`'s contract), or None when the record at `pos` is not one.
+///
+/// Returns (columns, topic_index, topics): `columns` is a tuple of arrays in the order of
+/// `mqtool.scan.batches._COLUMNS` without `topic_id` (int64, the two CRC flags int8),
+/// `topic_index` (int32) indexes `topics`, the distinct topic names' raw bytes of the run.
+#[pyfunction]
+#[pyo3(signature = (buf, pos, stop, limit, base, check_crc, dledger, max_records, max_bytes))]
+#[allow(clippy::too_many_arguments)]
+fn scan_run<'py>(
+    py: Python<'py>,
+    buf: &Bound<'py, PyAny>,
+    pos: i64,
+    stop: i64,
+    limit: i64,
+    base: i64,
+    check_crc: bool,
+    dledger: bool,
+    max_records: i64,
+    max_bytes: i64,
+) -> PyResult<Option<Bound<'py, PyTuple>>> {
+    let bytes = Bytes::get(buf)?;
+    let params = RunParams {
+        pos,
+        stop,
+        limit,
+        base,
+        check_crc,
+        layout: if dledger { Layout::DLedger } else { Layout::Plain },
+        max_records,
+        max_bytes,
+    };
+    let run: Option<Columns> = {
+        let data = bytes.slice();
+        py.detach(|| guarded("record walk", || walk::run(data, &params)))?
+    };
+    let Some(cols) = run else { return Ok(None) };
+    let topics = PyList::empty(py);
+    {
+        let data = bytes.slice();
+        for &(start, len) in &cols.topics {
+            let raw = data.get(start..start + len).unwrap_or(&[]);
+            topics.append(PyBytes::new(py, raw))?;
+        }
+    }
+    let arrays: Vec<Bound<'py, PyAny>> = vec![
+        column(py, cols.position).into_any(),
+        column(py, cols.total_size).into_any(),
+        column(py, cols.magic_code).into_any(),
+        column(py, cols.body_crc).into_any(),
+        column(py, cols.queue_id).into_any(),
+        column(py, cols.flag).into_any(),
+        column(py, cols.queue_offset).into_any(),
+        column(py, cols.physical_offset).into_any(),
+        column(py, cols.sys_flag).into_any(),
+        column(py, cols.born_timestamp).into_any(),
+        column(py, cols.store_timestamp).into_any(),
+        column(py, cols.reconsume_times).into_any(),
+        column(py, cols.prepared_transaction_offset).into_any(),
+        column(py, cols.body_length).into_any(),
+        column(py, cols.body_position).into_any(),
+        column(py, cols.properties_position).into_any(),
+        column(py, cols.properties_length).into_any(),
+        column(py, cols.body_crc_ok).into_any(),
+        column(py, cols.prop_crc_ok).into_any(),
+    ];
+    let columns = PyTuple::new(py, arrays)?;
+    let index = column(py, cols.topic_index).into_any();
+    Ok(Some(PyTuple::new(py, [columns.into_any(), index, topics.into_any()])?))
+}
+
+/// CRC-32 (zlib's function) of `buf[starts[i]:ends[i]]` for every i, as int64; a range that is
+/// not inside the buffer gives -1.
+#[pyfunction]
+fn crc32_ranges<'py>(
+    py: Python<'py>,
+    buf: &Bound<'py, PyAny>,
+    starts: numpy::PyReadonlyArray1<'py, i64>,
+    ends: numpy::PyReadonlyArray1<'py, i64>,
+) -> PyResult<Bound<'py, PyArray1<i64>>> {
+    let bytes = Bytes::get(buf)?;
+    let starts = starts.as_slice()?.to_vec();
+    let ends = ends.as_slice()?.to_vec();
+    if starts.len() != ends.len() {
+        return Err(PyValueError::new_err("starts and ends differ in length"));
+    }
+    let data = bytes.slice();
+    let out = py.detach(|| {
+        guarded("crc32_ranges", || {
+            starts
+                .iter()
+                .zip(ends.iter())
+                .map(|(&s, &e)| walk::crc_of(data, s, e).map_or(-1, |c| c as i64))
+                .collect::<Vec<i64>>()
+        })
+    })?;
+    Ok(out.into_pyarray(py))
+}
+
+/// Unsigned String.hashCode of the UTF-8 strings `data[starts[i]:ends[i]]`, continued from
+/// `prefix[i]` when given (`mqtool.codec.java_hashes`' contract): (hashes uint32, exact bool);
+/// exact is False where the bytes are not well-formed UTF-8 of 1- to 3-byte sequences (or the
+/// range is not inside the buffer), for the caller to hash through Python's decoder.
+#[pyfunction]
+#[pyo3(signature = (data, starts, ends, prefix=None))]
+fn java_hashes<'py>(
+    py: Python<'py>,
+    data: &Bound<'py, PyAny>,
+    starts: numpy::PyReadonlyArray1<'py, i64>,
+    ends: numpy::PyReadonlyArray1<'py, i64>,
+    prefix: Option<numpy::PyReadonlyArray1<'py, u32>>,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let bytes = Bytes::get(data)?;
+    let starts = starts.as_slice()?.to_vec();
+    let ends = ends.as_slice()?.to_vec();
+    let prefix = match prefix {
+        Some(p) => Some(p.as_slice()?.to_vec()),
+        None => None,
+    };
+    if starts.len() != ends.len() || prefix.as_ref().is_some_and(|p| p.len() != starts.len()) {
+        return Err(PyValueError::new_err("starts, ends and prefix differ in length"));
+    }
+    let text = bytes.slice();
+    let (hashes, exact) = py.detach(|| {
+        guarded("java_hashes", || {
+            let mut hashes = Vec::with_capacity(starts.len());
+            let mut exact = Vec::with_capacity(starts.len());
+            for (i, (&s, &e)) in starts.iter().zip(ends.iter()).enumerate() {
+                let start = prefix.as_ref().map_or(0, |p| p[i]);
+                let (h, ok) = hashcode::java_hash(text, s, e, start);
+                hashes.push(h);
+                exact.push(ok);
+            }
+            (hashes, exact)
+        })
+    })?;
+    PyTuple::new(py, [hashes.into_pyarray(py).into_any(), exact.into_pyarray(py).into_any()])
+}
+
+/// For the records of a property blob (`mqtool.codec.property_blob`), the value span of each
+/// name (`codec.property_values`' contract): a list, per name, of (starts, ends) int64, -1
+/// where a record has no such non-empty property; a later pair wins.
+#[pyfunction]
+fn property_values<'py>(
+    py: Python<'py>,
+    blob: &Bound<'py, PyAny>,
+    begins: numpy::PyReadonlyArray1<'py, i64>,
+    patterns: Vec<Vec<u8>>,
+) -> PyResult<Bound<'py, PyList>> {
+    let bytes = Bytes::get(blob)?;
+    let begins = begins.as_slice()?.to_vec();
+    let data = bytes.slice();
+    let spans = py.detach(|| {
+        guarded("property_values", || hashcode::property_values(data, &begins, &patterns))
+    })?;
+    let out = PyList::empty(py);
+    for (starts, ends) in spans {
+        out.append((starts.into_pyarray(py), ends.into_pyarray(py)))?;
+    }
+    Ok(out)
+}
+
+/// The layout this module was written for, for Python to compare with the declarations.
+#[pyfunction]
+fn layout(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("magic_v1", walk::MAGIC_V1)?;
+    d.set_item("magic_v2", walk::MAGIC_V2)?;
+    d.set_item("header_size", walk::HEADER_SIZE)?;
+    d.set_item("header_fields", walk::HEADER_FIELDS.to_vec())?;
+    let middles = PyDict::new(py);
+    for flags in [0, walk::BORNHOST_V6_FLAG, walk::STOREHOST_V6_FLAG, walk::HOST_FLAGS] {
+        let (ts, reconsume, prepared, body) = walk::middle_offsets(flags);
+        middles.set_item(flags, (walk::middle_size(flags), ts, reconsume, prepared, body))?;
+    }
+    d.set_item("middles", middles)?;
+    d.set_item("min_message_size", walk::MIN_MESSAGE_SIZE)?;
+    d.set_item("prop_crc_prefix", PyBytes::new(py, walk::PROP_CRC_PREFIX))?;
+    d.set_item("crc32_reserved_len", walk::CRC32_RESERVED_LEN)?;
+    d.set_item("dledger_magic", walk::DL_ENTRY_MAGIC)?;
+    d.set_item("dledger_header_size", walk::DL_HEADER_SIZE)?;
+    d.set_item("dledger_header_fields", walk::DL_HEADER_FIELDS.to_vec())?;
+    d.set_item("flags", (walk::FLAG_NONE, walk::FLAG_FALSE, walk::FLAG_TRUE))?;
+    Ok(d)
+}
+
+/// A panic on purpose, to test that it reaches Python as a ValueError.
+#[pyfunction]
+fn _panic_for_test() -> PyResult<()> {
+    guarded("self-test", || panic!("deliberate"))
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    quiet_panics();
+    m.add_function(wrap_pyfunction!(scan_run, m)?)?;
+    m.add_function(wrap_pyfunction!(crc32_ranges, m)?)?;
+    m.add_function(wrap_pyfunction!(java_hashes, m)?)?;
+    m.add_function(wrap_pyfunction!(property_values, m)?)?;
+    m.add_function(wrap_pyfunction!(_panic_for_test, m)?)?;
+    m.add("MIN_MESSAGE_SIZE", walk::MIN_MESSAGE_SIZE)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_function(wrap_pyfunction!(layout, m)?)?;
+    Ok(())
+}
