@@ -107,14 +107,15 @@ def v5_timer_crash_unpacked(unpack_shared) -> Path:
     return unpack_shared("v5-timer-crash", "recovered.tar.gz").parent
 
 
-@pytest.fixture(scope="module")
-def spark(request):
-    """A Spark session on local[2] for one test module: each module builds its own, so that a
-    parallel run can place the Spark modules in different processes."""
+@pytest.fixture(scope="session")
+def spark():
+    """A Spark session on local[2], one per test process (one JVM): the Spark modules a
+    process runs share it (a parallel run still places modules in different processes, each
+    building its own when it first needs one)."""
     pytest.importorskip("pyspark")
     from mqtool.spark.session import build_session
 
-    session = build_session("local[2]", app_name=f"mqtool-tests-{request.module.__name__}",
+    session = build_session("local[2]", app_name="mqtool-tests",
                             conf={"spark.sql.shuffle.partitions": "2"})
     yield session
     session.stop()
