@@ -50,8 +50,12 @@ summaries and progress bars go to stderr.
         "description": """\
 Prints what a store holds: the inferred geometry; the store passport (which broker family
 wrote the store: 4.x or 5.x, 5.1+ when V2 records exist, 5.2+ when records carry the
-__CRC32# property CRC, each with the evidence: abort.bak, a PID in abort, checkpoint fields
-@24/@32, compaction/, timerlog/; and the inconsistencies among the files: CommitLog files of
+__CRC32# property CRC, 5.3.4+ (the store code after 5.3.3) when producer messages lack the
+CLUSTER every send gets, as that code stores the messages of a classic batch, each with the
+evidence: abort.bak, a PID in abort, checkpoint fields @24/@32, compaction/, timerlog/; in 5.x
+controller mode the epochs of epochFileCheckpoint (or of its .bak when the broker would load
+that) with their offset ranges and the broker identity (brokerIdentity:
+cluster#brokerName#brokerId); and the inconsistencies among the files: CommitLog files of
 different sizes, ConsumeQueue files that are not a multiple of 20, IndexFiles of different
 geometry); CommitLog files with their sizes, offset
 ranges, message counts and where each file's data ends (blank record, unwritten zeros or
@@ -60,7 +64,8 @@ queue-offset ranges from the CommitLog beside the ConsumeQueue's own unit counts
 headers; the checkpoint's fields as UTC times and raw milliseconds (4.x: three timestamps, 5.x
 also masterFlushedOffset and confirmPhyOffset); whether an abort file says the last shutdown was
 abnormal; whether a live process holds the lock file; a summary of config/*.json (fastjson with
-unquoted integer keys; the .bak copy is used when the main file is empty or unreadable); one
+unquoted integer keys; the .bak copy is used when the main file is empty or unreadable, and a
+5.3.4+ broker deletes such a main file on load, which the summary says); one
 line per consumer group: its queues and its lag in messages and bytes against the queues as
 they are (mqtool-consumers(1) adds what the broker's next start does to each group).
 
@@ -72,6 +77,11 @@ same way; the passport then names the layout and the DLedger ledger: first and l
 (index, term), the committed index of the DLedger checkpoint and how far it lags the data,
 currTerm, and for an upgraded store dividedCommitlogOffset. CommitLog offsets are the broker's
 (a record's offset is its entry's pos + 48).
+
+A 5.2+ store whose ConsumeQueues live in RocksDB (storeType=defaultRocksDB) is read through a
+shadow copy of the database: each queue's units, minOffset and maxOffset as the broker's RocksDB
+ConsumeQueue serves them (stale units past a queue's max entry counted apart), and the CQ
+checkpoint; the passport names every RocksDB database of the store with its evidence.
 
 """ + _GEOMETRY,
         "arguments": {"store": "A store root (the directory holding commitlog/, consumequeue/, "
@@ -105,13 +115,24 @@ body_decompress_error says why.
 A record the broker would not accept (bad magic, lengths that do not add up, a record running
 past the file end) ends that file's scan, as it ends the broker's; the dump goes on with the
 next file. --resync instead continues at the next plausible record (magic, self-recorded offset
-equal to its position, consistent lengths, matching body CRC).""",
-        "arguments": {"path": "A store root or a single store file."},
+equal to its position, consistent lengths, matching body CRC).
+
+Given consumequeue/ of a 5.2+ store whose ConsumeQueues live in RocksDB
+(storeType=defaultRocksDB: CURRENT, MANIFEST-*, *.sst), prints every unit of the database
+(topic, queue, queue offset, CommitLog offset, size, tagsCode, store time; status served, or
+stale for a unit past its queue's max entry, which a truncation leaves and the broker never
+serves), each queue's max/min entry and the CQ checkpoint (CHECKPOINT_TOPIC: the CommitLog offset
+the queues are built to); a key or value that does not decode is a rocksdb-cq/problem record.
+The database is read through a temporary shadow (its small files copied, its SSTs hard-linked):
+nothing is written into the store. A database RocksDB cannot open or read (CURRENT naming a
+missing MANIFEST, a torn or corrupted SST) is one line on stderr, exit 2.""",
+        "arguments": {"path": "A store root, a single store file, or a RocksDB consumequeue/."},
         "output": """\
 A table on a terminal; with --json one JSON object per line. Every object starts with
 record_type (commitlog/message, commitlog/blank, commitlog/unwritten, commitlog/corrupt,
 consumequeue/unit, batchconsumequeue/unit, index/header, index/slot, index/entry, checkpoint,
-abort, lock, config) and file.
+abort, lock, config, rocksdb-cq/unit, rocksdb-cq/offset, rocksdb-cq/checkpoint,
+rocksdb-cq/problem) and file.
 
 A commitlog/message object has file_offset, commitlog_offset (the real position),
 total_size, magic_code, magic_version (V1 or V2), body_crc, body_crc_ok, queue_id, flag,
@@ -120,7 +141,26 @@ born_timestamp, born_host, store_timestamp, store_host, reconsume_times,
 prepared_transaction_offset, body_length, topic, properties, tags, keys, uniq_key, msg_id
 (offsetMsgId), prop_crc_ok, body, body_encoding, body_stored_length and, where they apply,
 body_compression, body_decompressed, body_decompress_error, body_truncated. Hosts are
-written as the broker's MessageDecoder prints them (IPv6 in brackets).""",
+written as the broker's MessageDecoder prints them (IPv6 in brackets).
+
+Messages of system topics, or carrying system properties, also have a system object (kind
+first): trace (RMQ_SYS_TRACE_TOPIC, rmq_sys_TRACE_DATA_*: contexts, each with type Pub,
+SubBefore, SubAfter, EndTransaction or Recall and its fields: timestamp, group, topic, msg_id,
+offset_msg_id, keys, cost_time, success, ...); pop-checkpoint, pop-ack and pop-batch-ack
+(rmq_sys_REVIVE_LOG_*: start_offset, pop_time, invisible_time, revive_time, queue_offsets,
+consumer_group, ack_offset(s), ...); delayed (SCHEDULE_TOPIC_XXXX) and timer
+(rmq_sys_wheel_timer) with real_topic, real_queue_id and deliver_timestamp (a pop record waiting
+in the timer wheel adds its decoded payload); retry and dlq (%RETRY%, %DLQ%: consumer_group,
+reconsume_times); origin (ORIGIN_MESSAGE_ID, RETRY_TOPIC, DLQ_ORIGIN_TOPIC,
+DLQ_ORIGIN_MESSAGE_ID, MAX_RECONSUME_TIMES) and priority (_SYS_MSG_PRIORITY_, 5.4). A body that
+is not what its topic or tag claims gives a problem string instead of fields. Transaction
+records: transaction-op (RMQ_SYS_TRANS_OP_HALF_TOPIC: half_offsets, the half-queue offsets its
+body ends, bad_items, the items that are no number, ends_half_messages) and transaction-half
+(RMQ_SYS_TRANS_HALF_TOPIC: real_topic, real_queue_id, producer_group, transaction_id,
+check_times).
+
+--broker-config and --commitlog-dirs read a CommitLog spread over several directories
+(storePathCommitLog "a,b", readOnlyCommitLogStorePaths), in offset order.""",
         "examples": [
             ("Messages of one queue in a time window:",
              "mqtool dump --topic TopicTest --queue 1 --since 2026-11-21T10:00:00Z STORE"),
@@ -143,7 +183,10 @@ The message mix follows the reference stores: several topics and queues, tags (s
 non-ASCII, 10% none), KEYS with hot keys shared by many messages, UNIQ_KEY built like the
 client's, user properties, delay-level messages in SCHEDULE_TOPIC_XXXX, transaction records
 (PREPARED/COMMIT/ROLLBACK), zlib bodies, optional IPv6 hosts, V2 records and the property CRC
-for 5.x. --crash leaves what a JVM halt leaves. --consumer-group NAME:LAG adds a group whose
+for 5.x. --classic-batch-ratio adds classic batches (putMessages: a record per message, stored
+at once): up to 5.3.3 (--broker-version 5) the batch's UNIQ_KEY, WAIT and CLUSTER are appended
+to every message's properties; --broker-version 5.3.4+ writes each message with its own
+properties only, as the store code after 5.3.3 does. --crash leaves what a JVM halt leaves. --consumer-group NAME:LAG adds a group whose
 committed offset is LAG messages behind every queue end (a negative LAG puts it past the end)
 and writes subscriptionGroup.json. The same seed and options give byte-identical
 stores. The directory must be new or empty.""",
@@ -154,6 +197,8 @@ stores. The directory must be new or empty.""",
             ("A small store:", "mqtool fixture make /tmp/store --messages 2000 --seed 1"),
             ("A crashed 5.x store with long topics and the property CRC:",
              "mqtool fixture make /tmp/v5 -n 3000 --broker-version 5 --long-topic --prop-crc --crash"),
+            ("Classic batches as the newest broker stores them:",
+             "mqtool fixture make /tmp/v534 -n 2000 --broker-version 5.3.4+ --classic-batch-ratio 0.2"),
         ],
     },
     ("fixture", "damage"): {
@@ -216,6 +261,13 @@ whose chain does not reach firstPos (TIMER_SLOT_CHAIN); pending units no slot le
 after the broker's load re-links its last TimerLog file (TIMER_UNREACHABLE), or only then
 (TIMER_WHEEL_BEHIND, a warning: the wheel was not flushed before a crash); pending timers whose message recovery truncates (TIMER_LOST); a missing,
 short or ahead config/timercheck (TIMER_CKPT).
+Transactions (stores with a RMQ_SYS_TRANS_HALF_TOPIC or RMQ_SYS_TRANS_OP_HALF_TOPIC queue): op
+messages listing half-queue offsets where no half message is - expired, truncated, never written
+(TXN_OP_DANGLING, a warning); COMMIT records whose preparedTransactionOffset points at no half
+message (TXN_COMMIT_ORPHAN, a warning); op bodies with items that are not numbers, which the
+broker's check reads as -1 and ignores (TXN_OP_BODY, a warning); half messages without
+REAL_TOPIC, whose commit cannot reach any topic (TXN_HALF_NO_REAL_TOPIC). What each transaction
+becomes: mqtool-transactions(1).
 DLedger-mode stores (dledger-<selfId>/): every record is read inside its DLedger entry. Entry
 headers the broker's DLedger recovery refuses (the log ends there): a magic other than 1
 (DL_ENTRY_MAGIC), a pos field other than the entry's offset (DL_ENTRY_POS), a size other than
@@ -227,12 +279,39 @@ that is missing, unreadable or ahead of the data (DL_CHECKPOINT), and commitlog/
 DLedger data not meeting at dividedCommitlogOffset (DL_LAYOUT). The body CRC is checked although
 the broker never checks it in DLedger mode, and the prediction follows DLedger's own recovery.
 
+5.x controller mode (epochFileCheckpoint and its .bak, read as the broker's CheckpointFile
+reads them): a count, CRC or entry line that is not a number, on which the broker's start fails
+(EPOCH_UNREADABLE); a count line that disagrees with the entry lines (EPOCH_COUNT) or a CRC line
+that does not match them (EPOCH_CRC), on which the broker loads the .bak; epochs or start
+offsets that do not increase (EPOCH_ORDER); an epoch starting past the CommitLog's end after
+recovery (EPOCH_PAST_END) or where no message record starts (EPOCH_NOT_RECORD); an epoch that
+ends before the first CommitLog file (EPOCH_EXPIRED, a warning); a .bak giving an epoch another
+start offset (EPOCH_BAK, a warning). A repair that cuts the CommitLog below an epoch's start
+cuts the epoch file as the broker's own truncation does (truncateSuffixByOffset; the old content
+becomes the .bak, backed up like every change), and refuses (exit 2, nothing changed) where no
+epoch would be left or the file is unusable.
+
+A CommitLog spread over several directories (storePathCommitLog with ','-separated paths,
+readOnlyCommitLogStorePaths) is read with --broker-config or --commitlog-dirs; the repairs
+refuse such a store.
+
 Store: checkpoint later than the newest message (CKPT_AHEAD) or missing (CKPT_MISSING), an
 abort file (ABORT_PRESENT: the last shutdown was abnormal), a lock held by a live process
 (LOCK_HELD), and RECOVERY_TRUNCATES when the broker's next start would drop written data.
+ROCKSDB_PRESENT (info) names each RocksDB database of a 5.2+ store (a RocksDB ConsumeQueue, a
+CombineConsumeQueue, RocksDB metadata under config/) with the files that show it. When the
+ConsumeQueues live in RocksDB (read through a shadow copy, never in place) every served unit is
+checked against the record it points at (CQ_DANGLING, CQ_MISMATCH: topic, queue, queue offset,
+size, store time, tagsCode), entries that do not decode are CQ_MISMATCH, and only records below
+where the next start dispatches again that no unit serves are CQ_MISSING. The prediction follows
+the 5.2-5.3.3 RocksDB rules: an abnormal start begins at the newest CommitLog file whose first
+record is at or before the CQ checkpoint (CHECKPOINT_TOPIC) and dispatches every record from
+there; a truncation moves each queue's max entry back and leaves later units stale; the report
+gives the units the start dispatches again, those it leaves served and stale, and the CQ
+checkpoint after it (equal to the real broker's recovery on the reference RocksDB stores).
 
-Then it states what the broker's next start does (4.9.x, 5.0-5.3.1 or 5.3.2+ rules; normal
-recovery, or abnormal when an abort file exists): the start file, the CRC-checked scan,
+Then it states what the broker's next start does (4.9.x, 5.0-5.3.1, 5.3.2+ or 5.3.4+ rules;
+normal recovery, or abnormal when an abort file exists): the start file, the CRC-checked scan,
 processOffset, the messages and bytes dropped, the CommitLog files deleted, the ConsumeQueue
 units truncated, where re-dispatch starts and which IndexFiles are deleted. The prediction
 equals the real brokers' recovery on every reference store.

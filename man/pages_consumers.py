@@ -12,10 +12,18 @@ an empty table (every committed offset forgotten), and when the .bak does not de
 refuses to start. A file holding only whitespace or null is not empty and decodes to nothing
 without an error: the broker keeps an empty table and never reads the .bak. A .tmp left by an
 interrupted persist (4.9 and 5.0 write it, delete the file and rename it) is never read by the
-broker, though it may hold the newest content; it is reported. mqtool does the same and says, for topics.json, consumerOffset.json,
+broker, though it may hold the newest content; it is reported. A 5.3.4+ broker (the store code
+after 5.3.3: --broker-version 5.3.4+, or the passport's family) takes the same file but first
+deletes a main file that is empty or does not decode, so its bytes are gone after the start;
+the report says so. mqtool does the same and says, for topics.json, consumerOffset.json,
 subscriptionGroup.json and delayOffset.json, which file the broker uses and why. 5.x stores
 that keep their metadata in RocksDB (config/rdb/, config/consumerOffsets/, config/topics/,
-config/subscriptionGroups/) are recognised and reported; mqtool does not read RocksDB.
+config/subscriptionGroups/) are recognised and reported. Offsets kept by the RocksDB offset
+manager (config/consumerOffsets/) are read through a shadow copy of the database and loaded as
+RocksDBConsumerOffsetManager.load loads them: every topic@group key, then consumerOffset.json
+merged over them (whole entries) when its dataVersion counter is higher than the database's
+kvDataVersion. Against a RocksDB ConsumeQueue the lag counts its served units. The other RocksDB
+tables are not read (CFG_IN_ROCKSDB).
 
 For every group, topic and queue it shows the committed (next) offset, the queue's minimum and
 maximum offset (a maximum that changes on the next start is shown as NOW -> AFTER), the lag in

@@ -34,9 +34,17 @@ config/topics.json, the system topics) is tried.
 --key K [--topic T] [--since TIME] [--until TIME] [--max N]: every message whose KEYS include
 K, without the broker's 64-result cap; --max keeps the N most recently stored.
 
+--traces (with any of the above) also lists the trace records of the messages found: the
+messages of the trace topic (--trace-topic, default RMQ_SYS_TRACE_TOPIC) whose KEYS name their
+UNIQ_KEY or offsetMsgId (the client's trace dispatcher sets them so), decoded into their
+system.contexts; found_by is trace, or trace-key-only for a record found by the key whose
+contexts do not name the message (a body that is no trace).
+
 --topic T --queue Q --offset N: the ConsumeQueue unit of queue offset N (file
 floor(N*20/fileSize)*fileSize, position N*20 minus the file start) and the message it points at;
-pre-blank filler units and units past the queue's end are reported as such.
+pre-blank filler units and units past the queue's end are reported as such. On a store whose
+ConsumeQueues live in RocksDB the unit is the database's (read through a shadow copy); a stale
+unit past the queue's max entry is reported, not served.
 
 --topic T --queue Q --time TIME: the queue offset whose message was stored nearest TIME, by the
 broker's binary search (getOffsetInQueueByTime, 4.9). The broker chooses the ConsumeQueue file
@@ -61,7 +69,11 @@ IndexFile holds; hash collisions, which the broker returns and which count towar
 64-entry cap; an index time outside the query's window (for --uniq-key: mqadmin searches from
 the id's approximate time minus one second, read in the zone and month of the machine running
 it); a chain the broker would walk forever; an offsetMsgId given where a UNIQ_KEY is meant, and
-the reverse.
+the reverse. For the UNIQ_KEY of a transactional message it names the half copies (indexed
+under RMQ_SYS_TRANS_HALF_TOPIC, one per check that put the message back, with their half-queue
+offsets and check times) and the COMMIT record (indexed under the real topic), and what
+queryMessage returns for each topic: queryMsgByUniqueKey with the real topic shows the COMMIT
+record, and finds nothing for a transaction never committed (open or rolled back).
 
 --broker-compatible answers exactly as DefaultMessageStore.queryMessage(topic, key, 64, since,
 until) does on a broker started on this store: IndexFiles only, newest file and entry first,
@@ -172,6 +184,11 @@ out with a warning. Messages past the broker's truncation point are exported and
 mqtool-timers(1) lists, lost ones included; cancellations and the timers they cancel left out),
 to replay them on another broker.
 
+--open-transactions exports only the transactions the store shows neither committed nor rolled
+back (no COMMIT record, no op message ending any of their copies; see mqtool-transactions(1)):
+for each its newest half copy the recovery keeps, marked with its real topic and queue, to
+replay it once its producer has decided.
+
 --unconsumed-by GROUP keeps exactly the messages at or after GROUP's committed offset in each
 queue it has one for (config/consumerOffset.json as the broker loads it, its .bak when the file
 is empty or unreadable; see mqtool-consumers(1)), its retry topic included: what that group had
@@ -198,6 +215,15 @@ beyond_truncation: true when the broker's next start would drop the message.
 
 pending_timer (with --pending-timers): deliver_time_ms, timer_out_ms, timer_deliver_ms,
 timerlog_offset, next_start and next_start_detail, as in mqtool-timers(1).
+
+open_transaction (with --open-transactions): transaction_id, producer_group, check_times,
+half_copies (the half-queue offsets of every copy) and next_check with next_check_detail, as in
+mqtool-transactions(1).
+
+system (as in mqtool dump --json): for a transaction op message (RMQ_SYS_TRANS_OP_HALF_TOPIC,
+kind transaction-op) the half-queue offsets its body lists (half_offsets), the items that are no
+number (bad_items) and whether its tag ends half messages; for a half message (kind
+transaction-half) its real topic and queue, producer group, transaction id and check times.
 
 A summary line (counts by kind) goes to stderr.""",
         "exit": """\

@@ -12,6 +12,10 @@ with ``ConfigManager.load`` (identical in 4.9 and 5.x):
   ``.bak`` that decodes is used; one that throws makes the load fail, and the broker refuses to
   start (BrokerController.initialize returns false).
 
+The store code after 5.3.3 (family 5.3.4+) takes the same file, but first *deletes* a main file
+that is empty or fails to decode (the bytes are gone after its start); and its persist moves the
+old file to ``.bak`` and rewrites the main file in place (no ``.tmp``).
+
 :func:`read_config` follows exactly that and says which file it used and why. The parser here
 is our own (no regular-expression quoting), so a hostile file (deep nesting, huge numbers, wrong
 types, binary, truncation) is a :class:`FastjsonError` with a position, never a traceback, and
@@ -28,6 +32,8 @@ import re
 from dataclasses import dataclass, field
 from json.decoder import scanstring
 from pathlib import Path
+
+from .vocabulary import VERSION_534
 
 #: deeper than any config the broker writes (5 levels); far below Python's recursion limit
 MAX_DEPTH = 64
@@ -364,6 +370,7 @@ class ConfigLoad:
     text: str = field(default="", repr=False)            # the used file's text
     locations: dict = field(default_factory=dict, repr=False)
     tmp: FileState | None = None    # a .tmp left by an interrupted 4.9/5.0 persist
+    deletes_main: bool = False      # 5.3.4+: the load deletes the (empty or torn) main file
 
     def offset_of(self, *path) -> int:
         """Byte offset of the value at a key path in the used file (0 when unknown); an integer
@@ -384,7 +391,8 @@ class ConfigLoad:
                 "bak": ({k: v for k, v in vars(self.bak).items() if v is not None}
                         if self.bak else None),
                 "tmp": ({k: v for k, v in vars(self.tmp).items() if v is not None}
-                        if self.tmp else None)}
+                        if self.tmp else None),
+                "deletes_main": self.deletes_main}
 
 
 @dataclass
@@ -431,11 +439,23 @@ def _file_state(path: Path) -> tuple[FileState, _Parsed]:
     return FileState(name, "ok", len(data)), _Parsed(document, text, locations)
 
 
-def read_config(path: Path) -> ConfigLoad:
-    """ConfigManager.load for the config file at ``path`` (its ``.bak`` beside it). A
-    ``.tmp`` beside them (4.9/5.0 persist writes it, then deletes the file and renames the tmp:
-    a crash in between leaves it) is never read by the broker; the reason says so."""
+#: the broker families whose ConfigManager.load deletes an empty or undecodable main file
+DELETING_FAMILIES = (VERSION_534,)
+#: main-file states that make ConfigManager.load throw or see nothing (then it deletes the file)
+_DELETED_STATES = ("empty", "unparsable", "unreadable")
+
+
+def read_config(path: Path, family: str | None = None) -> ConfigLoad:
+    """ConfigManager.load for the config file at ``path`` (its ``.bak`` beside it) by the
+    broker ``family`` (a recovery-rules name; None: any before 5.3.4+). A ``.tmp`` beside them
+    (4.9/5.0 persist writes it, then deletes the file and renames the tmp: a crash in between
+    leaves it) is never read by the broker; the reason says so."""
     load = _load(Path(path))
+    if family in DELETING_FAMILIES and load.main.state in _DELETED_STATES and \
+            Path(path).is_file():
+        load.deletes_main = True
+        load.reason += (f"; the {family} broker deletes {load.name} on this load (its "
+                        f"{load.main.size or 0:,} bytes are gone once it has started)")
     tmp = load.path.with_name(load.name + ".tmp")
     if tmp.exists():
         state, _ = _file_state(tmp)
@@ -509,9 +529,10 @@ class StoreConfigs:
                 "rocksdb": self.rocksdb}
 
 
-def read_store_configs(root: Path, names=CONSUMER_CONFIGS) -> StoreConfigs:
+def read_store_configs(root: Path, names=CONSUMER_CONFIGS,
+                       family: str | None = None) -> StoreConfigs:
     config_dir = Path(root) / "config"
-    loads = {name: read_config(config_dir / name) for name in names}
+    loads = {name: read_config(config_dir / name, family) for name in names}
     return StoreConfigs(config_dir, loads, rocksdb_metadata(config_dir))
 
 

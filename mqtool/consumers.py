@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from . import config as cfg
-from .errors import MqtoolError, ParseError
+from .errors import MqtoolError, OptionalDependencyError, ParseError
 from .formats import codecs
 from .formats import commitlog as cl_fmt
 from .formats import consumequeue as cq_fmt
@@ -335,9 +335,35 @@ def queue_bounds(store: Store, plan: RecoveryPlan | None) -> dict[tuple[str, int
             after = max(at_load, redispatched.get(key, 0))
             out[key] = QueueBounds(queue.topic, queue.queue_id, kind.directory, low, now,
                                    at_load, after, min(low, after))
+    if store.queues_in_rocksdb:
+        out.update(_rocksdb_bounds(store, plan, redispatched))
     for key, following in redispatched.items():
         if key not in out:   # a queue with no files yet: the start creates it
             out[key] = QueueBounds(key[0], key[1], None, 0, 0, 0, following, 0)
+    return out
+
+
+ROCKSDB_KIND = "rocksdb"   # QueueBounds.kind of a queue of a RocksDB ConsumeQueue
+
+
+def _rocksdb_bounds(store: Store, plan: RecoveryPlan | None, redispatched: dict
+                    ) -> dict[tuple[str, int], QueueBounds]:
+    """Bounds of the queues of a RocksDB ConsumeQueue: minOffset/maxOffset as the broker's
+    RocksDB CQ serves them, and after the start what its re-dispatch reaches (its recovery
+    cuts no unit of a queue that ends before processOffset)."""
+    from .rocksdb_cq import load_rocksdb_cq
+    table = load_rocksdb_cq(store)
+    out = {}
+    for key, queue in table.queues.items():
+        low, now = queue.min_offset, queue.max_offset
+        at_load = now
+        if plan is not None:
+            end = plan.process_offset
+            at_load = next((u.queue_offset for u in queue.served
+                            if u.commitlog_offset + u.size > end), now)
+        after = max(at_load, redispatched.get(key, 0))
+        out[key] = QueueBounds(queue.topic, queue.queue_id, ROCKSDB_KIND, low, now, at_load,
+                               after, min(low, after))
     return out
 
 
@@ -372,6 +398,14 @@ def unconsumed(store: Store, bounds: QueueBounds, offset: int) -> dict:
     out = {"lag_messages": max(0, hi - max(offset, bounds.min_offset)) if hi else 0,
            "lag_bytes": 0, "oldest_unconsumed_store_time": None}
     if hi <= lo or bounds.kind is None:
+        return out
+    if bounds.kind == ROCKSDB_KIND:
+        from .rocksdb_cq import load_rocksdb_cq
+        queue = load_rocksdb_cq(store).queue(bounds.topic, bounds.queue_id)
+        units = [u for u in queue.served if lo <= u.queue_offset < hi]
+        out["lag_bytes"] = sum(u.size for u in units)
+        if units:
+            out["oldest_unconsumed_store_time"] = units[0].store_timestamp
         return out
     batch = bounds.kind == BATCH_CONSUME_QUEUE.directory
     queue = _find_queue(store, bounds)
@@ -597,22 +631,47 @@ def _delay_rows(store: Store, plan: RecoveryPlan, bounds, table: dict[int, int])
     return rows
 
 
+def _family(plan: RecoveryPlan | None) -> str | None:
+    """The broker family whose config load applies (None: no plan, the older rule)."""
+    return plan.broker_version if plan is not None else None
+
+
+ROCKSDB_OFFSETS_SOURCE = "consumerOffsets/"   # config/consumerOffsets/, read through a shadow
+
+
+def _rocksdb_offsets(store: Store, configs: cfg.StoreConfigs
+                     ) -> tuple[dict[str, dict[int, int]], str, list, bool]:
+    """(offset table, a note on where it came from, problems, read) of a store whose offsets
+    the RocksDB offset manager keeps; an empty table where RocksDB cannot read the database."""
+    if "consumerOffsets" not in configs.rocksdb:
+        return {}, ("consumer offsets are kept in RocksDB (" + ", ".join(
+            f"config/{d}/" for d in configs.rocksdb) + "): mqtool reads config/consumerOffsets/ "
+            "only; export them with the broker's rocksDBConfigToJson admin command"), [], False
+    from .rocksdb import RocksDBError
+    from .rocksdb_offsets import load_rocksdb_offsets
+    try:
+        loaded = load_rocksdb_offsets(store.root, configs)
+    except (RocksDBError, OptionalDependencyError) as err:
+        return {}, f"consumer offsets are kept in RocksDB and cannot be read: {err}", [], False
+    return loaded.table, f"consumer offsets from {loaded.source}, as the broker loads them", \
+        loaded.problems, True
+
+
 def consumer_report(store: Store, plan: RecoveryPlan | None,
                     configs: cfg.StoreConfigs | None = None) -> ConsumerReport:
     """Every committed offset of every group, against the queues now and after the start.
     Without a plan (``info``: no CommitLog scan) the queues are taken as they are now."""
-    configs = configs or cfg.read_store_configs(store.root)
+    configs = configs or cfg.read_store_configs(store.root, family=_family(plan))
     bounds = queue_bounds(store, plan)
     problems: list[str] = []
     notes: list[str] = []
     offsets_load = configs.loads[cfg.CONSUMER_OFFSET]
     table: dict[str, dict[int, int]] = {}
     if configs.offsets_in_rocksdb:
-        source = "rocksdb"
-        notes.append("consumer offsets are kept in RocksDB ("
-                     + ", ".join(f"config/{d}/" for d in configs.rocksdb)
-                     + "): mqtool does not read RocksDB; export them with the broker's "
-                       "rocksDBConfigToJson admin command")
+        table, note, found, read = _rocksdb_offsets(store, configs)
+        source = ROCKSDB_OFFSETS_SOURCE if read else "rocksdb"
+        notes.append(note)
+        problems += found
     else:
         source = offsets_load.used
         table, found = cfg.offset_table(offsets_load.document, offsets_load.used or
@@ -663,7 +722,8 @@ def consumer_findings(store: Store, plan: RecoveryPlan,
     failed load stops the broker (:data:`mqtool.config.STARTUP_CONFIGS`) is checked."""
     from .verify import Finding   # verify imports this module; import on use
 
-    configs = configs or cfg.read_store_configs(store.root, cfg.STARTUP_CONFIGS)
+    configs = configs or cfg.read_store_configs(store.root, cfg.STARTUP_CONFIGS,
+                                                family=_family(plan))
     report = report or consumer_report(store, plan, configs)
     findings = []
 
@@ -683,7 +743,12 @@ def consumer_findings(store: Store, plan: RecoveryPlan,
         add("CFG_BAD_VALUE", f"config/{problem.file}", problem.split(": ", 1)[-1],
             offset=load.offset_of(*problem.path) if load is not None else 0)
     for folder, what in configs.rocksdb.items():
-        add("CFG_IN_ROCKSDB", f"config/{folder}", f"{what} in RocksDB: mqtool does not read it")
+        if folder == "consumerOffsets" and report.offsets_source == ROCKSDB_OFFSETS_SOURCE:
+            continue   # read (through a shadow copy) and checked like consumerOffset.json
+        why = next((n for n in report.notes if "cannot be read" in n), None) \
+            if folder == "consumerOffsets" else None
+        add("CFG_IN_ROCKSDB", f"config/{folder}", f"{what} in RocksDB: " + (
+            why or "mqtool does not read it"))
     offsets_file = f"config/{report.offsets_source or cfg.CONSUMER_OFFSET}"
     offsets_load = configs.loads[cfg.CONSUMER_OFFSET]
     for row in report.rows:
@@ -737,13 +802,17 @@ def committed_offsets(store: Store, group: str,
     """(topic, queue) -> the group's committed offset, from the file the broker would load.
     Raises MqtoolError when the broker would load none (RocksDB, unreadable, unknown group)."""
     configs = configs or cfg.read_store_configs(store.root)
-    if configs.offsets_in_rocksdb:
-        raise MqtoolError(f"{store.root}: consumer offsets are kept in RocksDB (config/"
-                          f"{', config/'.join(configs.rocksdb)}); mqtool does not read RocksDB")
     load = configs.loads[cfg.CONSUMER_OFFSET]
-    if load.document is None:
-        raise MqtoolError(f"{store.root}: no consumer offsets to read: {load.reason}")
-    table, _ = cfg.offset_table(load.document, load.used or cfg.CONSUMER_OFFSET)
+    if configs.offsets_in_rocksdb:
+        table, note, _, read = _rocksdb_offsets(store, configs)
+        if not read:
+            raise MqtoolError(f"{store.root}: {note}")
+        source = "config/consumerOffsets/"
+    else:
+        if load.document is None:
+            raise MqtoolError(f"{store.root}: no consumer offsets to read: {load.reason}")
+        table, _ = cfg.offset_table(load.document, load.used or cfg.CONSUMER_OFFSET)
+        source = load.used
     positions, groups = {}, set()
     for topic_group, queues in table.items():
         topic, owner = cfg.split_topic_group(topic_group)
@@ -752,7 +821,7 @@ def committed_offsets(store: Store, group: str,
             positions.update({(topic, qid): offset for qid, offset in queues.items()})
     if not positions:
         known = ", ".join(sorted(groups)) or "none"
-        raise MqtoolError(f"group {group!r} has no committed offset in {load.used} (groups: "
+        raise MqtoolError(f"group {group!r} has no committed offset in {source} (groups: "
                           f"{known})")
     return positions
 

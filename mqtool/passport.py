@@ -6,20 +6,71 @@ files disagree on is listed as an inconsistency rather than silently averaged aw
 
 The passport also names the CommitLog's layout: plain, DLedger mode (``dledger-<selfId>/``), or a
 plain CommitLog upgraded to DLedger, with the DLedger ledger (first and last entry, term,
-committed index and how far the on-disk checkpoint lags the data)."""
+committed index and how far the on-disk checkpoint lags the data), and a controller-mode store's
+epochs and broker identity (:mod:`mqtool.controller`)."""
 from __future__ import annotations
 
 from collections import Counter
 
+import numpy as np
+
+from . import codec as _codec
 from .errors import ParseError
 from .formats import consumequeue as cq_fmt
 from .formats import indexfile as idx_fmt
 from .formats import dledger as dl_fmt
+from .formats.commitlog import INNER_BATCH_FLAG
+from .vocabulary import VERSION_49, VERSION_532, VERSION_534
+from .controller import controller_claim, controller_section
 from .dledger import ledger_extent
-from .store import UPGRADED_LAYOUT, Store, properties_int
+from .store import (COMBINE_CQ, ROCKSDB_CQ, ROCKSDB_METADATA, UPGRADED_LAYOUT, Store,
+                    properties_int)
 
 FAMILY_4 = "4.x"
 FAMILY_5 = "5.x"
+#: what each kind of RocksDB database says about the writer
+ROCKSDB_CLAIMS = {
+    ROCKSDB_CQ: "5.2+ RocksDB ConsumeQueue (storeType=defaultRocksDB): queue units are RocksDB "
+                "keys, not files",
+    COMBINE_CQ: "5.3.2+ CombineConsumeQueue (rocksdbCQDoubleWriteEnable): file and RocksDB "
+                "ConsumeQueues",
+    ROCKSDB_METADATA: "5.x RocksDB metadata under config/",
+}
+
+#: topics the broker writes to itself (timer, transaction, schedule, pop revive...): no
+#: SendMessageProcessor sets CLUSTER on their records, so they are no evidence either way
+_BROKER_TOPIC_PREFIXES = ("rmq_sys_", "RMQ_SYS_", "SCHEDULE_TOPIC_XXXX")
+
+
+def own_property_batch_record(topic: str, sys_flag: int, has_uniq_key: bool,
+                              has_cluster: bool) -> bool:
+    """A record that only the store code after 5.3.3 writes: a producer's message (it has its
+    UNIQ_KEY) without the CLUSTER the broker sets on every send. Single sends carry CLUSTER in
+    every family; 5.3.3 and before append the batch's CLUSTER (and WAIT, UNIQ_KEY) to each
+    message of a classic batch; the newest code stores each message's own properties only.
+    Inner batches (one record per batch) keep the batch's properties in every family."""
+    return (has_uniq_key and not has_cluster and not sys_flag & INNER_BATCH_FLAG
+            and not topic.startswith(_BROKER_TOPIC_PREFIXES))
+
+
+#: the property names :func:`own_property_batch_rows` reads
+EVIDENCE_PROPERTIES = ("UNIQ_KEY", "CLUSTER")
+
+
+def own_property_batch_rows(batch, values: dict | None = None) -> int:
+    """How many records of a scanner ``RecordBatch`` :func:`own_property_batch_record`
+    accepts, at once; ``values`` are the batch's ``codec.property_values`` spans when the
+    caller already has them for :data:`EVIDENCE_PROPERTIES`."""
+    if len(batch) == 0:
+        return 0
+    if values is None:
+        blob, begins = _codec.property_blob(*batch.properties_source())
+        values = _codec.property_values(blob, begins, EVIDENCE_PROPERTIES)
+    broker_topic = np.array([name.startswith(_BROKER_TOPIC_PREFIXES)
+                             for name in batch.topics.names] or [False], dtype=bool)
+    hits = ((values["UNIQ_KEY"][0] >= 0) & (values["CLUSTER"][0] < 0)
+            & ((batch.sys_flag & INNER_BATCH_FLAG) == 0) & ~broker_topic[batch.topic_id])
+    return int(np.count_nonzero(hits))
 
 
 def five_x_evidence(store: Store) -> list[str]:
@@ -81,6 +132,11 @@ def geometry_findings(store: Store) -> tuple[dict, list[str]]:
     if index_sizes and expected_index not in index_sizes:
         problems.append(f"no IndexFile has the size of {store.index_slots:,} slots x "
                         f"{store.index_entries:,} entries ({expected_index:,} bytes)")
+    if not cl.segments and not getattr(store, "commitlog_dirs_given", False) and any(
+            q.segments for q in store.consume_queues):
+        problems.append("no CommitLog file in commitlog/ but ConsumeQueues point into one: a "
+                        "CommitLog kept elsewhere (storePathCommitLog)? give --broker-config or "
+                        "--commitlog-dirs")
     geometry = {
         "commitlog_file_size": cl.file_size,
         "commitlog_file_sizes_seen": cl_sizes,
@@ -179,11 +235,15 @@ def _dledger_claim(layout: str, section: dict) -> dict:
 
 
 def store_passport(store: Store, *, v2_records: int | None = None,
-                   prop_crc_records: int | None = None) -> dict:
+                   prop_crc_records: int | None = None,
+                   own_property_batch_records: int | None = None,
+                   max_offset: int | None = None) -> dict:
     """Geometry, writer family with evidence, the recovery rules that fit, inconsistencies.
 
-    ``v2_records``/``prop_crc_records`` come from a CommitLog scan when the caller made one
-    (None: not scanned, so those claims are not made)."""
+    ``v2_records``/``prop_crc_records``/``own_property_batch_records`` (records
+    :func:`own_property_batch_record` accepts) come from a CommitLog scan when the caller made
+    one (None: not scanned, so those claims are not made). ``max_offset`` (the end of the
+    scanned data) closes a controller-mode store's last epoch."""
     geometry, problems = geometry_findings(store)
     evidence = five_x_evidence(store)
     claims = []
@@ -194,22 +254,48 @@ def store_passport(store: Store, *, v2_records: int | None = None,
         claims.append({"claim": "5.2+ with enabledAppendPropCRC",
                        "evidence": f"{prop_crc_records:,} records end their properties with "
                                    "__CRC32#"})
+    if own_property_batch_records:
+        claims.append({"claim": VERSION_534, "evidence": f"{own_property_batch_records:,} "
+                       "records carry their own UNIQ_KEY and no CLUSTER: classic-batch messages "
+                       "as the store code after 5.3.3 writes them (5.3.3 appends the batch's "
+                       "CLUSTER and WAIT to each)"})
     if evidence:
         claims.append({"claim": FAMILY_5, "evidence": "; ".join(evidence)})
+    rocksdb = [{"kind": part.kind, "folder": part.folder + "/", "evidence": part.evidence}
+               for part in store.rocksdb]
+    for part in store.rocksdb:
+        claims.insert(0, {"claim": ROCKSDB_CLAIMS[part.kind], "evidence":
+                          f"{part.folder}/: {part.evidence}"})
     family = FAMILY_5 if claims else FAMILY_4
     if family == FAMILY_4:
         claims.append({"claim": FAMILY_4, "evidence": "no 5.x-only file, field or record"
                        + ("" if v2_records is not None else " (records not scanned)")})
-    # nothing on disk tells 5.0-5.3.1 from 5.3.2+; the newest rules are the likelier writer
-    rules = "5.3.2+" if family == FAMILY_5 else "4.9"
+    # nothing on disk tells 5.0-5.3.1 from 5.3.2+, nor 5.3.2+ from 5.3.4+ unless the records
+    # show the newest classic batches; the newer rules are the likelier writer
+    if own_property_batch_records:
+        rules = VERSION_534
+    else:
+        rules = VERSION_532 if family == FAMILY_5 else VERSION_49
     if store.abort_exists and family == FAMILY_4 and store.abort_content():
         problems.append("abort holds text although nothing else says 5.x")
     dledger, dledger_problems = dledger_section(store)
     if dledger is not None:
         claims.insert(0, _dledger_claim(store.layout, dledger))
         problems += dledger_problems
+    controller = controller_section(store, max_offset)
+    if controller is not None:
+        claims.insert(0, controller_claim(controller))
+        if controller["epoch_problem"]:
+            problems.append(controller["epoch_problem"])
+        for name, ident in (controller["broker_identity"] or {}).items():
+            if ident.get("problem"):
+                problems.append(f"{name}: {ident['problem']}")
     passport = {"family": family, "claims": claims, "recovery_rules": rules,
                 "geometry": geometry, "inconsistencies": problems, "layout": store.layout}
     if dledger is not None:
         passport["dledger"] = dledger
+    if controller is not None:
+        passport["controller"] = controller
+    if rocksdb:
+        passport["rocksdb"] = rocksdb
     return passport

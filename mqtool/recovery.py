@@ -34,9 +34,10 @@ from .formats import checkpoint as ckpt_fmt
 from .formats import commitlog as cl_fmt
 from .formats import indexfile as idx_fmt
 from .scan import (FLAG_FALSE, FLAG_TRUE, BlankRecord, CorruptRegion, MessageRecord, RecordBatch,
-                   UnwrittenTail, scan_segment_batches)
+                   UnwrittenTail, scan_segment, scan_segment_batches)
 from .store import ConsumeQueue, MappedFile, Segment, Store, parse_at
-from .vocabulary import BROKER_VERSIONS, MODES, VERSION_49, VERSION_50, VERSION_532  # noqa: F401
+from .vocabulary import (BROKER_VERSIONS, DISPATCHING_NORMAL_RECOVERY, MODES,  # noqa: F401
+                         VERSION_49, VERSION_50, VERSION_532, VERSION_534)
 
 INDEX_HEADER_DTYPE = numpy_dtype(idx_fmt.index_header)
 INDEX_ENTRY_DTYPE = numpy_dtype(idx_fmt.index_entry)
@@ -87,7 +88,7 @@ class BrokerRules:
     def checks_declared_size(self) -> bool:
         # 5.3.2+ refuses a record (blank included) whose size runs past the buffer before it even
         # reads the magic
-        return self.version == VERSION_532
+        return self.version in (VERSION_532, VERSION_534)
 
 
 @dataclass
@@ -319,6 +320,8 @@ class RecoveryPlan:
     queue_recoveries: list[QueueRecovery] = field(default_factory=list, repr=False)
     # (topic, queue) -> queue end after the re-dispatch, when recover's dispatch counted it
     redispatched_ends: dict | None = field(default=None, repr=False)
+    # a RocksDB ConsumeQueue after the start (mqtool.rocksdb_recovery.RocksRecovery.summary)
+    rocksdb: dict | None = None
 
     @property
     def truncates(self) -> bool:
@@ -384,6 +387,93 @@ def first_record_matches(segment: Segment, rules: BrokerRules, limit_timestamp: 
         return True, (f"first record stored at {first.store_timestamp} <= checkpoint limit "
                       f"{limit_timestamp}")
     return False, f"first record stored at {first.store_timestamp} > checkpoint limit {limit_timestamp}"
+
+
+def first_record_decoded(segment: Segment, rules: BrokerRules) -> tuple[MessageRecord | None, str]:
+    """(the file's first record, "") when checkMessageAndReturnSize accepts it with the CRC check
+    (body CRC, or the property CRC with forceVerifyPropCRC), else (None, why not)."""
+    judge = FileJudge(segment, BrokerRules(rules.version, rules.check_crc,
+                                           rules.force_verify_prop_crc, True))
+    for event in scan_segment(segment, check_crc=rules.check_crc, resync=False):
+        judge.feed(event)
+        if type(event) is MessageRecord and judge.verdict.accepted:
+            return event, ""
+        kind = type(event).__name__
+        if type(event) is BlankRecord:
+            return None, "the file starts with a blank (store timestamp 0)"
+        if type(event) is UnwrittenTail:
+            return None, "the file starts with zeros"
+        return None, f"its first record fails the check ({judge.verdict.reason or kind})"
+    return None, "the file is empty"
+
+
+def head_start_file(segments: list[Segment], rules: BrokerRules, branch: str, max_phy_cq: int,
+                    ckpt: dict | None, message_index_safe: bool) -> tuple[int, str]:
+    """The recovery start file of the store code after 5.3.3 (isMappedFileMatchedRecover, both
+    modes): walking back from the last file, the first whose first record decodes with the CRC
+    check and then passes the queue store's rule: normal = its PHYSICALOFFSET <= the queues'
+    dispatch offset (maxPhyOffsetOfConsumeQueue), abnormal = its store time <= the checkpoint's
+    minTimestamp. With messageIndexSafe its store time must also be <= indexMsgTimestamp.
+    Normal recovery never checks file 0 (it falls back to it); abnormal checks it too."""
+    min_ts = ckpt["min_timestamp"] if ckpt else 0
+    index_ts = ckpt["index_msg_timestamp"] if ckpt else 0
+    skipped: list[str] = []
+    lowest = 1 if branch == "normal" else 0
+    for i in range(len(segments) - 1, lowest - 1, -1):
+        record, why = first_record_decoded(segments[i], rules)
+        if record is None:
+            skipped.append(f"{segments[i].name}: {why}")
+            continue
+        ts = record.store_timestamp
+        if ts == 0:
+            skipped.append(f"{segments[i].name}: first record's store timestamp is 0")
+        elif message_index_safe and ts > index_ts:
+            skipped.append(f"{segments[i].name}: first record stored at {ts} > "
+                           f"indexMsgTimestamp {index_ts}")
+        elif branch == "normal" and record.physical_offset > max_phy_cq:
+            skipped.append(f"{segments[i].name}: first record's PHYSICALOFFSET "
+                           f"{record.physical_offset} > dispatch offset {max_phy_cq}")
+        elif branch != "normal" and ts > min_ts:
+            skipped.append(f"{segments[i].name}: first record stored at {ts} > checkpoint "
+                           f"minTimestamp {min_ts}")
+        else:
+            rule = (f"PHYSICALOFFSET {record.physical_offset} <= dispatch offset {max_phy_cq}"
+                    if branch == "normal" else
+                    f"stored at {ts} <= checkpoint minTimestamp {min_ts}")
+            return i, _with_skipped(f"first record decodes with the CRC check and {rule} "
+                                    f"({VERSION_534})", skipped)
+    if len(segments) == 1:
+        return 0, f"the only CommitLog file ({VERSION_534})"
+    return 0, _with_skipped(f"no later file's first record qualifies: file 0 ({VERSION_534})",
+                            skipped)
+
+
+def _with_skipped(reason: str, skipped: list[str]) -> str:
+    if not skipped:
+        return reason
+    shown = skipped[:3] + ([f"{len(skipped) - 3} more"] if len(skipped) > 3 else [])
+    return f"{reason}; skipped: " + "; ".join(shown)
+
+
+def first_record_at_or_before(segment: Segment, limit_offset: int) -> tuple[bool, str]:
+    """isMappedFileMatchedRecover with a RocksDB ConsumeQueue (5.2-5.3.3): the first record has
+    a message magic and its PHYSICALOFFSET field is at or before the RocksDB CQ's max offset."""
+    with open(segment.path, "rb") as fh:
+        head = fh.read(_FIRST_RECORD_MAX)
+    if len(head) < 36:
+        return False, "file too short for a record"
+    magic = int.from_bytes(head[4:8], "big")
+    if magic not in cl_fmt.MESSAGE_MAGIC_CODES:
+        return False, f"first record has magic 0x{magic:08X}"
+    try:
+        first = parse_at(_FIRST_RECORD_PREFIX, head, file=segment.name)
+    except ParseError:
+        return False, f"first record has magic 0x{magic:08X}"
+    if first.physical_offset <= limit_offset:
+        return True, (f"the file holding the RocksDB CQ checkpoint {limit_offset}: its first "
+                      f"record's PHYSICALOFFSET {first.physical_offset} is at or before it")
+    return False, (f"first record's PHYSICALOFFSET {first.physical_offset} > RocksDB CQ "
+                   f"checkpoint {limit_offset}")
 
 
 def _index_headers(store: Store) -> list[tuple[str, dict | None]]:
@@ -468,6 +558,16 @@ def predict_recovery(store: Store, *, mode: str = "auto", broker_version: str = 
                         for kind, queues, upf in loaded_kinds for q in queues]
     max_phy_cq = max((q.max_physic_offset for q in queue_recoveries), default=-1)
     dropped_by_recover = sum(q.dropped_units for q in queue_recoveries)
+    rocks = None
+    if store.queues_in_rocksdb:
+        # the RocksDB ConsumeQueue: its CQ checkpoint (CHECKPOINT_TOPIC) is how far the queues
+        # are built (getMaxPhyOffsetInConsumeQueue); an empty database has none
+        from .rocksdb_cq import load_rocksdb_cq
+        rocks = load_rocksdb_cq(store)
+        max_phy_cq = rocks.checkpoint if rocks.checkpoint is not None else 0   # getMaxPhyOffset
+        notes.append(f"ConsumeQueues in RocksDB ({rocks.folder}/): {rocks.unit_count:,} units, "
+                     f"CQ checkpoint "
+                     f"{rocks.checkpoint if rocks.checkpoint is not None else 'absent'}")
 
     index_headers = _index_headers(store)
     index_deleted: list[str] = []
@@ -504,7 +604,10 @@ def predict_recovery(store: Store, *, mode: str = "auto", broker_version: str = 
         return plan
 
     # -- start file
-    if branch == "normal":
+    if version == VERSION_534:
+        index, plan.start_reason = head_start_file(segments, rules, branch, max_phy_cq, ckpt,
+                                                   message_index_safe)
+    elif branch == "normal":
         if version == VERSION_532:
             index = len(segments) - 1
             while index > 0 and segments[index].base_offset > max_phy_cq:
@@ -514,6 +617,17 @@ def predict_recovery(store: Store, *, mode: str = "auto", broker_version: str = 
         else:
             index = max(0, len(segments) - 3)
             plan.start_reason = "third-to-last file (recoverNormally)"
+    elif rocks is not None:
+        # 5.2-5.3.3 with the RocksDB CQ: the newest file whose first record's PHYSICALOFFSET is
+        # at or before the CQ checkpoint, else file 0
+        index, reason = 0, (f"no file's first record is at or before the RocksDB CQ checkpoint "
+                            f"{max_phy_cq}; file 0")
+        for i in range(len(segments) - 1, -1, -1):
+            ok, why = first_record_at_or_before(segments[i], max_phy_cq)
+            if ok:
+                index, reason = i, why
+                break
+        plan.start_reason = reason
     else:
         limit = 0
         if ckpt is not None:
@@ -568,6 +682,13 @@ def predict_recovery(store: Store, *, mode: str = "auto", broker_version: str = 
             if v.last_accepted is not None:
                 last_valid = v.last_accepted
                 break
+        if last_valid is None:
+            # no record accepted: the value recovery started from stays. Normal recovery starts
+            # from getConfirmOffset(), which (ASYNC_FLUSH, no controller, no duplication) is the
+            # CommitLog's max offset as loaded, every loaded file counted full (5.3.3 on
+            # head-clean-damaged-firstrec: 4,194,304); abnormal recovery from the start file
+            last_valid = (segments[-1].base_offset + file_size if branch == "normal"
+                          else start.base_offset)
         plan.confirm_offset = last_valid
 
     # -- truncateDirtyFiles(processOffset). A file is deleted only when it starts past
@@ -601,12 +722,19 @@ def predict_recovery(store: Store, *, mode: str = "auto", broker_version: str = 
     plan.first_lost_offset = first_lost
     plan.bytes_dropped = dropped
 
-    # -- ConsumeQueues: truncateDirtyLogicFiles only when they reach processOffset (4.9 - 5.3.3)
-    if max_phy_cq >= process_offset:
+    # -- ConsumeQueues: truncateDirtyLogicFiles only when they reach processOffset (4.9 - 5.3.3),
+    # always after 5.3.3 (which changes nothing when they do not reach it)
+    if max_phy_cq >= process_offset or version == VERSION_534:
         plan.cq_truncate_called = True
         plan.cq_truncations = [truncate_dirty_logic(q, process_offset, upf, kind)
                                for kind, queues, upf in loaded_kinds for q in queues]
         plan.cq_units_truncated = sum(t.units for t in plan.cq_truncations)
+        if rocks is not None:
+            # RocksDB truncateDirty: each queue's max entry goes back to its last unit before
+            # processOffset; the units past it stay in the database, stale
+            plan.cq_units_truncated = sum(
+                1 for q in rocks.queues.values() for u in q.served
+                if u.commitlog_offset + u.size > process_offset)
 
     # -- what gets dispatched again
     min_offset = segments[0].base_offset
@@ -627,9 +755,9 @@ def predict_recovery(store: Store, *, mode: str = "auto", broker_version: str = 
             cq_max = max_phy_cq
         plan.redispatch_from = max(min_offset, cq_max)
         plan.redispatch_rule = "4.9 start(): reput from the highest ConsumeQueue end"
-    elif version == VERSION_532:
+    elif version in DISPATCHING_NORMAL_RECOVERY:
         plan.redispatch_from = max(min_offset, max_phy_cq + 1)
-        plan.redispatch_rule = ("5.3.2+ normal recovery dispatches records past "
+        plan.redispatch_rule = (f"{version} normal recovery dispatches records past "
                                 "maxPhyOffsetOfConsumeQueue")
     else:
         plan.redispatch_from = None

@@ -504,6 +504,7 @@ def export_messages(store: Store, emit: Callable[[dict], None], *,
                     until: int | None = None, live_only: bool = False,
                     body_mode: str = "base64", decompress: bool = True, unwrap: bool = True,
                     broker_version: str = "auto", pending_timers: bool = False,
+                    open_transactions: bool = False, check_max: int | None = None,
                     progress=None,
                     unconsumed: dict[tuple[str, int], int] | None = None) -> ExportStats:
     """Every intact message as the dump's message dict plus :func:`replay_fields` and
@@ -511,6 +512,10 @@ def export_messages(store: Store, emit: Callable[[dict], None], *,
     ``live_only`` leaves out what the broker's next start would truncate; ``pending_timers``
     keeps only the timer messages still pending in the timer wheel (:mod:`mqtool.timers`),
     each with a ``pending_timer`` object (slot, due time, TimerLog offset, next start);
+    ``open_transactions`` keeps only the newest half copy of each transaction the store shows
+    neither committed nor rolled back (:mod:`mqtool.transactions`), each with an
+    ``open_transaction`` object (transaction id, producer group, check times, copies, what the
+    next check round does with at most ``check_max`` checks);
     ``unconsumed`` ((topic, queue) -> committed offset,
     :func:`mqtool.consumers.committed_offsets`) keeps only what that group has not consumed.
     With ``unwrap`` an inner batch gives one message per inner message."""
@@ -519,11 +524,19 @@ def export_messages(store: Store, emit: Callable[[dict], None], *,
     if pending_timers:
         from .timers import pending_timer_offsets
         pending = pending_timer_offsets(store, broker_version=broker_version)
+    open_txns = None
+    if open_transactions:
+        from .transactions import open_transaction_offsets
+        open_txns = open_transaction_offsets(
+            store, broker_version=broker_version,
+            **({} if check_max is None else {"check_max": check_max}))
     stats = ExportStats()
     one_pass = StorePass(store, broker_version=broker_version, progress=progress)
     for item in one_pass.records():
         record = item.record
         if pending is not None and record.offset not in pending:
+            continue
+        if open_txns is not None and record.offset not in open_txns:
             continue
         if item.damage is not None:
             stats.damaged_skipped += 1
@@ -549,6 +562,8 @@ def export_messages(store: Store, emit: Callable[[dict], None], *,
             out["pending_timer"] = {k: timer[k] for k in (
                 "deliver_time_ms", "timer_out_ms", "timer_deliver_ms", "timerlog_offset",
                 "next_start", "next_start_detail")}
+        if open_txns is not None:
+            out["open_transaction"] = open_txns[record.offset]
         # an inner batch is replayed as its messages, each with its own replay fields
         for message in (unwrap_message_dict(out, record, item.body, body_mode=body_mode)
                         if unwrap else [out]):

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import construct
 
-from .config import JAVA_INT_MAX, parse_fastjson, read_config_bytes, text_keys
+from .config import JAVA_INT_MAX, ROCKSDB_DIRS, parse_fastjson, read_config_bytes, text_keys
 from .errors import ParseError, StoreLayoutError, StoreNotFoundError
 from .lock import held_here
 from .mapping import data_runs, map_readonly
@@ -338,13 +338,26 @@ class CommitLog:
     DLedger data directory. For a pure DLedger store ``directory`` becomes the DLedger data
     directory; ``dledger`` describes the DLedger files (None in plain mode)."""
 
-    def __init__(self, directory: Path, file_size: int | None = None):
+    def __init__(self, directory: Path, file_size: int | None = None,
+                 extra_dirs: tuple[Path, ...] | list[Path] = ()):
         self.directory = Path(directory)
-        self.dledger = DLedgerLog.beside(self.directory)
+        # storePathCommitLog with several ','-separated directories, plus
+        # readOnlyCommitLogStorePaths (MultiPathMappedFileQueue.load): the files of every
+        # directory form one queue, in offset order, wherever each lies
+        self.extra_dirs = tuple(Path(d) for d in extra_dirs)
+        self.dledger = None if self.extra_dirs else DLedgerLog.beside(self.directory)
         if self.dledger is not None and self.directory == self.dledger.data_dir:
             plain, self.stray_files = [], []
         else:
             plain, self.stray_files = _offset_files(self.directory)
+            for extra in self.extra_dirs:
+                more, stray = _offset_files(extra)
+                plain, self.stray_files = plain + more, self.stray_files + stray
+            plain.sort(key=lambda s: s.base_offset)
+            for a, b in zip(plain, plain[1:]):
+                if a.base_offset == b.base_offset:
+                    raise StoreLayoutError(f"CommitLog file {a.name} is in two directories "
+                                           f"({a.path.parent} and {b.path.parent})")
         if self.dledger is not None:
             if not plain and not self.directory.is_dir():
                 self.directory = self.dledger.data_dir
@@ -357,6 +370,11 @@ class CommitLog:
         self.inferred_file_size = _most_common([s.length for s in self.segments], 0)
         self.file_size = file_size or self.inferred_file_size or 1024 ** 3
         self._bases = [s.base_offset for s in self.segments]
+
+    @property
+    def directories(self) -> tuple[Path, ...]:
+        """Every directory the CommitLog's files are read from (one unless multi-path)."""
+        return (self.directory,) + self.extra_dirs
 
     @property
     def min_offset(self) -> int:
@@ -471,22 +489,34 @@ class Store:
 
     def __init__(self, root: Path, *, commitlog_file_size: int | None = None,
                  cq_units_per_file: int | None = None, index_slots: int | None = None,
-                 index_entries: int | None = None):
+                 index_entries: int | None = None, commitlog_dirs: list[Path] | None = None):
         self.root = Path(root)
         if not self.root.exists():
             raise StoreNotFoundError(f"{root}: no such file or directory")
         if not self.root.is_dir():
             raise StoreLayoutError(f"{root}: not a directory")
         commitlog_dir = self.root / "commitlog"
-        if not commitlog_dir.is_dir() and _offset_files(self.root)[0] and not (
+        extra_dirs: list[Path] = []
+        if commitlog_dirs:
+            # the CommitLog directories a broker config names (storePathCommitLog,
+            # readOnlyCommitLogStorePaths) instead of <root>/commitlog
+            for d in commitlog_dirs:
+                if not Path(d).is_dir():
+                    raise StoreNotFoundError(f"{d}: CommitLog directory not found (named by "
+                                             "the CommitLog path list)")
+            commitlog_dir, extra_dirs = Path(commitlog_dirs[0]), [Path(d) for d in
+                                                                  commitlog_dirs[1:]]
+        elif not commitlog_dir.is_dir() and _offset_files(self.root)[0] and not (
                 self.root / "consumequeue").is_dir():
             # a bare CommitLog directory
             commitlog_dir = self.root
-        self.commitlog = CommitLog(commitlog_dir, commitlog_file_size)
+        self.commitlog = CommitLog(commitlog_dir, commitlog_file_size, extra_dirs)
+        self.commitlog_dirs_given = bool(commitlog_dirs)
         self.is_bare_commitlog = commitlog_dir == self.root
         if not self.is_bare_commitlog and self.commitlog.dledger is None and not any(
                 (self.root / p).exists() for p in ("commitlog", "consumequeue", "index", "checkpoint",
-                                                   "batchconsumequeue")):
+                                                   "batchconsumequeue")) and not rocksdb_parts(
+                self.root):
             raise StoreLayoutError(
                 f"{root}: not a RocketMQ store (no commitlog/, consumequeue/, index/ or checkpoint)")
         self.consume_queues = self._load_queues("consumequeue", cq_fmt.CQ_STORE_UNIT_SIZE)
@@ -517,9 +547,10 @@ class Store:
         (:func:`unexplained_layout`). Every mutating command calls this before anything else."""
         findings = unexplained_layout(root, command)
         if findings:
+            why = ("mqtool never writes into a RocksDB database nor repairs what one indexes"
+                   if rocksdb_parts(root) else "a layout mqtool does not fully understand")
             raise StoreLayoutError(f"{root}: {command} refused: the store holds "
-                                   + "; ".join(findings) + ", a layout mqtool does not fully "
-                                   "understand; nothing was changed")
+                                   + "; ".join(findings) + f", {why}; nothing was changed")
 
     # -- construction helpers ------------------------------------------------------------------
     def _load_queues(self, dirname: str, unit_size: int) -> list[ConsumeQueue]:
@@ -562,6 +593,34 @@ class Store:
     @property
     def dledger(self) -> DLedgerLog | None:
         return self.commitlog.dledger
+
+    @property
+    def rocksdb(self) -> list[RocksDBPart]:
+        """The store's RocksDB databases (:func:`rocksdb_parts`), found once."""
+        if not hasattr(self, "_rocksdb"):
+            self._rocksdb = [] if self.is_bare_commitlog else rocksdb_parts(self.root)
+        return self._rocksdb
+
+    @property
+    def rocksdb_cq(self) -> RocksDBPart | None:
+        """The RocksDB ConsumeQueue database (pure RocksDB or a CombineConsumeQueue's), if any."""
+        return next((p for p in self.rocksdb if p.kind in (ROCKSDB_CQ, COMBINE_CQ)), None)
+
+    @staticmethod
+    def queues_live_in_rocksdb(root: Path) -> bool:
+        """True when ``root`` is a store whose ConsumeQueues live only in RocksDB and which
+        holds nothing else mqtool cannot explain (RocksDB metadata under config/ aside)."""
+        parts = rocksdb_parts(root)
+        if not any(p.kind == ROCKSDB_CQ for p in parts):
+            return False
+        phrases = {p.phrase for p in parts}
+        return all(f in phrases for f in unexplained_layout(root, "rebuild-queues"))
+
+    @property
+    def queues_in_rocksdb(self) -> bool:
+        """True when the ConsumeQueues live only in RocksDB (no file ConsumeQueue to check)."""
+        part = self.rocksdb_cq
+        return part is not None and part.kind == ROCKSDB_CQ
 
     # -- small files ---------------------------------------------------------------------------
     @property
@@ -649,6 +708,12 @@ DLEDGER_AWARE_COMMANDS = ("recover", "truncate", "rebuild-index", "rebuild-queue
                           "fixture damage")
 
 
+# mutating commands that know a store whose ConsumeQueues live only in RocksDB: recover cuts the
+# CommitLog, rebuilds the index and writes the checkpoint, leaving RocksDB to the broker's start;
+# undo puts back what it changed. Neither writes into the database.
+ROCKSDB_AWARE_COMMANDS = ("recover", "undo")
+
+
 def _known_dledger_layout(root: Path) -> bool:
     folders = [p for p in root.iterdir() if p.name.startswith(dl_fmt.DLEDGER_DIR_PREFIX)]
     if len(folders) != 1 or not (folders[0] / dl_fmt.DATA_DIR).is_dir():
@@ -675,11 +740,15 @@ def unexplained_layout(root: Path, command: str | None = None) -> list[str]:
     if not root.is_dir():
         return []
     dledger_known = command in DLEDGER_AWARE_COMMANDS and _known_dledger_layout(root)
-    findings = []
+    # mqtool never writes into a RocksDB database, nor repairs what one indexes
+    rocksdb = rocksdb_parts(root)
+    findings = [part.phrase for part in rocksdb
+                if not (part.kind == ROCKSDB_CQ and command in ROCKSDB_AWARE_COMMANDS)]
+    rocksdb_dirs = {part.folder for part in rocksdb}
     entries = sorted(root.iterdir(), key=lambda p: p.name)
     for entry in entries:
         name = entry.name
-        if not entry.is_dir():
+        if not entry.is_dir() or name in rocksdb_dirs:
             continue
         if name.startswith(dl_fmt.DLEDGER_DIR_PREFIX):
             if not dledger_known:
@@ -703,6 +772,98 @@ def unexplained_layout(root: Path, command: str | None = None) -> list[str]:
         if derived:
             findings.append(f"{' and '.join(derived)} with data but no commitlog/")
     return findings
+
+
+# -- RocksDB databases inside a store -----------------------------------------------------------
+# A 5.2+ broker with storeType=defaultRocksDB keeps its ConsumeQueues in a RocksDB database
+# directly in consumequeue/ (newer code: consumequeue_rocksdb/ with useSeparateStorePathForRocksdbCQ);
+# the CombineConsumeQueueStore (rocksdbCQDoubleWriteEnable) writes file ConsumeQueues beside it;
+# RocksDB metadata managers keep their tables under config/ (config.ROCKSDB_DIRS).
+ROCKSDB_CQ = "rocksdb-cq"              # the ConsumeQueues live only in RocksDB
+COMBINE_CQ = "combine-cq"              # file ConsumeQueues and a RocksDB ConsumeQueue side by side
+ROCKSDB_METADATA = "rocksdb-metadata"  # config/<table>/ is a RocksDB database
+ROCKSDB_CQ_DIRS = ("consumequeue", "consumequeue_rocksdb")
+
+
+@dataclass(frozen=True)
+class RocksDBPart:
+    """One RocksDB database of a store: what it holds, its folder inside the store, and the files
+    that show it is RocksDB."""
+
+    kind: str
+    folder: str
+    evidence: str
+
+    @property
+    def phrase(self) -> str:
+        what = {ROCKSDB_CQ: "a RocksDB ConsumeQueue (storeType=defaultRocksDB)",
+                COMBINE_CQ: "a CombineConsumeQueue: file ConsumeQueues beside a RocksDB one",
+                ROCKSDB_METADATA: "RocksDB metadata"}[self.kind]
+        return f"{self.folder}/ ({what}: {self.evidence})"
+
+
+def rocksdb_evidence(folder: Path) -> str | None:
+    """The files that make ``folder`` a RocksDB database (CURRENT naming a MANIFEST, MANIFEST-*,
+    OPTIONS-*, *.sst, *.log), or None when it holds neither CURRENT nor a MANIFEST. Reads only
+    CURRENT (a few bytes)."""
+    folder = Path(folder)
+    try:
+        names = sorted(p.name for p in folder.iterdir() if p.is_file())
+    except OSError:
+        return None
+    manifests = [n for n in names if n.startswith("MANIFEST-")]
+    if "CURRENT" not in names and not manifests:
+        return None
+    parts = []
+    if "CURRENT" in names:
+        try:
+            named = (folder / "CURRENT").read_bytes()[:256].decode("ascii", "replace").strip()
+        except OSError:
+            named = "?"
+        parts.append(f"CURRENT names {named or 'nothing'}")
+        manifests = [n for n in manifests if n != named]
+    parts += manifests + [n for n in names if n.startswith("OPTIONS-")]
+    for ext in (".sst", ".log"):
+        count = sum(n.endswith(ext) for n in names)
+        if count:
+            parts.append(f"{count} {ext} file{'s' if count != 1 else ''}")
+    return ", ".join(parts)
+
+
+def _file_queue_count(consumequeue: Path) -> int:
+    """How many <topic>/<queueId>/ folders of consumequeue/ hold offset-named files."""
+    count = 0
+    if not consumequeue.is_dir():
+        return 0
+    for topic in consumequeue.iterdir():
+        if not topic.is_dir():
+            continue
+        for queue in topic.iterdir():
+            if queue.is_dir() and any(OFFSET_NAME.match(p.name) for p in queue.iterdir()):
+                count += 1
+    return count
+
+
+def rocksdb_parts(root: Path) -> list[RocksDBPart]:
+    """Every RocksDB database of the store at ``root``: its ConsumeQueue database (RocksDB only,
+    or a CombineConsumeQueue's) and RocksDB metadata under config/."""
+    root = Path(root)
+    parts = []
+    file_queues = _file_queue_count(root / "consumequeue")
+    for name in ROCKSDB_CQ_DIRS:
+        evidence = rocksdb_evidence(root / name)
+        if evidence is None:
+            continue
+        if file_queues:
+            evidence += f"; {file_queues} file ConsumeQueue{'s' if file_queues != 1 else ''}"
+        parts.append(RocksDBPart(COMBINE_CQ if file_queues else ROCKSDB_CQ, name, evidence))
+    config_dir = root / "config"
+    for name, what in ROCKSDB_DIRS.items():
+        folder = config_dir / name
+        if folder.is_dir() and _holds_data(folder):
+            evidence = rocksdb_evidence(folder) or "no CURRENT/MANIFEST: maybe not RocksDB"
+            parts.append(RocksDBPart(ROCKSDB_METADATA, f"config/{name}", f"{what}; {evidence}"))
+    return parts
 
 
 # -- single files --------------------------------------------------------------------------------

@@ -13,7 +13,13 @@ from __future__ import annotations
 VERSION_49 = "4.9"
 VERSION_50 = "5.0-5.3.1"
 VERSION_532 = "5.3.2+"
-BROKER_VERSIONS = (VERSION_49, VERSION_50, VERSION_532)
+#: the store code after 5.3.3 (released as 5.3.4 and 5.4.0): the recovery start file's first
+#: record is CRC-checked, ConsumeQueues are always truncated, classic batches keep each message's
+#: own properties, a torn config file is deleted on load
+VERSION_534 = "5.3.4+"
+BROKER_VERSIONS = (VERSION_49, VERSION_50, VERSION_532, VERSION_534)
+#: the families whose normal recovery starts where the ConsumeQueues end and dispatches there
+DISPATCHING_NORMAL_RECOVERY = (VERSION_532, VERSION_534)
 MODES = ("auto", "normal", "abnormal")
 
 # --- verify's findings (mqtool.verify) -----------------------------------------------------------
@@ -37,6 +43,9 @@ CODES: dict[str, tuple[str, str]] = {
     "CQ_DANGLING": (ERROR, "a ConsumeQueue unit points past the CommitLog data or not at a record start"),
     "CQ_MISMATCH": (ERROR, "a ConsumeQueue unit disagrees with the record it points to"),
     "CQ_MISSING": (ERROR, "a dispatchable record has no unit in its ConsumeQueue"),
+    # reported as info: what the database is and what the next start does to it
+    "ROCKSDB_PRESENT": (WARNING, "the store keeps ConsumeQueues or metadata in a RocksDB "
+                                 "database (5.2+): read through a shadow copy, never written"),
     "CQ_QUEUE_GAP": (ERROR, "queue offsets recorded in the CommitLog skip or repeat"),
     "CQ_FILE_SIZE": (ERROR, "a ConsumeQueue file is not a whole number of units / not the geometry's "
                             "size (inferred, or the broker's default when the files show none)"),
@@ -75,6 +84,14 @@ CODES: dict[str, tuple[str, str]] = {
     "TIMER_LOST": (ERROR, "a pending timer whose message the broker's next start truncates"),
     "TIMER_WHEEL_BEHIND": (WARNING, "pending TimerLog units on no slot chain that the broker's "
                                     "load re-links (wheel not flushed)"),
+    "TXN_OP_DANGLING": (WARNING, "a transaction op message ends half-queue offsets where no half "
+                                 "message is (expired, truncated, or never written)"),
+    "TXN_COMMIT_ORPHAN": (WARNING, "a COMMIT record's preparedTransactionOffset points at no half "
+                                   "message"),
+    "TXN_OP_BODY": (WARNING, "a transaction op message's body is not a comma-separated list of "
+                             "numbers (the check ignores the items that are not)"),
+    "TXN_HALF_NO_REAL_TOPIC": (ERROR, "a transaction half message has no REAL_TOPIC property "
+                                      "(its commit cannot reach a topic)"),
     "DL_ENTRY_MAGIC": (ERROR, "a DLedger entry's magic is not 1 (DLedger's recovery ends the log "
                               "there)"),
     "DL_ENTRY_POS": (ERROR, "a DLedger entry's pos field is not its real offset (DLedger's "
@@ -88,6 +105,21 @@ CODES: dict[str, tuple[str, str]] = {
     "DL_CHECKPOINT": (WARNING, "the DLedger checkpoint or currterm is missing, unreadable or "
                                "ahead of the data"),
     "DL_LAYOUT": (ERROR, "commitlog/ and the DLedger data do not meet at dividedCommitlogOffset"),
+    # controller mode (mqtool.controller): epochFileCheckpoint, rules from EpochFileCache and
+    # CheckpointFile in RocketMQ 5.x's source
+    "EPOCH_UNREADABLE": (ERROR, "epochFileCheckpoint (or .bak) has a count, CRC or entry line "
+                                "that is not a number (the broker's start fails on it)"),
+    "EPOCH_COUNT": (ERROR, "epochFileCheckpoint's count line disagrees with its entry lines (the "
+                           "broker loads the .bak instead)"),
+    "EPOCH_CRC": (ERROR, "epochFileCheckpoint's CRC line does not match its entry lines (the "
+                         "broker loads the .bak instead)"),
+    "EPOCH_ORDER": (ERROR, "epochs or their start offsets do not increase"),
+    "EPOCH_PAST_END": (ERROR, "an epoch starts past the CommitLog's end after recovery"),
+    "EPOCH_NOT_RECORD": (ERROR, "an epoch's start offset is not where a message record starts"),
+    "EPOCH_EXPIRED": (WARNING, "an epoch ends before the first CommitLog file (dropped on the "
+                            "broker's next file deletion)"),
+    "EPOCH_BAK": (WARNING, "epochFileCheckpoint.bak gives an epoch another start offset than "
+                           "epochFileCheckpoint"),
 }
 
 # --- consumer forensics (mqtool.consumers) ---------------------------------------------------
@@ -99,8 +131,8 @@ CONSUMER_CODES: dict[str, tuple[str, str]] = {
                               "an empty table, or refuses to start)"),
     "CFG_BAD_VALUE": (WARNING, "a config entry is not what the broker writes (wrong type, out of "
                                "range); mqtool skips it and does not predict its decoding"),
-    "CFG_IN_ROCKSDB": (WARNING, "5.x metadata kept in RocksDB under config/: mqtool does not "
-                               "read it, so those offsets are not checked"),
+    "CFG_IN_ROCKSDB": (WARNING, "5.x metadata kept in RocksDB under config/ that mqtool does "
+                               "not read (or RocksDB cannot read), so it is not checked"),
     # a warning: the store is sound and the broker corrects the offset itself; what it costs
     # the group (re-delivery or skipped messages) is the finding's sentence
     "CONSUMER_OFFSET_AHEAD": (WARNING, "a committed consumer offset is past its queue's end "

@@ -53,8 +53,14 @@ def classic_batch_offsets(ref: Path) -> frozenset[int]:
     msgIds the broker answered (offsetMsgId: the offset is its last 16 hex digits)."""
     return frozenset(int(msg_id[-16:], 16)
                      for m in write_log(ref).get("messages", [])
-                     if m.get("kind") == "classicBatch" and m.get("msgId")
+                     if is_classic_batch(m) and m.get("msgId")
                      for msg_id in m["msgId"].split(","))
+
+
+def is_classic_batch(sent: dict) -> bool:
+    """A write.json send that was a classic batch (5.3.3 logs say ``kind``, head-* logs
+    ``classicBatch``)."""
+    return sent.get("kind") == "classicBatch" or sent.get("classicBatch") is True
 
 
 DLEDGER_STORES = ("dledger-clean", "dledger-crash", "dledger-clean-damaged")

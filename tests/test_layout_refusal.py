@@ -228,3 +228,91 @@ def test_the_folder_above_a_store_is_refused_and_the_store_named(tmp_path):
         assert len(proc.stderr.splitlines()) == 1, proc.stderr
         assert f"store/ (a store root of its own: did you mean {store}?)" in proc.stderr
     assert file_states(top, digest=True) == before
+
+
+# --- RocksDB-backed 5.x stores -------------------------------------------------------------------
+# the broker-written RocksDB stores (../shared, tarballs) and the phrase each refusal names
+ROCKS_STORES = {
+    "rocks-cq-crash": "consumequeue/ (a RocksDB ConsumeQueue (storeType=defaultRocksDB): CURRENT "
+                      "names MANIFEST-",
+    "rocks-cq-restart-crash": "consumequeue/ (a RocksDB ConsumeQueue (storeType=defaultRocksDB): "
+                              "CURRENT names MANIFEST-",
+    "rocks-consumer-offsets": "config/consumerOffsets/ (RocksDB metadata: consumer offsets "
+                              "(RocksDBConsumerOffsetManager); CURRENT names MANIFEST-",
+}
+
+
+@pytest.mark.parametrize("name", ["rocks-consumer-offsets", "rocks-cq-restart-crash"])
+def test_rocksdb_stores_are_refused_by_every_mutating_command(name, real_backup, unpack_shared,
+                                                              tmp_path):
+    """recover and undo know a store whose queues live in RocksDB (they cut the CommitLog and
+    leave RocksDB to the broker: test_rocksdb.py); every other mutating command refuses it, and
+    every one refuses RocksDB metadata."""
+    store = tmp_path / "work" / "store"
+    shutil.copytree(unpack_shared(name), store, symlinks=True)
+    backup = backup_of(real_backup, store, tmp_path / "backup")
+    if name == "rocks-consumer-offsets":
+        assert_all_refused(store, backup, ROCKS_STORES[name], "bit-flip")
+        proc = run_mqtool("recover", "--dry-run", store)
+        assert "mqtool never writes into a RocksDB database" in proc.stderr
+        return
+    before = file_states(store, digest=True)
+    stats = file_states(store, digest=False)
+    for argv in [("rebuild-index", store), ("rebuild-queues", store),
+                 ("rebuild-queues", "--dry-run", store), ("truncate", store, "--to", "0"),
+                 ("rebuild-queues", store, "--topic", "TopicTest", "--out", tmp_path / "o"),
+                 ("fixture", "damage", store, "--kind", "bit-flip")]:
+        proc = run_mqtool(*argv)
+        assert proc.returncode == 2, (argv, proc.stdout, proc.stderr)
+        lines = proc.stderr.splitlines()
+        assert len(lines) == 1 and "refused" in lines[0] and ROCKS_STORES[name] in lines[0]
+        assert "mqtool never writes into a RocksDB database" in lines[0]
+        assert file_states(store, digest=False) == stats, argv
+    assert file_states(store, digest=True) == before
+
+
+def test_every_rocksdb_cq_store_is_refused_but_by_recover_and_undo(unpack_shared):
+    """The same decision for rocks-cq-crash, in process (the CLI runs on the other two)."""
+    store = unpack_shared("rocks-cq-crash")
+    for command in ("rebuild-index", "rebuild-queues", "truncate", "fixture damage"):
+        assert unexplained_layout(store, command)[0].startswith(ROCKS_STORES["rocks-cq-crash"])
+    assert unexplained_layout(store, "recover") == unexplained_layout(store, "undo") == []
+
+
+def test_recovered_rocksdb_stores_stay_refused(unpack_shared):
+    for name in ("rocks-cq-crash", "rocks-cq-restart-crash"):
+        findings = unexplained_layout(unpack_shared(name, "recovered.tar.gz"), "rebuild-index")
+        assert findings and "a RocksDB ConsumeQueue" in findings[0]
+    findings = unexplained_layout(unpack_shared("rocks-consumer-offsets", "reloaded.tar.gz"))
+    assert findings and "config/consumerOffsets/ (RocksDB metadata" in findings[0]
+
+
+@pytest.mark.parametrize("where", ["consumequeue", "consumequeue_rocksdb"])
+def test_a_combine_consume_queue_is_refused(where, unpack_shared, tmp_path):
+    """CombineConsumeQueueStore (newest code): file ConsumeQueues, and a RocksDB one in the same
+    folder or in consumequeue_rocksdb/ (useSeparateStorePathForRocksdbCQ)."""
+    store = tmp_path / "store"
+    shutil.copytree(FIXTURE_STORE / "store", store)
+    rocks = unpack_shared("rocks-cq-restart-crash") / "consumequeue"
+    (store / where).mkdir(exist_ok=True)
+    for path in rocks.iterdir():
+        shutil.copy2(path, store / where / path.name)
+    findings = unexplained_layout(store, "recover")
+    assert len(findings) == 1, findings
+    assert findings[0].startswith(f"{where}/ (a CombineConsumeQueue: file ConsumeQueues beside a "
+                                  "RocksDB one: CURRENT names MANIFEST-000013")
+    assert "27 file ConsumeQueues" in findings[0]
+    assert_all_refused(store, None, findings[0], "bit-flip")
+    proc = run_mqtool("truncate", store, "--to", "0")
+    assert proc.returncode == 2 and findings[0] in proc.stderr
+
+
+def test_the_passport_names_the_rocksdb_databases(unpack_shared):
+    from mqtool.passport import store_passport
+    from mqtool.store import Store
+    passport = store_passport(Store(unpack_shared("rocks-cq-restart-crash")))
+    assert passport["family"] == "5.x"
+    assert [(p["kind"], p["folder"]) for p in passport["rocksdb"]] == [("rocksdb-cq",
+                                                                      "consumequeue/")]
+    assert passport["claims"][0]["claim"].startswith("5.2+ RocksDB ConsumeQueue")
+    assert "CURRENT names MANIFEST-000013" in passport["claims"][0]["evidence"]

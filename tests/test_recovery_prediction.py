@@ -62,7 +62,15 @@ def _raw_valid_units(store_dir: Path) -> int:
 @pytest.mark.parametrize("ref", REFERENCE, ids=IDS)
 def test_prediction_equals_broker(ref):
     recover = _load(ref, "recover.json.gz")
-    plan = predict_recovery(Store(ref / "store"), **_broker_options(ref, recover))
+    assert_prediction_equals_broker(ref / "store", recover, _broker_options(ref, recover),
+                                    _is_v5(ref))
+
+
+def assert_prediction_equals_broker(store_dir: Path, recover: dict, options: dict,
+                                    v5: bool) -> None:
+    """predict_recovery with ``options`` on ``store_dir`` says what the broker's recover.json
+    shows its recovery did."""
+    plan = predict_recovery(Store(store_dir), **options)
     before, after = recover["before"], recover["after"]
     assert plan.last_exit_ok is (not before["abortFileExists"])
     assert plan.mode == ("normal" if plan.last_exit_ok else "abnormal")
@@ -79,10 +87,10 @@ def test_prediction_equals_broker(ref):
         # what truncateDirtyLogicFiles left
         after_units = sum(len(q["units"]) for topic in recover["consumeQueues"].values()
                           for q in topic.values())
-        assert plan.cq_units_truncated == _raw_valid_units(ref / "store") - after_units
+        assert plan.cq_units_truncated == _raw_valid_units(store_dir) - after_units
     else:
         assert plan.start_offset == 0  # "abnormal recovery re-dispatched from file 0"
-    if _is_v5(ref):
+    if v5:
         expected = recover["afterRecovery"]["checkpointInMemory"]["confirmPhyOffset"]
         assert plan.confirm_offset == expected
 

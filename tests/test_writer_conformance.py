@@ -13,6 +13,9 @@ Per store, what "exactly" can mean:
   messages (parsed from the broker's record by the one inner-batch declaration), so the writer
   lays out the batch body itself; classic-batch records are fed with the batch's own
   properties (WAIT, CLUSTER) apart, which the broker appends as a second serialised map.
+* head-batchcq-timer-crash (the store code after 5.3.3, a tarball): classic-batch records are fed
+  with the batch's properties too (WAIT, CLUSTER, its UNIQ_KEY), and the writer, told the
+  5.3.4+ layout, must leave them out as that code does.
 * the properties of every record are written under the one producer model (which names its
   path put into the HashMap first and last) that reproduces all of the store's records.
 * v5-propcrc-damaged: the flipped byte is inside a record's properties, which both the property
@@ -31,6 +34,7 @@ name order.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import gzip
 import json
 from dataclasses import dataclass
@@ -39,7 +43,7 @@ from pathlib import Path
 import pytest
 
 from conftest import (CLASSIC_BATCH_PROPERTIES, SHARED_STORES, classic_batch_offsets,
-                      reference_dirs, write_log)
+                      is_classic_batch, reference_dirs, write_log)
 from mqtool.formats import codecs
 from mqtool.formats import commitlog as cl_fmt
 from mqtool.formats import consumequeue as cq_fmt
@@ -47,8 +51,10 @@ from mqtool.formats import indexfile as idx_fmt
 from mqtool.formats import innerbatch
 from mqtool.scan import Scanner
 from mqtool.store import Store
-from mqtool.property_order import PropertyInsertion, property_insertion_of
-from mqtool.writer import Message, StoreWriter, encode_properties
+from mqtool.property_order import (PROPERTY_INSERTIONS, PropertyInsertion,
+                                   broker_property_order, property_insertion_of)
+from mqtool.writer import (APPENDED_BATCH_PROPERTIES, OWN_PROPERTIES_ONLY, Message, StoreWriter,
+                           encode_properties)
 
 REFS = reference_dirs()
 REF_IDS = ["fixture-" + r.name if r.parent != SHARED_STORES else r.name for r in REFS]
@@ -87,19 +93,28 @@ class BrokerStore:
     bcq_units_per_file: int | None
     classic_batch_records: frozenset[int]
     property_insertion: PropertyInsertion
+    root: Path                          # the store/ folder (unpacked, for a tarball)
+    classic_batches: str = APPENDED_BATCH_PROPERTIES
+    # 5.3.4+ layout: commitLogOffset -> the properties of the classic batch the record came in
+    batch_properties: dict[int, dict] | None = None
 
     @property
     def crashed(self) -> bool:
         """The broker died: its start left the abort file behind."""
-        return (self.ref / "store" / "abort").is_file()
+        return (self.root / "abort").is_file()
 
 
-def broker_message(m: dict, classic_batch_records: frozenset[int] = frozenset()) -> Message:
+def broker_message(m: dict, classic_batch_records: frozenset[int] = frozenset(),
+                   batch_properties_of: dict[int, dict] | None = None) -> Message:
     """The message as the broker stored it; an inner batch's body is handed over as the
-    writer builds it (from its parsed inner messages), a classic batch's own properties apart."""
+    writer builds it (from its parsed inner messages), a classic batch's own properties apart
+    (``batch_properties_of``: the record stores its own properties only, and the batch's are
+    handed over beside them)."""
     body = base64.b64decode(m["body"] or "")
     properties, batch_properties = m["properties"], None
-    if m["commitLogOffset"] in classic_batch_records:
+    if batch_properties_of is not None:
+        batch_properties = batch_properties_of.get(m["commitLogOffset"])
+    elif m["commitLogOffset"] in classic_batch_records:
         batch_properties = {k: v for k, v in properties.items() if k in CLASSIC_BATCH_PROPERTIES}
         properties = {k: v for k, v in properties.items() if k not in CLASSIC_BATCH_PROPERTIES}
     if m["sysFlag"] & cl_fmt.INNER_BATCH_FLAG:
@@ -114,9 +129,32 @@ def broker_message(m: dict, classic_batch_records: frozenset[int] = frozenset())
         queue_offset=m["queueOffset"], batch_properties=batch_properties)
 
 
-def load_broker_store(ref: Path) -> BrokerStore:
+def _head_batch_properties(ref: Path) -> dict[int, dict]:
+    """commitLogOffset -> the properties of the classic batch each record of one came in: the
+    broker's CLUSTER, the client's WAIT and the batch's own UNIQ_KEY (write.json)."""
+    out = {}
+    for sent in write_log(ref).get("messages", []):
+        if is_classic_batch(sent) and sent.get("msgId"):
+            batch = {"WAIT": "true", "CLUSTER": "DefaultCluster",
+                     "UNIQ_KEY": sent["batchUniqKey"]}
+            for msg_id in sent["msgId"].split(","):
+                out[int(msg_id[-16:], 16)] = batch
+    return out
+
+
+def _explained(raw: bytes, insertion: PropertyInsertion) -> bool:
+    """The stored property names are the HashMap order of the model (no name repeated)."""
+    names = [seg.split(b"\x01", 1)[0].decode("utf-8", "replace")
+             for seg in raw.split(b"\x02") if seg]
+    return len(set(names)) == len(names) and \
+        list(broker_property_order(dict.fromkeys(names, ""), insertion)) == names
+
+
+def load_broker_store(ref: Path, root: Path | None = None) -> BrokerStore:
+    root = ref / "store" if root is None else root
     geometry = json.loads((ref / "geometry.json").read_text())
-    broker_version = 5 if geometry["rocketmqVersion"].startswith("5.") else 4
+    newest = geometry["rocketmqVersion"].startswith("HEAD")
+    broker_version = 5 if geometry["rocketmqVersion"].startswith("5.") or newest else 4
     prop_crc = bool(geometry.get("enabledAppendPropCRC"))
     messages = load_gz(ref / "dump.json.gz")["messages"]
     damage = None
@@ -125,7 +163,7 @@ def load_broker_store(ref: Path) -> BrokerStore:
         assert damage["region"] == "props"
     # the stored property bytes of every record, read by the one scanner
     stored: dict[int, bytes] = {}
-    for rec in Scanner(Store(ref / "store").commitlog, check_crc=False).messages():
+    for rec in Scanner(Store(root).commitlog, check_crc=False).messages():
         props = rec.properties_raw
         if damage and rec.offset == damage["message"]["commitLogOffset"]:
             at = damage["commitLogOffsetOfByte"] - (rec.end - len(props))
@@ -133,20 +171,34 @@ def load_broker_store(ref: Path) -> BrokerStore:
             props = props[:at] + bytes([damage["oldByte"]]) + props[at + 1:]
         stored[rec.offset] = props[:-CRC_TAIL] if prop_crc else props
     assert set(stored) == {m["commitLogOffset"] for m in messages}
-    config = write_log(ref).get("storeConfig", {})
+    log = write_log(ref)
+    config = log.get("storeConfig", {})
+    # 5.3.3 logs name them in storeConfig, head-* logs in the writer's options and geometry.json
     batch_topics = frozenset(config.get("batchCqTopics", ()))
-    assert batch_topics == frozenset(p.name for p in (ref / "store" / "batchconsumequeue").glob("*"))
-    bcq_file_size = config.get("mapperFileSizeBatchConsumeQueue")
+    if not batch_topics and log.get("options", {}).get("batchTopic"):
+        batch_topics = frozenset([log["options"]["batchTopic"]])
+    assert batch_topics == frozenset(p.name for p in (root / "batchconsumequeue").glob("*"))
+    bcq_file_size = config.get("mapperFileSizeBatchConsumeQueue") or \
+        geometry.get("mappedFileSizeBatchConsumeQueue")
     classic = classic_batch_offsets(ref)
     # one producer model must explain every record whose properties are one serialised map
-    insertion = property_insertion_of([props for offset, props in stored.items()
-                                       if offset not in classic and not (damage and offset ==
-                                       damage["message"]["commitLogOffset"])])
+    single = [props for offset, props in stored.items()
+              if offset not in classic and not (damage and offset ==
+                                                damage["message"]["commitLogOffset"])]
+    insertion = property_insertion_of(single)
+    if newest:
+        # the head-* harness put some properties in an order no producer model here explains
+        # (KEYS after the map); those records are fed as stored bytes (properties_to_feed),
+        # under the model that explains the most of the rest
+        insertion = max(PROPERTY_INSERTIONS, key=lambda ins: sum(map(
+            lambda raw: _explained(raw, ins), single)))
     assert insertion is not None
     return BrokerStore(ref, geometry, broker_version, prop_crc, messages, stored, damage,
                        batch_topics,
                        bcq_file_size // cq_fmt.BATCH_CQ_STORE_UNIT_SIZE if bcq_file_size else None,
-                       classic, insertion)
+                       classic, insertion, root,
+                       OWN_PROPERTIES_ONLY if newest else APPENDED_BATCH_PROPERTIES,
+                       _head_batch_properties(ref) if newest else None)
 
 
 def store_writer(store: BrokerStore, out: Path) -> StoreWriter:
@@ -157,14 +209,14 @@ def store_writer(store: BrokerStore, out: Path) -> StoreWriter:
         index_slots=geometry["maxHashSlotNum"], index_entries=geometry["maxIndexNum"],
         broker_version=store.broker_version, prop_crc=store.prop_crc,
         batch_topics=store.batch_topics, bcq_units_per_file=store.bcq_units_per_file,
-        property_insertion=store.property_insertion)
+        property_insertion=store.property_insertion, classic_batches=store.classic_batches)
 
 
 def properties_to_feed(store: BrokerStore, m: dict, msg: Message) -> tuple[bytes | None, str]:
     """(raw bytes to feed or None, why): None when the writer's encoding of the decoded map
     already gives the stored bytes."""
     encoded = encode_properties(msg, store.prop_crc, store.broker_version,
-                                store.property_insertion)
+                                store.property_insertion, store.classic_batches)
     if store.prop_crc:
         encoded = encoded[:-CRC_TAIL]
     stored = store.stored_properties[m["commitLogOffset"]]
@@ -191,7 +243,7 @@ class Reproduction:
 def reproduce(store: BrokerStore, out: Path) -> Reproduction:
     writer = store_writer(store, out)
     for m in store.messages:
-        msg = broker_message(m, store.classic_batch_records)
+        msg = broker_message(m, store.classic_batch_records, store.batch_properties)
         # where the decoded map lost something (empty values, a restored damaged byte, a
         # separator) the stored bytes are fed; test_properties_reencode_* says which it was
         msg.raw_properties, _ = properties_to_feed(store, m, msg)
@@ -201,10 +253,17 @@ def reproduce(store: BrokerStore, out: Path) -> Reproduction:
     return Reproduction(store, out, writer)
 
 
-@pytest.fixture(scope="module", params=REFS, ids=REF_IDS)
+# stores shipped as tarballs, opted in by name (unpacked once per session)
+TARBALL_STORES = ["head-batchcq-timer-crash"]
+
+
+@pytest.fixture(scope="module", params=REFS + TARBALL_STORES, ids=REF_IDS + TARBALL_STORES)
 def reproduction(request, tmp_path_factory) -> Reproduction:
-    ref = request.param
-    return reproduce(load_broker_store(ref), tmp_path_factory.mktemp(ref.name))
+    ref, root = request.param, None
+    if isinstance(ref, str):
+        root = request.getfixturevalue("unpack_shared")(ref)
+        ref = SHARED_STORES / ref
+    return reproduce(load_broker_store(ref, root), tmp_path_factory.mktemp(ref.name))
 
 
 def files_under(root: Path) -> dict[str, Path]:
@@ -213,7 +272,7 @@ def files_under(root: Path) -> dict[str, Path]:
 
 def test_commitlog_identical(reproduction):
     ref, out = reproduction.ref, reproduction.out
-    broker = files_under(ref / "store" / "commitlog")
+    broker = files_under(reproduction.store.root / "commitlog")
     ours = files_under(out / "commitlog")
     assert set(ours) <= set(broker)
     for name, path in broker.items():
@@ -239,7 +298,7 @@ def test_commitlog_identical(reproduction):
     ("batchconsumequeue", cq_fmt.BATCH_CQ_STORE_UNIT_SIZE)])
 def test_consume_queues_identical(reproduction, kind, unit_size):
     ref, out = reproduction.ref, reproduction.out
-    broker = files_under(ref / "store" / kind)
+    broker = files_under(reproduction.store.root / kind)
     ours = files_under(out / kind)
     assert set(broker) == set(ours)
     assert bool(broker) == (kind == "consumequeue" or bool(reproduction.store.batch_topics))
@@ -256,7 +315,7 @@ def test_consume_queues_identical(reproduction, kind, unit_size):
 
 def test_index_files_identical(reproduction):
     ref, out = reproduction.ref, reproduction.out
-    broker = sorted((ref / "store" / "index").iterdir())
+    broker = sorted((reproduction.store.root / "index").iterdir())
     ours = [out / "index" / name for name in reproduction.writer.index.files]
     assert len(ours) == len(broker)
     assert [p.name for p in ours] == sorted(p.name for p in ours)
@@ -280,7 +339,7 @@ def test_properties_reencode_except_dropped_empty_values(ref, tmp_path):
     store = load_broker_store(ref)
     writer = store_writer(store, tmp_path)
     for m in store.messages:
-        msg = broker_message(m, store.classic_batch_records)
+        msg = broker_message(m, store.classic_batch_records, store.batch_properties)
         msg.queue_offset = None  # records may move: only the property bytes are compared here
         writer.put(msg)
     writer.close()
@@ -314,3 +373,23 @@ def test_without_empty_value_pairs():
     assert without_empty_value_pairs(b"A\x01b\x02C\x01\x02") == b"A\x01b\x02"
     assert without_empty_value_pairs(b"C\x01\x02A\x01b") == b"A\x01b"
     assert without_empty_value_pairs(b"A\x01\x01x") == b"A\x01\x01x"
+
+
+def test_head_classic_batches_are_laid_out_by_the_writer(unpack_shared):
+    """head-batchcq-timer-crash: every classic-batch record is written from the decoded message
+    and the batch's properties (not copied as stored bytes), and only the 5.3.4+ layout gives
+    the broker's bytes; the 5.3.3 layout appends the batch's map."""
+    name = TARBALL_STORES[0]
+    store = load_broker_store(SHARED_STORES / name, unpack_shared(name))
+    assert store.classic_batches == OWN_PROPERTIES_ONLY
+    classic = [m for m in store.messages if m["commitLogOffset"] in store.batch_properties]
+    assert len(classic) == 100
+    appended = dataclasses.replace(store, classic_batches=APPENDED_BATCH_PROPERTIES)
+    for m in classic:
+        msg = broker_message(m, store.classic_batch_records, store.batch_properties)
+        assert properties_to_feed(store, m, msg) == (None, "")
+        stored = store.stored_properties[m["commitLogOffset"]]
+        longer = encode_properties(msg, False, 5, store.property_insertion,
+                                   appended.classic_batches)
+        assert longer.startswith(stored) and longer != stored
+        assert b"CLUSTER" in longer[len(stored):]

@@ -56,7 +56,13 @@ def _render(report) -> None:
     for name, load in report.configs["files"].items():
         out.print(f"config/{name}: {load['reason']}", markup=False, soft_wrap=True)
     for folder, what in report.configs["rocksdb"].items():
-        out.print(f"config/{folder}/: {what} (RocksDB, not read)", markup=False, soft_wrap=True)
+        read = folder == "consumerOffsets" and report.offsets_source == "consumerOffsets/"
+        out.print(f"config/{folder}/: {what} (RocksDB, " + (
+            "read through a shadow copy: these offsets)" if read else "not read)"),
+            markup=False, soft_wrap=True)
+    for note in report.notes:
+        if "RocksDB" in note:
+            out.print(f"note: {note}", markup=False, soft_wrap=True)
     out.print()
     if report.rows:
         table = Table(show_edge=False, pad_edge=False, box=None)
@@ -125,6 +131,8 @@ def consumers(
     force_verify_prop_crc: bool = opt.force_verify_prop_crc(),
     message_index_safe: bool = opt.message_index_safe(),
     commitlog_file_size: Optional[int] = opt.commitlog_file_size(min=1),
+    commitlog_dirs: Optional[str] = opt.commitlog_dirs(),
+    broker_config: Optional[Path] = opt.broker_config(),
     cq_units: Optional[int] = opt.cq_units(min=1),
     index_slots: Optional[int] = opt.index_slots(min=1),
     index_entries: Optional[int] = opt.index_entries(min=1),
@@ -135,7 +143,8 @@ def consumers(
 
     opt.check_broker_version(broker_version)
     opt.check_mode(mode)
-    store = opt.open_store(store_path, commitlog_file_size, cq_units, index_slots, index_entries)
+    store = opt.open_store(store_path, commitlog_file_size, cq_units, index_slots, index_entries,
+                           commitlog_dirs=commitlog_dirs, broker_config=broker_config)
     total = sum(s.length for s in store.commitlog.segments)
     with progress_bar(total, "recovery") as bar:
         plan = predict_recovery(store, mode=mode, broker_version=broker_version,

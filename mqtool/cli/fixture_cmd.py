@@ -42,6 +42,12 @@ class EntryField(str, Enum):
     body_size = "body_size"
 
 
+class Layout(str, Enum):
+    failover = "failover"
+    system_topics = "system-topics"
+    multi_path = "multi-path"
+
+
 class Direction(str, Enum):
     ahead = "ahead"
     behind = "behind"
@@ -73,9 +79,16 @@ def make(
     body_size: str = typer.Option("1024/4096", "--body-size",
                                   help="MEAN/MAX body bytes (e.g. 1k/4k); 8% of bodies are empty."),
     ipv6: bool = typer.Option(False, "--ipv6", help="IPv6 store host and (some) born hosts."),
-    broker_version: int = typer.Option(4, "--broker-version",
-                                       help="4 (4.9.8 layout) or 5 (5.3.3: V2 records, abort "
-                                            "PID)."),
+    broker_version: str = typer.Option("4", "--broker-version",
+                                       help="4 (4.9.8 layout), 5 (5.3.3: V2 records, abort "
+                                            "PID) or 5.3.4+ (5.3.3's layout, but classic "
+                                            "batches keep each message's own properties)."),
+    classic_batch_ratio: float = typer.Option(0.0, "--classic-batch-ratio",
+                                              help="Share of sends to ordinary topics that are "
+                                                   "classic batches of 2-6 messages (a record "
+                                                   "each; up to 5.3.3 the batch's UNIQ_KEY, "
+                                                   "WAIT and CLUSTER are appended to every "
+                                                   "message)."),
     prop_crc: bool = typer.Option(False, "--prop-crc",
                                   help="5.2+ __CRC32# property on every record."),
     crash: bool = typer.Option(False, "--crash",
@@ -109,13 +122,15 @@ def make(
     from .. import forge
 
     body_mean, body_max = forge.parse_body_size(body_size)
+    version, newest = forge.parse_forge_version(broker_version)
     options = forge.ForgeOptions(
         messages=messages, seed=seed,
         topics=tuple(t.strip() for t in topics.split(",") if t.strip()), queues=queues,
         long_topic=long_topic, keys=keys, tags=tags, user_properties=user_props,
         delay_ratio=delay_ratio, transaction_ratio=transaction_ratio,
         compress_ratio=compress_ratio, body_mean=body_mean, body_max=body_max, ipv6=ipv6,
-        broker_version=broker_version, prop_crc=prop_crc, crash=crash, dledger=dledger,
+        broker_version=version, newest=newest, classic_batch_ratio=classic_batch_ratio,
+        prop_crc=prop_crc, crash=crash, dledger=dledger,
         dledger_after=dledger_after, index=index,
         commitlog_file_size=forge.parse_size(commitlog_file_size), cq_units=cq_units,
         index_slots=index_slots, index_entries=index_entries,
@@ -168,3 +183,36 @@ def damage(
                                 direction=direction.value if direction else None,
                                 field=field.value if field else None)
     emit_json(report)
+
+
+@fixture_app.command("layout")
+@error_boundary
+def layout(
+    kind: Layout = typer.Argument(..., metavar="KIND", help="failover, system-topics or "
+                                  "multi-path."),
+    directory: Path = typer.Argument(..., help="New (or empty) directory to write into."),
+):
+    """Write a small store of a 5.x production layout; print what was written as JSON.
+
+    failover: DIR/old and DIR/new, two controller-mode brokers after a master switch.
+    system-topics: DIR/store with trace, pop, delayed, timer, DLQ and priority messages.
+    multi-path: DIR/store whose CommitLog lies in DIR/disk1, DIR/disk2 and DIR/readonly, with
+    DIR/broker.conf naming them."""
+    from ..errors import StoreLayoutError
+
+    directory = Path(directory)
+    if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
+        raise StoreLayoutError(f"{directory}: exists and is not an empty directory")
+    directory.mkdir(parents=True, exist_ok=True)
+    if kind is Layout.failover:
+        from ..forge.controller import make_failover_pair
+        summary = make_failover_pair(directory / "old", directory / "new")
+    elif kind is Layout.system_topics:
+        from ..forge.systopics import make_system_topic_store
+        summary = make_system_topic_store(directory / "store")
+    else:
+        from ..forge.multipath import make_multipath_store
+        summary = make_multipath_store(directory / "store",
+                                       [directory / "disk1", directory / "disk2"],
+                                       directory / "readonly", config=directory / "broker.conf")
+    emit_json(summary)

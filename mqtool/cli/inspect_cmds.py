@@ -26,6 +26,8 @@ def info_command(
     check_crc: bool = typer.Option(False, "--check-crc", help="Also verify body/property "
                                    "CRCs while scanning (slower)."),
     commitlog_file_size: Optional[int] = opt.commitlog_file_size(),
+    commitlog_dirs: Optional[str] = opt.commitlog_dirs(),
+    broker_config: Optional[Path] = opt.broker_config(),
     cq_units: Optional[int] = opt.cq_units(),
     index_slots: Optional[int] = opt.index_slots(),
     index_entries: Optional[int] = opt.index_entries(),
@@ -35,7 +37,8 @@ def info_command(
     from .. import inspect as lib
     from .inspect_view import render_info
 
-    store = opt.open_store(store_path, commitlog_file_size, cq_units, index_slots, index_entries)
+    store = opt.open_store(store_path, commitlog_file_size, cq_units, index_slots, index_entries,
+                           commitlog_dirs=commitlog_dirs, broker_config=broker_config)
     with progress_bar(sum(seg.length for seg in store.commitlog.segments), "scanning") as bar:
         info = lib.store_info(store, check_crc=check_crc, progress=bar)
     if json_output:
@@ -94,6 +97,8 @@ def dump_command(
                                        "checkpoint, abort, lock, config)."),
     limit: Optional[int] = typer.Option(None, "--limit", help="Stop after N records."),
     commitlog_file_size: Optional[int] = opt.commitlog_file_size(),
+    commitlog_dirs: Optional[str] = opt.commitlog_dirs(),
+    broker_config: Optional[Path] = opt.broker_config(),
     cq_units: Optional[int] = opt.cq_units(),
     index_slots: Optional[int] = opt.index_slots(),
     index_entries: Optional[int] = opt.index_entries(),
@@ -101,6 +106,7 @@ def dump_command(
     """Print the records of a store or a store file: messages (with filters), CQ units, index
     header/slots/entries, checkpoint fields. Read-only."""
     from .. import inspect as lib
+    from ..brokerconf import resolve_commitlog_dirs
     from .inspect_view import TableRenderer
 
     body_mode = opt.body_mode(body, "base64" if json_output else "text")
@@ -120,7 +126,8 @@ def dump_command(
         body=body_mode, max_body_bytes=max_body_bytes_effective, decompress=not no_decompress,
         resync=resync, messages_only=messages_only, unwrap=not no_unwrap, filters=filters,
         follow_slot=follow_slot, kind=kind, commitlog_file_size=commitlog_file_size,
-        cq_units=cq_units, index_slots=index_slots, index_entries=index_entries)
+        cq_units=cq_units, index_slots=index_slots, index_entries=index_entries,
+        commitlog_dirs=resolve_commitlog_dirs(commitlog_dirs, broker_config))
 
     counts: Counter = Counter()
     renderer = None if json_output else TableRenderer(stdout_console())

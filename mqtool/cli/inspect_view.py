@@ -149,10 +149,20 @@ def render_info(info: dict, console: Console, per_queue: bool) -> None:
         console.print(f"  stray in commitlog/: {', '.join(cl['stray_files'])}", highlight=False)
 
     cqs = info["consume_queues"]
-    console.print(f"[bold]ConsumeQueue[/] {cqs['queues']} queues in {cqs['files']} files "
-                  f"({_human_bytes(cqs['bytes'])})"
-                  + (f"; stray: {', '.join(cqs['stray_files'])}" if cqs["stray_files"] else ""),
-                  highlight=False)
+    rocks = cqs.get("rocksdb")
+    if rocks is not None:
+        console.print(f"[bold]ConsumeQueue[/] in RocksDB ({rocks['folder']}): {rocks['queues']} "
+                      f"queues, {rocks['units']:,} units served, {rocks['stale_units']:,} stale "
+                      f"past their max entry; CQ checkpoint (CHECKPOINT_TOPIC) "
+                      f"{rocks['checkpoint'] if rocks['checkpoint'] is not None else 'absent'}",
+                      highlight=False)
+        for problem in rocks["problems"][:5]:
+            console.print(f"  [red]undecodable[/] {problem}", highlight=False)
+    else:
+        console.print(f"[bold]ConsumeQueue[/] {cqs['queues']} queues in {cqs['files']} files "
+                      f"({_human_bytes(cqs['bytes'])})"
+                      + (f"; stray: {', '.join(cqs['stray_files'])}" if cqs["stray_files"]
+                         else ""), highlight=False)
     if per_queue:
         table = _grid("topic", "q", "msgs", "CL q-offs", "p/r", "CQ units", "CQ offs", "check")
         table.columns[0].max_width = 22
@@ -242,7 +252,8 @@ def render_info(info: dict, console: Console, per_queue: bool) -> None:
         parts = []
         for name, entry in info["config"].items():
             details = ", ".join(f"{k} {v}" for k, v in entry.items()
-                                if k not in ("source", "fallback_to_bak", "outcome", "reason"))
+                                if k not in ("source", "fallback_to_bak", "outcome", "reason",
+                                             "deleted_on_load"))
             if entry["outcome"] == "refuses":
                 text = Text(f"{name}: the broker refuses to start", style="red")
             elif entry["outcome"] == "empty":
@@ -333,7 +344,19 @@ _ENTRY_COLUMNS = [
     ("time (UTC)", 23, lambda r: _short_time(r["time"])),
     ("prev", 9, lambda r: str(r["prev_index"])),
 ]
+_RDB_COLUMNS = [
+    ("topic", None, lambda r: r["topic"]),
+    ("queue", 5, lambda r: str(r["queue_id"])),
+    ("q-offset", 10, lambda r: str(r["queue_offset"])),
+    ("commitlog offset", 16, lambda r: str(r["commitlog_offset"])),
+    ("size", 8, lambda r: str(r["size"])),
+    ("tags code", 20, lambda r: str(r["tags_code"])),
+    ("store time (UTC)", 23, lambda r: _short_time(lib.ms_to_iso(r["store_timestamp"]))),
+    ("status", 7, lambda r: Text(r["status"], style=None if r["status"] == "served"
+                                 else "yellow")),
+]
 TABLE_COLUMNS = {
+    lib.RT_RDB_UNIT: _RDB_COLUMNS,
     lib.RT_MESSAGE: _MESSAGE_COLUMNS,
     lib.RT_CQ_UNIT: _CQ_COLUMNS,
     lib.RT_BCQ_UNIT: _BCQ_COLUMNS,
@@ -363,6 +386,17 @@ def _note_line(record: dict) -> Text:
                     f"units left){extra}", style="dim")
     if kind in (lib.RT_CQ_PARTIAL, lib.RT_BCQ_PARTIAL):
         return Text(f"!! {where} {record['detail']}", style="bold red")
+    if kind == lib.RT_RDB_OFFSET:
+        return Text(f"-- {record['topic']} queue {record['queue_id']}: {record['kind']} entry "
+                    f"queue offset {record['queue_offset']} at CommitLog "
+                    f"{record['commitlog_offset']} (min {record['min_offset']}, max "
+                    f"{record['max_offset']}, {record['stale_units']} stale unit(s))", style="dim")
+    if kind == lib.RT_RDB_CHECKPOINT:
+        return Text(f"-- CHECKPOINT_TOPIC: the queues are built up to CommitLog offset "
+                    f"{record['max_commitlog_offset']}")
+    if kind == lib.RT_RDB_PROBLEM:
+        return Text(f"!! {record['file']} column family {record['family']!r} key "
+                    f"{record['key'][:96]}: {record['detail']}", style="bold red")
     if kind == lib.RT_INDEX_NOTE:
         return Text(f"-- {record['file']}: {record['note']}", style="yellow")
     return Text(str(record))

@@ -16,8 +16,8 @@ except ImportError:  # pragma: no cover - older typer uses click itself
 
 from .. import __version__
 from ..errors import EXIT_USAGE
-from . import (consumers_cmd, fixture_cmd, inspect_cmds, query_cmds, repair_cmds, spark_cmds,
-               timers_cmd, verify_cmd)
+from . import (consumers_cmd, failover_cmd, fixture_cmd, inspect_cmds, query_cmds, repair_cmds,
+               spark_cmds, timers_cmd, transactions_cmd, verify_cmd)
 from .common import SETTINGS
 
 
@@ -74,7 +74,8 @@ def main(
 
 
 # The commands, in the order the help lists them; the groups come after them.
-for module in (inspect_cmds, verify_cmd, query_cmds, repair_cmds, timers_cmd, consumers_cmd):
+for module in (inspect_cmds, verify_cmd, query_cmds, repair_cmds, timers_cmd, transactions_cmd,
+               consumers_cmd, failover_cmd):
     module.commands.add_to(app)
 app.add_typer(fixture_cmd.fixture_app, name="fixture")
 app.add_typer(spark_cmds.spark_app, name="spark")

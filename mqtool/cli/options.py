@@ -57,14 +57,35 @@ def check_geometry(commitlog_file_size=None, cq_units=None, index_slots=None,
             raise MqtoolError(f"{name} must be a positive number, got {value}")
 
 
+COMMITLOG_DIRS_HELP = ("The CommitLog's directories (storePathCommitLog with several "
+                       "','-separated paths, plus readOnlyCommitLogStorePaths) instead of "
+                       "STORE/commitlog; the files are read wherever they lie, in offset order.")
+BROKER_CONFIG_HELP = ("Take the CommitLog's directories from this broker config "
+                      "(storePathCommitLog, readOnlyCommitLogStorePaths).")
+REPAIR_DIRS_NOTE = (" A repair refuses (exit 2, nothing changed) a CommitLog outside "
+                    "STORE/commitlog.")
+
+
+def commitlog_dirs(help: str = COMMITLOG_DIRS_HELP):
+    return typer.Option(None, "--commitlog-dirs", metavar="DIR,DIR", help=help)
+
+
+def broker_config(help: str = BROKER_CONFIG_HELP):
+    return typer.Option(None, "--broker-config", metavar="broker.conf", help=help)
+
+
 def open_store(path: Path, commitlog_file_size=None, cq_units=None, index_slots=None,
-               index_entries=None):
-    """The store with the geometry overrides, each checked to be positive."""
+               index_entries=None, *, commitlog_dirs: Optional[str] = None,
+               broker_config: Optional[Path] = None):
+    """The store with the geometry overrides, each checked to be positive, and the CommitLog
+    directories --commitlog-dirs / --broker-config name."""
+    from ..brokerconf import resolve_commitlog_dirs
     from ..store import Store
 
     check_geometry(commitlog_file_size, cq_units, index_slots, index_entries)
     return Store(path, commitlog_file_size=commitlog_file_size, cq_units_per_file=cq_units,
-                 index_slots=index_slots, index_entries=index_entries)
+                 index_slots=index_slots, index_entries=index_entries,
+                 commitlog_dirs=resolve_commitlog_dirs(commitlog_dirs, broker_config))
 
 
 # --- output --------------------------------------------------------------------------------------
@@ -138,8 +159,10 @@ def workers(help: str):
 
 def broker_version():
     return typer.Option("auto", "--broker-version",
-                        help=f"Recovery rules: auto, {', '.join(BROKER_VERSIONS)} (auto: 5.3.2+ "
-                             f"when the store has 5.x-only files, else 4.9).")
+                        help=f"Recovery rules: auto, {', '.join(BROKER_VERSIONS)} (auto: the store "
+                             f"passport's: 5.3.4+ where the records show the newest code's "
+                             f"classic batches, 5.3.2+ when the store has 5.x-only files, "
+                             f"else 4.9).")
 
 
 def check_broker_version(value: str) -> str:

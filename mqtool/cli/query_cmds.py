@@ -55,6 +55,9 @@ def _render_explanation(explanation: dict, console) -> None:
         console.print(f"  queryMessage({topic}) returns {len(offsets)} offset(s): "
                       f"{', '.join(map(str, offsets[:12]))}{' ...' if len(offsets) > 12 else ''}",
                       markup=False, soft_wrap=True)
+    if "transaction" in explanation:
+        console.print(f"  transaction: {explanation['transaction']['detail']}", markup=False,
+                      soft_wrap=True)
     if not explanation["reasons"]:
         console.print("  no difference: the broker finds the same messages", markup=False)
     for reason in explanation["reasons"]:
@@ -95,6 +98,11 @@ def query_command(
                                            "most 64, no collision filter, duplicates kept)."),
     scan: bool = typer.Option(False, "--scan", help="Ignore the IndexFiles: scan the whole "
                               "CommitLog."),
+    traces: bool = typer.Option(False, "--traces", help="Also list the trace records of the "
+                                "messages found (RMQ_SYS_TRACE_TOPIC messages whose KEYS name "
+                                "their UNIQ_KEY or offsetMsgId), decoded; found_by says 'trace'."),
+    trace_topic: str = typer.Option("RMQ_SYS_TRACE_TOPIC", "--trace-topic", help="--traces: "
+                                    "the trace topic the clients were configured with."),
     json_output: bool = opt.json_output("JSON lines: one object per message, then a "
                                         "query/summary object (and query/explanation)."),
     body: Optional[str] = opt.body("text in the table, base64 in JSON"),
@@ -102,6 +110,8 @@ def query_command(
     broker_version: str = opt.broker_version(),
     force_verify_prop_crc: bool = opt.force_verify_prop_crc(),
     commitlog_file_size: Optional[int] = opt.commitlog_file_size(),
+    commitlog_dirs: Optional[str] = opt.commitlog_dirs(),
+    broker_config: Optional[Path] = opt.broker_config(),
     cq_units: Optional[int] = opt.cq_units(),
     index_slots: Optional[int] = opt.index_slots(),
     index_entries: Optional[int] = opt.index_entries(),
@@ -126,7 +136,8 @@ def query_command(
         raise MqtoolError("--since, --until and --max go with --key")
     if broker_compatible and (mode not in ("--key", "--uniq-key") or topic is None):
         raise MqtoolError("--broker-compatible needs --key or --uniq-key, and --topic")
-    store = opt.open_store(store_path, commitlog_file_size, cq_units, index_slots, index_entries)
+    store = opt.open_store(store_path, commitlog_file_size, cq_units, index_slots, index_entries,
+                           commitlog_dirs=commitlog_dirs, broker_config=broker_config)
     since_ms = lib.parse_time(since) if since is not None else None
     until_ms = lib.parse_time(until) if until is not None else None
     plan = None
@@ -202,6 +213,16 @@ def query_command(
         result = q.query_queue_time(store, topic, queue, lib.parse_time(time))
     for found in result.found:
         show(found.record, found.annotations(), found.inner_position)
+    trace_found = []
+    if traces:
+        ids = [uniq_key] if uniq_key else []
+        for found in result.found:
+            if found.record.topic != trace_topic:
+                ids += q.trace_ids(found.record)
+        trace_found = q.query_traces(store, ids, trace_topic, reader)
+        for found in trace_found:
+            show(found.record, found.annotations())
+        result.details["traces"] = [f.record.offset for f in trace_found]
     reader.close()
     if renderer is not None:
         renderer.flush()
@@ -218,7 +239,8 @@ def query_command(
     if result.collisions:
         _note(f"{len(set(result.collisions))} index entr(ies) with the key's hash belong to other "
               f"keys (hash collisions); left out")
-    sys.stderr.write(f"mqtool: {len(result.found)} message(s) found\n")
+    sys.stderr.write(f"mqtool: {len(result.found)} message(s) found"
+                     + (f", {len(trace_found)} trace record(s)" if traces else "") + "\n")
     if not result.found:
         raise typer.Exit(EXIT_FINDINGS)
 
@@ -265,6 +287,11 @@ def salvage_command(
     include_damaged: bool = typer.Option(False, "--include-damaged", help="Also write records "
                                          "that decode but fail a check (body CRC, offset), "
                                          "marked with 'damage'."),
+    open_transactions: bool = typer.Option(False, "--open-transactions", help="Only the "
+                                           "transactions the store shows neither committed nor "
+                                           "rolled back: the newest half copy of each, with its "
+                                           "real topic and what the next check does (see mqtool "
+                                           "transactions)."),
     unconsumed_by: Optional[str] = typer.Option(None, "--unconsumed-by", metavar="GROUP",
                                                 help="Write only the messages GROUP has not "
                                                      "consumed (at or after its committed "
@@ -275,6 +302,8 @@ def salvage_command(
     broker_version: str = opt.broker_version(),
     force_verify_prop_crc: bool = opt.force_verify_prop_crc(),
     commitlog_file_size: Optional[int] = opt.commitlog_file_size(),
+    commitlog_dirs: Optional[str] = opt.commitlog_dirs(),
+    broker_config: Optional[Path] = opt.broker_config(),
 ):
     """Get every intact message off a damaged store, past any damage, with a map of what is
     lost. Read-only."""
@@ -282,7 +311,8 @@ def salvage_command(
 
     _check_version(broker_version)
     body_mode = opt.body_mode(body, "base64")
-    store = opt.open_store(store_path, commitlog_file_size)
+    store = opt.open_store(store_path, commitlog_file_size,
+                           commitlog_dirs=commitlog_dirs, broker_config=broker_config)
     if map_path is not None:
         check_output_outside(store, map_path)
     positions = None
@@ -331,6 +361,11 @@ def export_command(
     pending_timers: bool = typer.Option(False, "--pending-timers", help="Only the 5.x timer "
                                         "messages still pending in the timer wheel (see mqtool "
                                         "timers), each with its due time, for replay elsewhere."),
+    open_transactions: bool = typer.Option(False, "--open-transactions", help="Only the "
+                                           "transactions the store shows neither committed nor "
+                                           "rolled back: the newest half copy of each, with its "
+                                           "real topic and what the next check does (see mqtool "
+                                           "transactions)."),
     unconsumed_by: Optional[str] = typer.Option(None, "--unconsumed-by", metavar="GROUP",
                                                 help="Only the messages at or after GROUP's "
                                                      "committed offset in each of its queues "
@@ -343,6 +378,8 @@ def export_command(
     no_unwrap: bool = opt.no_unwrap(),
     broker_version: str = opt.broker_version(),
     commitlog_file_size: Optional[int] = opt.commitlog_file_size(),
+    commitlog_dirs: Optional[str] = opt.commitlog_dirs(),
+    broker_config: Optional[Path] = opt.broker_config(),
 ):
     """Export every intact message for replay (JSON lines), delayed, timer and transaction-half
     messages marked with their real topic. Read-only."""
@@ -354,7 +391,8 @@ def export_command(
                           f"{output_format!r}")
     _check_version(broker_version)
     body_mode = opt.body_mode(body, "base64")
-    store = opt.open_store(store_path, commitlog_file_size)
+    store = opt.open_store(store_path, commitlog_file_size,
+                           commitlog_dirs=commitlog_dirs, broker_config=broker_config)
     since_ms = parse_time(since) if since is not None else None
     until_ms = parse_time(until) if until is not None else None
     positions = None
@@ -367,7 +405,8 @@ def export_command(
                                 until=until_ms, live_only=live_only, body_mode=body_mode,
                                 decompress=not no_decompress, unwrap=not no_unwrap,
                                 broker_version=broker_version, pending_timers=pending_timers,
-                                progress=bar, unconsumed=positions)
+                                open_transactions=open_transactions, progress=bar,
+                                unconsumed=positions)
     kinds = ", ".join(f"{n} {k}" for k, n in sorted(stats.by_kind.items())) or "none"
     sys.stderr.write(f"mqtool: exported {stats.exported} message(s) ({kinds})\n")
     if stats.damaged_skipped:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
@@ -123,10 +123,14 @@ def _finish(result: RepairResult, command: str, json_output: bool) -> None:
 
 
 def _run(command: str, store: Path, *, dry_run: bool, json_output: bool, backup_dir, out,
-         broker_version: str, **options) -> None:
+         broker_version: str, commitlog_dirs: Optional[str] = None,
+         broker_config: Optional[Path] = None, **options) -> None:
     from .. import repair
+    from ..brokerconf import resolve_commitlog_dirs
 
     opt.check_broker_version(broker_version)
+    repair.refuse_commitlog_dirs(store, command,
+                                 resolve_commitlog_dirs(commitlog_dirs, broker_config))
     if dry_run and out is not None:
         fail("--dry-run and --out do not go together")
     result = repair.run_repair(command, store, dry_run=dry_run, backup_dir=backup_dir, out=out,
@@ -178,11 +182,15 @@ def recover_cmd(
     json_output: bool = opt.json_output(),
     backup_dir: Path = opt.backup_dir(),
     out: Path = opt.out_dir(),
+    commitlog_dirs: Optional[str] = opt.commitlog_dirs(opt.COMMITLOG_DIRS_HELP
+                                                       + opt.REPAIR_DIRS_NOTE),
+    broker_config: Optional[Path] = opt.broker_config(opt.BROKER_CONFIG_HELP
+                                                      + opt.REPAIR_DIRS_NOTE),
 ):
     opt.check_mode(mode)
     if consumer_offsets not in ("keep", "clamp"):
         fail(f"--consumer-offsets {consumer_offsets!r}: choose keep or clamp")
-    _run("recover", store, dry_run=dry_run, json_output=json_output, backup_dir=backup_dir,
+    _run("recover", store, commitlog_dirs=commitlog_dirs, broker_config=broker_config, dry_run=dry_run, json_output=json_output, backup_dir=backup_dir,
          out=out, mode=mode, broker_version=broker_version,
          check_crc=not no_check_crc, message_index_safe=message_index_safe,
          force_verify_prop_crc=force_verify_prop_crc, reindex_all=reindex_all,
@@ -210,8 +218,12 @@ def truncate_cmd(
     json_output: bool = opt.json_output(),
     backup_dir: Path = opt.backup_dir(),
     out: Path = opt.out_dir(),
+    commitlog_dirs: Optional[str] = opt.commitlog_dirs(opt.COMMITLOG_DIRS_HELP
+                                                       + opt.REPAIR_DIRS_NOTE),
+    broker_config: Optional[Path] = opt.broker_config(opt.BROKER_CONFIG_HELP
+                                                      + opt.REPAIR_DIRS_NOTE),
 ):
-    _run("truncate", store, dry_run=dry_run, json_output=json_output, backup_dir=backup_dir,
+    _run("truncate", store, commitlog_dirs=commitlog_dirs, broker_config=broker_config, dry_run=dry_run, json_output=json_output, backup_dir=backup_dir,
          out=out, to=to, broker_version=broker_version)
 
 
@@ -234,10 +246,39 @@ def rebuild_queues_cmd(
     json_output: bool = opt.json_output(),
     backup_dir: Path = opt.backup_dir(),
     out: Path = opt.out_dir(),
+    commitlog_dirs: Optional[str] = opt.commitlog_dirs(opt.COMMITLOG_DIRS_HELP
+                                                       + opt.REPAIR_DIRS_NOTE),
+    broker_config: Optional[Path] = opt.broker_config(opt.BROKER_CONFIG_HELP
+                                                      + opt.REPAIR_DIRS_NOTE),
 ):
-    _run("rebuild-queues", store, dry_run=dry_run, json_output=json_output,
+    if out is not None and not dry_run and topic is None and queue is None and \
+            commitlog_dirs is None and broker_config is None:
+        from ..store import Store
+        if Store.queues_live_in_rocksdb(store):
+            _export_rocksdb(store, out, cq_units, json_output)
+            return
+    _run("rebuild-queues", store, commitlog_dirs=commitlog_dirs, broker_config=broker_config,
+         dry_run=dry_run, json_output=json_output,
          backup_dir=backup_dir, out=out, topic=topic, queue_id=queue, cq_units=cq_units,
          broker_version=broker_version, workers=workers)
+
+
+def _export_rocksdb(store: Path, out: Path, cq_units: int | None, json_output: bool) -> None:
+    """rebuild-queues --out on a store whose ConsumeQueues live in RocksDB: the units its next
+    start leaves, as file ConsumeQueues in OUT; the store is only read."""
+    from ..rocksdb_recovery import export_file_queues
+    from ..store import Store
+
+    result = export_file_queues(Store(store), out, units_per_file=cq_units)
+    if json_output:
+        emit_json_document(result)
+        return
+    sys.stderr.write(
+        f"mqtool: rebuild-queues: {result['units']:,} units of {result['queues']} queues "
+        f"written as file ConsumeQueues ({result['units_per_file']:,} units per file) to "
+        f"{result['out']}: the RocksDB ConsumeQueue as the broker's next start leaves it "
+        f"(processOffset {result['process_offset']:,}, {result['redispatched_units']:,} units "
+        f"dispatched again from {result['start_file']}); the store was not changed\n")
 
 
 @commands.command("rebuild-index", help=(
@@ -258,8 +299,12 @@ def rebuild_index_cmd(
     json_output: bool = opt.json_output(),
     backup_dir: Path = opt.backup_dir(),
     out: Path = opt.out_dir(),
+    commitlog_dirs: Optional[str] = opt.commitlog_dirs(opt.COMMITLOG_DIRS_HELP
+                                                       + opt.REPAIR_DIRS_NOTE),
+    broker_config: Optional[Path] = opt.broker_config(opt.BROKER_CONFIG_HELP
+                                                      + opt.REPAIR_DIRS_NOTE),
 ):
-    _run("rebuild-index", store, dry_run=dry_run, json_output=json_output,
+    _run("rebuild-index", store, commitlog_dirs=commitlog_dirs, broker_config=broker_config, dry_run=dry_run, json_output=json_output,
          backup_dir=backup_dir, out=out, slots=slots, entries=entries,
          broker_version=broker_version, workers=workers)
 

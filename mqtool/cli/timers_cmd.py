@@ -38,6 +38,8 @@ def timers_command(
                                         "timers in the table (always in --json)."),
     broker_version: str = opt.broker_version(),
     commitlog_file_size: Optional[int] = opt.commitlog_file_size(),
+    commitlog_dirs: Optional[str] = opt.commitlog_dirs(),
+    broker_config: Optional[Path] = opt.broker_config(),
 ):
     """Pending and delivered 5.x timer messages, and what the broker's next start does to them.
 
@@ -48,7 +50,8 @@ def timers_command(
     from ..timers import timer_report
 
     opt.check_broker_version(broker_version)
-    store = opt.open_store(store_path, commitlog_file_size)
+    store = opt.open_store(store_path, commitlog_file_size,
+                           commitlog_dirs=commitlog_dirs, broker_config=broker_config)
     start_ms = parse_time(at) if at is not None else None
     report = timer_report(store, start_ms=start_ms, broker_version=broker_version)
     if json_output:

@@ -6,7 +6,7 @@ import collections
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
@@ -107,6 +107,15 @@ def _render_plan(out, report: VerifyReport) -> None:
                      f"kept entries pointing at or past processOffset: {plan.index_entries_stale:,}")
         if plan.confirm_offset is not None:
             lines.append(f"confirmOffset: {plan.confirm_offset:,}")
+        if plan.rocksdb is not None:
+            r = plan.rocksdb
+            stale = ", ".join(r["queues_with_stale_units"][:5]) or "none"
+            lines.append(f"RocksDB ConsumeQueue: now {r['units_now']:,} units (CQ checkpoint "
+                         f"{r['checkpoint'] if r['checkpoint'] is not None else 'absent'}); the "
+                         f"start dispatches {r['redispatched_units']:,} again and leaves "
+                         f"{r['units_after_start']:,} served, {r['stale_units_after_start']:,} "
+                         f"stale (queues: {stale}), CQ checkpoint "
+                         f"{r['cq_checkpoint_after_start']:,}")
     for note in plan.notes:
         lines.append(f"note: {note}")
     for line in lines:
@@ -144,6 +153,8 @@ def verify(
                                 help="Exit 0 exactly when the findings (code, file, offset) match "
                                      "this file (a --json document or a list of findings)."),
     commitlog_file_size: int = opt.commitlog_file_size(min=1),
+    commitlog_dirs: Optional[str] = opt.commitlog_dirs(),
+    broker_config: Optional[Path] = opt.broker_config(),
     cq_units: int = opt.cq_units(min=1),
     index_slots: int = opt.index_slots(min=1),
     index_entries: int = opt.index_entries(min=1),
@@ -159,7 +170,8 @@ def verify(
     opt.check_broker_version(broker_version)
     opt.check_mode(mode)
     expectation = _load_expectation(expect) if expect is not None else None
-    store = opt.open_store(store_path, commitlog_file_size, cq_units, index_slots, index_entries)
+    store = opt.open_store(store_path, commitlog_file_size, cq_units, index_slots, index_entries,
+                           commitlog_dirs=commitlog_dirs, broker_config=broker_config)
     total = sum(s.length for s in store.commitlog.segments)
     with progress_bar(total, "verify") as bar:
         report = verify_store(store, quick=quick, progress=bar, broker_version=broker_version,
@@ -168,7 +180,10 @@ def verify(
     # --quick checks no CRC, so it cannot tell whether records carry a property CRC
     passport = store_passport(store, v2_records=report.summary["v2_records"],
                               prop_crc_records=None if quick
-                              else report.summary["prop_crc_records_checked"])
+                              else report.summary["prop_crc_records_checked"],
+                              own_property_batch_records=report.summary[
+                                  "own_property_batch_records"],
+                              max_offset=report.recovery.process_offset)
     if expectation is not None:
         try:
             missing, unexpected = compare_findings(report, expectation)

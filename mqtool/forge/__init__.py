@@ -31,10 +31,12 @@ from .damage import CONFIG_DAMAGE_KINDS, DAMAGE_KINDS, damage_store
 from .make import Manifest, make_store
 from .mix import (KINDS, ForgeOptions, MessageGenerator, check_consumer_groups,
                   long_retry_topic_name,
-                  long_topic_name, month_start_ms, parse_body_size, parse_consumer_group, parse_size)
+                  long_topic_name, month_start_ms, parse_body_size, parse_consumer_group,
+                  parse_forge_version, parse_size)
 
 __all__ = ["ForgeOptions", "MessageGenerator", "Manifest", "make_store",
-           "damage_store", "parse_size", "parse_body_size", "fastjson_pretty", "JavaBean",
+           "damage_store", "parse_size", "parse_body_size", "parse_forge_version",
+           "fastjson_pretty", "JavaBean",
            "DAMAGE_KINDS", "CONFIG_DAMAGE_KINDS", "DEFAULT_TOPICS", "KINDS", "long_topic_name",
            "long_retry_topic_name", "month_start_ms", "parse_consumer_group",
            "check_consumer_groups", "consumer_group_offsets", "write_configs"]

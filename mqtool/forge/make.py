@@ -27,6 +27,7 @@ class Manifest:
     dispatched_cq_units: Counter = field(default_factory=Counter)
     dispatched: int = 0
     delay_levels: Counter = field(default_factory=Counter)
+    classic_batch_records: int = 0
 
     def as_json(self) -> dict:
         by_topic: dict[str, dict[str, int]] = {}
@@ -46,6 +47,7 @@ class Manifest:
             "dispatched_messages": self.dispatched,
             "dispatched_queue_offsets": dispatched,
             "delay_levels": {str(k): v for k, v in sorted(self.delay_levels.items())},
+            "classic_batch_records": self.classic_batch_records,
         }
 
 
@@ -74,7 +76,9 @@ def make_store(root: Path, options: ForgeOptions, *, progress=None) -> dict:
                           index_entries=options.index_entries,
                           broker_version=options.broker_version, prop_crc=options.prop_crc,
                           index=options.index, batch_topics=frozenset(options.batch_cq_topics),
-                          dledger_self_id=DLEDGER_SELF_ID if dledger_from_start else None)
+                          dledger_self_id=DLEDGER_SELF_ID if dledger_from_start else None,
+                          classic_batches=(w.OWN_PROPERTIES_ONLY if options.newest
+                                           else w.APPENDED_BATCH_PROPERTIES))
     generator = MessageGenerator(options)
     rng = generator.rng
     n = options.messages
@@ -105,6 +109,7 @@ def make_store(root: Path, options: ForgeOptions, *, progress=None) -> dict:
             manifest.records_by_topic[intent.topic] += 1
             manifest.compressed += intent.compressed
             manifest.born_v6 += intent.born_v6
+            manifest.classic_batch_records += intent.classic_batch
             manifest.v2_records += w.message_magic(intent.topic, options.broker_version) \
                 == cl_fmt.MESSAGE_MAGIC_CODE_V2
             if intent.delay_level:
@@ -116,7 +121,7 @@ def make_store(root: Path, options: ForgeOptions, *, progress=None) -> dict:
             last_store_ts = msg.store_timestamp
             if i < dispatch_until:
                 store.dispatch(msg.topic, msg.queue_id, offset, size, msg.sys_flag,
-                               queue_offset, msg.store_timestamp, msg.properties)
+                               queue_offset, msg.store_timestamp, store.stored_properties(msg))
                 manifest.dispatched += 1
                 last_dispatched_ts = msg.store_timestamp
                 if tracked:
@@ -217,6 +222,8 @@ def _summary(root: Path, options: ForgeOptions, generator: MessageGenerator, man
         "root": str(root),
         "seed": options.seed,
         "broker_version": options.broker_version,
+        "classic_batch_layout": "own properties (5.3.4+)" if options.newest
+        else "batch properties appended",
         "crash": options.crash,
         **manifest.as_json(),
         "topics": generator.topics,

@@ -14,7 +14,7 @@ from .. import writer as w
 from ..errors import StoreLayoutError
 from ..formats import codecs
 from ..formats import commitlog as cl_fmt
-from ..vocabulary import DEFAULT_TOPICS
+from ..vocabulary import DEFAULT_TOPICS, VERSION_534
 
 
 SCHEDULE_TOPIC = codecs.SCHEDULE_TOPIC
@@ -34,6 +34,7 @@ NO_TAGS_RATIO = 0.10
 BIG_PROPERTY_RATIO = 0.02
 FLAG_RATIO = 0.05
 INNER_BATCH_MAX = 10        # messages in an inner batch: 2 .. this, as the 5.3.3 reference mix
+CLASSIC_BATCH_MAX = 6       # messages in a classic batch (one record each): 2 .. this
 HOT_KEY_RATIO = 0.15
 NON_ASCII_KEY_RATIO = 0.05
 REPEATED_KEY_RATIO = 0.02
@@ -148,6 +149,10 @@ class ForgeOptions:
     batch_cq_topics: tuple[str, ...] = ()
     # share of a BatchCQ topic's sends that are inner batches (one record of 2-10 messages)
     inner_batch_ratio: float = 0.5
+    # share of the other sends that are classic batches (2-6 records, one per message)
+    classic_batch_ratio: float = 0.0
+    # the store code after 5.3.3 (5.3.4+): classic batches keep each message's own properties
+    newest: bool = False
     consumer_groups: tuple[tuple[str, int], ...] = ()   # (group, lag per queue)
 
     def validate(self) -> None:
@@ -167,7 +172,10 @@ class ForgeOptions:
                                    f"{', '.join(sorted(unknown))}")
         if self.prop_crc and self.broker_version < 5:
             raise ValueError("--prop-crc needs --broker-version 5 (the property CRC is 5.2+)")
-        for name in ("delay_ratio", "transaction_ratio", "compress_ratio", "inner_batch_ratio"):
+        if self.newest and self.broker_version < 5:
+            raise ValueError("the 5.3.4+ layout is a 5.x broker's: not with --broker-version 4")
+        for name in ("delay_ratio", "transaction_ratio", "compress_ratio", "inner_batch_ratio",
+                     "classic_batch_ratio"):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"--{name.replace('_', '-')} must be between 0 and 1")
@@ -241,6 +249,7 @@ class Intent:
     born_v6: bool = False
     prepared_ref: int | None = None   # which earlier PREPARED record a COMMIT/ROLLBACK ends
     inner_num: int = 1                # messages in the record: >1 for an inner batch
+    classic_batch: bool = False       # one message of a classic batch (a record each)
 
 
 @dataclass
@@ -260,6 +269,19 @@ class Producer:
                + elapsed.to_bytes(4, "big") + (self.counter & 0xFFFF).to_bytes(2, "big"))
         self.counter += 1
         return raw.hex().upper()
+
+
+#: fixture make --broker-version values: (major version, the 5.3.4+ classic-batch layout)
+FORGE_VERSIONS = {"4": (4, False), "5": (5, False), VERSION_534: (5, True)}
+
+
+def parse_forge_version(text: str) -> tuple[int, bool]:
+    """``--broker-version`` of ``fixture make``: 4, 5 (5.3.3) or 5.3.4+."""
+    try:
+        return FORGE_VERSIONS[str(text).strip()]
+    except KeyError:
+        raise ValueError(f"--broker-version must be {', '.join(FORGE_VERSIONS)}, "
+                         f"not {text!r}") from None
 
 
 def month_start_ms(millis: int) -> int:
@@ -299,6 +321,7 @@ class MessageGenerator:
         hi = max(lo, min(options.body_max, 2 * options.body_mean - lo))
         self.body_range = (lo, hi)
         self.prepared_count = 0
+        self.pending: list[tuple[w.Message, Intent]] = []   # the rest of a classic batch
 
     @staticmethod
     def _producers(rng: random.Random, ipv6: bool) -> list[Producer]:
@@ -367,6 +390,8 @@ class MessageGenerator:
         return " ".join(items)
 
     def next(self, i: int) -> tuple[w.Message, Intent]:
+        if self.pending:
+            return self.pending.pop(0)
         rng, options = self.rng, self.options
         topic = rng.choices(self.topics, cum_weights=self.cum_weights)[0]
         queue_id = rng.randrange(options.queues)
@@ -421,6 +446,10 @@ class MessageGenerator:
         if kind == "normal" and topic in options.batch_cq_topics \
                 and rng.random() < options.inner_batch_ratio:
             return self._inner_batch(i, intent, producer), intent
+        if kind == "normal" and topic not in options.batch_cq_topics \
+                and options.classic_batch_ratio and rng.random() < options.classic_batch_ratio:
+            self.pending = self._classic_batch(i, intent, producer)
+            return self.pending.pop(0)
 
         body = self._body(i)
         if body and rng.random() < options.compress_ratio:
@@ -435,6 +464,35 @@ class MessageGenerator:
             born_host=(producer.ip, producer.port), store_timestamp=self.store_clock,
             store_host=self.store_host, reconsume_times=reconsume)
         return msg, intent
+
+    def _classic_batch(self, i: int, intent: Intent,
+                       producer: Producer) -> list[tuple[w.Message, Intent]]:
+        """One classic batch send (``putMessages``) of 2-6 messages to an ordinary topic: a
+        record per message, all stored at once. Each message has its own properties (tags,
+        keys, UNIQ_KEY, WAIT, user properties); the batch has its own UNIQ_KEY, WAIT and the
+        broker's CLUSTER, which the writer appends to every message up to 5.3.3 and leaves out
+        for 5.3.4+ (``StoreWriter(classic_batches=...)``)."""
+        rng, options = self.rng, self.options
+        count = min(rng.randint(2, CLASSIC_BATCH_MAX), max(1, options.messages - i))
+        out = []
+        for j in range(count):
+            props = self._tags_and_keys(i + j)
+            props["UNIQ_KEY"] = producer.uniq_key(self.born_clock, self.month_start)
+            props["WAIT"] = "true"
+            if options.user_properties and rng.random() < 0.5:
+                props["userProp0"] = self._text(self.text_pool, rng.randint(1, 24))
+            out.append((w.Message(
+                topic=intent.topic, queue_id=intent.queue_id, body=self._body(i + j),
+                properties=props, born_timestamp=self.born_clock,
+                born_host=(producer.ip, producer.port), store_timestamp=self.store_clock,
+                store_host=self.store_host),
+                Intent("normal", intent.topic, intent.queue_id, born_v6=intent.born_v6,
+                       classic_batch=True)))
+        batch = {"UNIQ_KEY": producer.uniq_key(self.born_clock, self.month_start),
+                 "WAIT": "true", "CLUSTER": CLUSTER_NAME}
+        for msg, _ in out:
+            msg.batch_properties = dict(batch)
+        return out
 
     def _inner_batch(self, i: int, intent: Intent, producer: Producer) -> w.Message:
         """One send of 2-10 messages to a BatchCQ topic, stored as one inner-batch record. The

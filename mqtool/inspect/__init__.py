@@ -29,6 +29,7 @@ from __future__ import annotations
 from .records import (RT_ABORT, RT_BCQ_END, RT_BCQ_PARTIAL, RT_BCQ_UNIT, RT_BLANK, RT_CHECKPOINT,
                       RT_CONFIG, RT_CORRUPT, RT_CQ_END, RT_CQ_PARTIAL, RT_CQ_UNIT, RT_INDEX_ENTRY,
                       RT_INDEX_HEADER, RT_INDEX_NOTE, RT_INDEX_SLOT, RT_LOCK, RT_MESSAGE,
+                      RT_RDB_CHECKPOINT, RT_RDB_OFFSET, RT_RDB_PROBLEM, RT_RDB_UNIT,
                       RT_UNWRITTEN, ms_to_iso, parse_time)
 from .messages import (BODY_MODES, MAX_DECOMPRESSED_BODY, DecodedBody, MessageFilter,
                        decompress_body, encode_body, inner_message_dicts, iter_commitlog_records,
@@ -44,7 +45,7 @@ from .info import KNOWN_ROOT_ENTRIES, store_info
 __all__ = ["RT_ABORT", "RT_BCQ_END", "RT_BCQ_PARTIAL", "RT_BCQ_UNIT", "RT_BLANK", "RT_CHECKPOINT",
            "RT_CONFIG", "RT_CORRUPT", "RT_CQ_END", "RT_CQ_PARTIAL", "RT_CQ_UNIT", "RT_INDEX_ENTRY",
            "RT_INDEX_HEADER", "RT_INDEX_NOTE", "RT_INDEX_SLOT", "RT_LOCK", "RT_MESSAGE",
-           "RT_UNWRITTEN", "ms_to_iso", "parse_time", "BODY_MODES", "MAX_DECOMPRESSED_BODY",
+           "RT_RDB_CHECKPOINT", "RT_RDB_OFFSET", "RT_RDB_PROBLEM", "RT_RDB_UNIT", "RT_UNWRITTEN", "ms_to_iso", "parse_time", "BODY_MODES", "MAX_DECOMPRESSED_BODY",
            "DecodedBody", "MessageFilter", "decompress_body", "encode_body",
            "iter_commitlog_records", "message_to_dict", "inner_message_dicts",
            "unwrap_message_dict", "BCQ_DTYPE", "CQ_DTYPE",

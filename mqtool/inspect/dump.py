@@ -9,11 +9,16 @@ from typing import Iterator
 from .. import dledger, timer
 from ..errors import MqtoolError, StoreLayoutError, StoreNotFoundError
 from ..formats import checkpoint as ckpt_fmt
-from ..store import INDEX_NAME, OFFSET_NAME, CommitLog, Segment, Store, identify_file
+from ..store import (INDEX_NAME, OFFSET_NAME, ROCKSDB_CQ_DIRS, CommitLog, Segment, Store,
+                     identify_file, rocksdb_evidence)
 from .messages import BODY_MODES, MessageFilter, iter_commitlog_records
 from .queues import _file_base, iter_batch_consume_queue_file, iter_consume_queue_file
 from .index import iter_index_file
+from .rocksdb_records import iter_rocksdb_cq
 from .small_files import checkpoint_dict, config_dict, _read_small, small_file_dict
+
+
+ROCKSDB_CQ_KIND = "rocksdb-consumequeue"   # a RocksDB ConsumeQueue database folder
 
 
 # --- dump dispatch -------------------------------------------------------------------------------
@@ -33,6 +38,7 @@ class DumpOptions:
     cq_units: int | None = None
     index_slots: int | None = None
     index_entries: int | None = None
+    commitlog_dirs: list | None = None  # a multi-path CommitLog's directories (store only)
     progress: object = None            # a tqdm-like bar fed with scanned CommitLog bytes
 
 
@@ -54,6 +60,8 @@ def path_kind(path: Path, kind: str | None = None) -> str:
             return "queue-dir"
         if path.name == "index" and any(INDEX_NAME.match(p.name) for p in path.iterdir()):
             return "index-dir"
+        if path.name in ROCKSDB_CQ_DIRS and rocksdb_evidence(path) is not None:
+            return ROCKSDB_CQ_KIND
         return "store"
     if kind:
         if kind not in DUMPABLE_KINDS:
@@ -81,7 +89,7 @@ def dump_path(path: Path, options: DumpOptions | None = None) -> Iterator[dict]:
     if kind == "store":
         store = Store(path, commitlog_file_size=options.commitlog_file_size,
                       cq_units_per_file=options.cq_units, index_slots=options.index_slots,
-                      index_entries=options.index_entries)
+                      index_entries=options.index_entries, commitlog_dirs=options.commitlog_dirs)
         yield from iter_commitlog_records(
             store.commitlog, file_name=lambda seg: store.relative(seg.path),
             filters=options.filters, resync=options.resync, messages_only=options.messages_only,
@@ -91,6 +99,9 @@ def dump_path(path: Path, options: DumpOptions | None = None) -> Iterator[dict]:
         reader = iter_batch_consume_queue_file if is_batch else iter_consume_queue_file
         for child in sorted(p for p in path.iterdir() if p.is_file() and OFFSET_NAME.match(p.name)):
             yield from reader(child, file=child.name)
+    elif kind == ROCKSDB_CQ_KIND:
+        from ..rocksdb_cq import load_folder
+        yield from iter_rocksdb_cq(load_folder(path))
     elif kind == "index-dir":
         for child in sorted(p for p in path.iterdir() if p.is_file() and INDEX_NAME.match(p.name)):
             yield from iter_index_file(child, file=child.name, slots=options.index_slots,

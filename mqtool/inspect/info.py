@@ -13,7 +13,8 @@ from ..formats import checkpoint as ckpt_fmt
 from ..formats import commitlog as cl_fmt
 from ..formats import consumequeue as cq_fmt
 from ..formats import indexfile as idx_fmt
-from ..passport import store_passport
+from ..passport import own_property_batch_rows, store_passport
+from ..rocksdb_cq import load_rocksdb_cq
 from ..scan import (FLAG_FALSE, BlankRecord, RecordBatch, TopicTable, UnwrittenTail,
                     scan_segment_batches)
 from ..store import MappedFile, Store
@@ -69,6 +70,7 @@ def _scan_summary(store: Store, check_crc: bool, progress=None) -> tuple[dict, d
     per_queue: dict[tuple[str, int], dict] = {}
     by_transaction = Counter()
     messages = compressed = v2 = crc_bad = offset_bad = prop_crc_bad = prop_crc_records = 0
+    own_batch = 0
     first_ts = last_ts = min_ts = max_ts = None
     end_of_data = None
     corrupt = []
@@ -100,6 +102,7 @@ def _scan_summary(store: Store, check_crc: bool, progress=None) -> tuple[dict, d
                 prop_crc_bad += int(np.count_nonzero(event.prop_crc_ok == FLAG_FALSE))
                 # presence, not validity: quick scans leave prop_crc_ok unset
                 prop_crc_records += int(np.count_nonzero(event.stored_prop_crc_present()))
+                own_batch += own_property_batch_rows(event)
                 offset_bad += int(np.count_nonzero(event.physical_offset != offsets))
                 ts = event.store_timestamp
                 if first_ts is None:
@@ -138,6 +141,7 @@ def _scan_summary(store: Store, check_crc: bool, progress=None) -> tuple[dict, d
         "compressed": compressed,
         "v2_records": v2,
         "prop_crc_records": prop_crc_records,
+        "own_property_batch_records": own_batch,
         "crc_checked": check_crc,
         "body_crc_mismatches": crc_bad if check_crc else None,
         "prop_crc_mismatches": prop_crc_bad if check_crc else None,
@@ -258,13 +262,13 @@ def _config_summary(name: str, data) -> dict:
     return out
 
 
-def _config_section(store: Store) -> dict:
+def _config_section(store: Store, family: str | None = None) -> dict:
     """Each config file present (main or .bak) as the broker's ConfigManager.load would take
     it: ``source`` is the file whose content it loads (None: none), ``outcome`` one of
     :class:`mqtool.config.ConfigLoad`'s (``refuses``: the broker would not start), ``reason``
     why, when that is not simply the main file."""
     out = {}
-    for name, load in read_store_configs(store.root, STORE_CONFIGS).loads.items():
+    for name, load in read_store_configs(store.root, STORE_CONFIGS, family).loads.items():
         if load.outcome == "absent":
             continue
         entry = {"source": load.used, "fallback_to_bak": load.outcome == "bak",
@@ -273,6 +277,8 @@ def _config_section(store: Store) -> dict:
             entry.update(_config_summary(name, text_keys(load.document)))
         if load.outcome != "main" or load.tmp is not None:
             entry["reason"] = load.reason
+        if load.deletes_main:
+            entry["deleted_on_load"] = True
         out[name] = entry
     return out
 
@@ -305,14 +311,33 @@ def _lock_section(store: Store) -> dict:
             "content": _read_small(path).decode("utf-8", errors="replace") if present else None}
 
 
-def _consumer_groups(store: Store) -> list[dict]:
+def _consumer_groups(store: Store, family: str | None = None) -> list[dict]:
     """Per consumer group: queues, lag against the queues as they are (no recovery prediction:
-    ``mqtool consumers`` has the next start's effect)."""
+    ``mqtool consumers`` has the next start's effect), from the config files ``family`` loads."""
     from ..consumers import consumer_report, group_summary_lines
 
-    report = consumer_report(store, None)
+    report = consumer_report(store, None, read_store_configs(store.root, family=family))
     return [{**group, "line": line} for group, line in zip(report.groups(),
                                                             group_summary_lines(report))]
+
+
+def rocksdb_queue_summary(queue, commitlog_end: int | None) -> dict:
+    """:func:`queue_summary`'s keys for a queue of a RocksDB ConsumeQueue (served units only;
+    stale units past the max entry apart)."""
+    served = queue.served
+    past = (sum(1 for u in served if u.commitlog_offset + u.size > commitlog_end)
+            if commitlog_end is not None else None)
+    return {"files": 0, "bytes": 0, "units": len(served), "pre_blank_units": 0,
+            "invalid_units": 0, "min_offset": queue.min_offset, "max_offset": queue.max_offset,
+            "max_physic_offset": queue.max_commitlog_offset if served else None,
+            "units_past_commitlog_end": past, "stray_files": [], "notes": [],
+            "stale_units": len(queue.stale), "source": "rocksdb"}
+
+
+def rocksdb_section(table) -> dict:
+    return {"folder": table.folder + "/", "queues": len(table.queues), "units": table.unit_count,
+            "stale_units": table.stale_count, "checkpoint": table.checkpoint,
+            "column_families": table.families, "problems": [str(p) for p in table.problems]}
 
 
 def store_info(store: Store, *, check_crc: bool = False, progress=None) -> dict:
@@ -324,35 +349,45 @@ def store_info(store: Store, *, check_crc: bool = False, progress=None) -> dict:
     commitlog, per_queue = _scan_summary(store, check_crc, progress)
     cl_end = commitlog["end_of_data"]
     queues = {(q.topic, q.queue_id): q for q in store.consume_queues}
+    rocks = load_rocksdb_cq(store) if store.queues_in_rocksdb else None
+    summaries = ({key: rocksdb_queue_summary(q, cl_end) for key, q in rocks.queues.items()}
+                 if rocks is not None else {})
     topics = []
-    for key in sorted(set(per_queue) | set(queues), key=lambda k: (k[0], k[1])):
+    for key in sorted(set(per_queue) | set(queues) | set(summaries), key=lambda k: (k[0], k[1])):
         topic, queue_id = key
         cq = queues.get(key)
+        summary = queue_summary(cq, cl_end) if cq is not None else summaries.get(key)
         topics.append({"topic": topic, "queue_id": queue_id,
-                       "commitlog": per_queue.get(key),
-                       "consume_queue": queue_summary(cq, cl_end) if cq is not None else None})
+                       "commitlog": per_queue.get(key), "consume_queue": summary})
     batch = [{"topic": q.topic, "queue_id": q.queue_id, **queue_summary(q, cl_end)}
              for q in store.batch_consume_queues]
     cq_files = sum(len(q.segments) for q in store.consume_queues)
+    passport = store_passport(store, v2_records=commitlog["v2_records"],
+                              prop_crc_records=commitlog["prop_crc_records"],
+                              own_property_batch_records=commitlog.get(
+                                  "own_property_batch_records"),
+                              max_offset=cl_end)
+    # the config files as the family the passport names loads them (5.3.4+ deletes torn ones)
+    family = passport["recovery_rules"]
     return {
         "root": str(store.root),
         "layout": "bare-commitlog" if store.is_bare_commitlog else "store",
         "geometry": _geometry(store),
-        "passport": store_passport(store, v2_records=commitlog["v2_records"],
-                                   prop_crc_records=commitlog["prop_crc_records"]),
+        "passport": passport,
         "commitlog": commitlog,
         "consume_queues": {"queues": len(store.consume_queues), "files": cq_files,
                            "bytes": sum(s.length for q in store.consume_queues
                                         for s in q.segments),
                            "stray_files": [store.relative(p) for q in store.consume_queues
-                                           for p in q.stray_files]},
+                                           for p in q.stray_files],
+                           **({"rocksdb": rocksdb_section(rocks)} if rocks is not None else {})},
         "batch_consume_queues": batch,
         "topics": topics,
         "index": _index_section(store),
         "checkpoint": _checkpoint_section(store),
         "abort": _abort_section(store),
         "lock": _lock_section(store),
-        "config": _config_section(store),
-        "consumer_groups": _consumer_groups(store),
+        "config": _config_section(store, family),
+        "consumer_groups": _consumer_groups(store, family),
         "stray_files": _stray_root_entries(store),
     }

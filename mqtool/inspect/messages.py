@@ -1,6 +1,7 @@
 """CommitLog messages as records: bodies decompressed (bounded), truncated and encoded on request,
-:func:`message_to_dict` - the flat record ``dump``, ``query``, ``export`` and Spark share - the
-message filter, and the record stream of a CommitLog file or directory."""
+:func:`message_to_dict` - the flat record ``dump``, ``query``, ``export`` and Spark share, with a
+``system`` object for system topics and properties (:mod:`mqtool.systopics`) - the message
+filter, and the record stream of a CommitLog file or directory."""
 from __future__ import annotations
 
 import base64
@@ -14,9 +15,11 @@ from ..errors import MqtoolError
 from ..formats import codecs
 from ..innerbatch import OpenedBatch, is_inner_batch, open_record
 from ..formats import commitlog as cl_fmt
+from ..formats import transaction as tx_fmt
 from ..scan import (BlankRecord, MessageRecord, Scanner, UnwrittenTail, entry_fields,
                     read_body)
 from ..store import CommitLog, MappedFile, Segment
+from ..systopics import needs_body, system_fields
 from .records import RT_BLANK, RT_CORRUPT, RT_MESSAGE, RT_UNWRITTEN
 
 
@@ -201,6 +204,9 @@ def message_to_dict(record: MessageRecord, stored_body: bytes | None = None, *,
             error = decoded.error
         else:
             body, complete, decompressed = decoded.data, decoded.complete, True
+    system = system_fields(record.topic, props, _system_body(stored, body, decompressed,
+                                                             sys_flag, record.topic, props),
+                           record.store_timestamp, record.reconsume_times)
     truncated = False
     if body is not None and max_body_bytes is not None and (len(body) > max_body_bytes
                                                             or not complete):
@@ -212,7 +218,44 @@ def message_to_dict(record: MessageRecord, stored_body: bytes | None = None, *,
     out["body_decompressed"] = decompressed
     out["body_decompress_error"] = error
     out["body_truncated"] = truncated
+    txn = transaction_decoded(record.topic, props, stored)
+    if txn is not None:   # a transaction record: its own fields, then any origin/priority
+        system = txn if system is None else {
+            **txn, **{k: v for k, v in system.items() if k != "kind"}}
+    if system is not None:
+        out["system"] = system
     return out
+
+
+def _system_body(stored: bytes | None, body: bytes | None, decompressed: bool, sys_flag: int,
+                 topic: str, props: dict[str, str]) -> bytes | None:
+    """The body a consumer sees, for the system topics whose bodies are decoded (trace, pop);
+    None for the others (not read)."""
+    if not needs_body(topic, props) or stored is None:
+        return None
+    if decompressed:
+        return body
+    if sys_flag & cl_fmt.COMPRESSED_FLAG:
+        decoded = decompress_body(stored, sys_flag, 1 << 20)
+        return decoded.data if decoded.error is None and decoded.complete else stored
+    return stored
+
+
+def transaction_decoded(topic: str, props: dict, stored: bytes | None) -> dict | None:
+    """What a transaction system record says, decoded: an op message's body as the half-queue
+    offsets it ends (and the items that are no number), a half message's real topic and queue,
+    producer group, transaction id and check times; None for other topics."""
+    if topic == tx_fmt.TRANS_OP_HALF_TOPIC:
+        offsets, bad = tx_fmt.decode_op_body(stored)
+        return {"kind": "transaction-op", "half_offsets": offsets, "bad_items": bad,
+                "ends_half_messages": props.get("TAGS") == tx_fmt.REMOVE_TAG}
+    if topic == tx_fmt.TRANS_HALF_TOPIC:
+        return {"kind": "transaction-half", "real_topic": props.get(tx_fmt.PROP_REAL_TOPIC),
+                "real_queue_id": tx_fmt.java_int(props.get(tx_fmt.PROP_REAL_QID)),
+                "producer_group": props.get(tx_fmt.PROP_PRODUCER_GROUP),
+                "transaction_id": props.get(tx_fmt.PROP_TRANSACTION_ID),
+                "check_times": tx_fmt.java_int(props.get(tx_fmt.PROP_CHECK_TIMES))}
+    return None
 
 
 # --- inner batches -------------------------------------------------------------------------------

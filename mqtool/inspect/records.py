@@ -27,6 +27,10 @@ RT_CHECKPOINT = "checkpoint"
 RT_ABORT = "abort"
 RT_LOCK = "lock"
 RT_CONFIG = "config"
+RT_RDB_UNIT = "rocksdb-cq/unit"              # a unit of a RocksDB ConsumeQueue (5.2+)
+RT_RDB_OFFSET = "rocksdb-cq/offset"          # its max/min entry of one queue
+RT_RDB_CHECKPOINT = "rocksdb-cq/checkpoint"  # CHECKPOINT_TOPIC: the CommitLog offset built to
+RT_RDB_PROBLEM = "rocksdb-cq/problem"        # a key or value that does not decode
 
 
 # --- small codecs for presentation ---------------------------------------------------------------

@@ -22,6 +22,7 @@ Modules, in the order to read them:
 * :mod:`.keys` - :func:`query_key`, :func:`query_uniq_key`, :func:`query_msg_id`.
 * :mod:`.queues` - :func:`query_queue_offset`, :func:`query_queue_time`, :func:`queue_bounds`.
 * :mod:`.broker` - :func:`broker_query_message` and :func:`explain`.
+* :mod:`.traces` - :func:`query_traces`: a message's trace records (``query --traces``).
 * :mod:`.results` - :class:`QueryResult`, :class:`Found`, the query errors.
 * :mod:`.index` - :class:`IndexFile` and :class:`IndexSet`: slots, chains, the broker's selection.
 * :mod:`.ids` - offsetMsgId and UNIQ_KEY checks, descriptions and time windows.
@@ -39,6 +40,7 @@ from .keys import (SCHEDULE_TOPIC, SYSTEM_TOPICS, TIMER_TOPIC, TRANS_HALF_TOPIC,
 from .queues import (query_batch_queue_offset, query_queue_offset, query_queue_time,
                      queue_bounds)
 from .broker import broker_query_message, explain, readable_end
+from .traces import query_traces, trace_ids
 
 __all__ = ["JAVA_LONG_MAX", "MAX_MSGS_NUM_BATCH", "SYSTEM_TOPICS", "QueryError", "NotFound",
            "ChainProblem", "IndexHit", "IndexFile", "IndexSet", "RecordReader", "Found",
@@ -47,4 +49,4 @@ __all__ = ["JAVA_LONG_MAX", "MAX_MSGS_NUM_BATCH", "SYSTEM_TOPICS", "QueryError",
            "query_uniq_key", "query_msg_id", "query_queue_offset", "query_batch_queue_offset",
            "query_queue_time",
            "queue_bounds", "readable_end", "broker_query_message", "explain", "SCHEDULE_TOPIC",
-           "TIMER_TOPIC", "TRANS_HALF_TOPIC", "TRANS_OP_HALF_TOPIC"]
+           "TIMER_TOPIC", "TRANS_HALF_TOPIC", "TRANS_OP_HALF_TOPIC", "query_traces", "trace_ids"]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import datetime as _dt
 import weakref
 
+from ..formats import commitlog as cl_fmt
+from ..formats import transaction as tx_fmt
 from ..recovery import RecoveryPlan, predict_recovery
 from ..store import Store
 from .results import QueryResult
@@ -98,6 +100,12 @@ def explain(store: Store, result: QueryResult, *, plan: RecoveryPlan | None = No
     value = result.query.get("key") if mode == "key" else result.query.get("uniq_key")
     found_topics = sorted({f.record.topic for f in result.found})
     topics = [result.query["topic"]] if result.query.get("topic") else found_topics
+    if mode == "uniq-key" and not result.query.get("topic"):
+        # a transaction's half copies name its real topic: ask there too (its COMMIT record, if
+        # any, is indexed there)
+        topics += sorted({real for f in result.found if f.record.topic == tx_fmt.TRANS_HALF_TOPIC
+                          for real in [f.record.properties.get(tx_fmt.PROP_REAL_TOPIC)]
+                          if real and real not in topics})
     begin = 0
     if mode == "key" and result.query.get("since") is not None:
         begin = result.query["since"]
@@ -206,7 +214,55 @@ def explain(store: Store, result: QueryResult, *, plan: RecoveryPlan | None = No
         add("msg-id-given-as-uniq-key", "the id is an offsetMsgId, not a UNIQ_KEY: "
             "queryMsgByUniqueKey finds nothing; use queryMsgById",
             [result.details["is_offset_msg_id_of"]])
+    if mode == "uniq-key":
+        txn = _transaction_answer(result, broker, value, process_offset)
+        if txn is not None:
+            out["transaction"] = txn
     out["reasons"] = reasons
     out["broker_finds_all"] = not (beyond or lost_index or unindexed or outside_window
                                    or missing_other or inner)
     return out
+
+
+def _transaction_answer(result: QueryResult, broker: dict[str, list[int]], uniq_key: str,
+                        process_offset: int) -> dict | None:
+    """For the UNIQ_KEY of a transactional message: its half copies (indexed under the half
+    topic, one per check that put it back), its COMMIT record (indexed under the real topic),
+    and which of them the broker's queryMessage returns per topic; None for other keys."""
+    halves = [f.record for f in result.found if f.record.topic == tx_fmt.TRANS_HALF_TOPIC]
+    if not halves:
+        return None
+    commits = [f.record for f in result.found
+               if cl_fmt.transaction_type(f.record.sys_flag) == cl_fmt.TRANSACTION_COMMIT_TYPE]
+    half_offsets = {r.offset for r in halves}
+    real = halves[0].properties.get(tx_fmt.PROP_REAL_TOPIC)
+    by_real = broker.get(real) if real is not None else None
+    half_answer = broker.get(tx_fmt.TRANS_HALF_TOPIC, [])
+    if commits:
+        live = [c.offset for c in commits if c.offset < process_offset]
+        shown = (f"queryMessage({real}, {uniq_key}) returns the COMMIT record"
+                 f"{'s' if len(live) > 1 else ''} {', '.join(map(str, live))}: what mqadmin "
+                 f"queryMsgByUniqueKey -t {real} shows" if live else
+                 f"the COMMIT record is past the recovery point {process_offset}: "
+                 f"queryMessage({real}, ...) finds nothing")
+    else:
+        shown = (f"no COMMIT record: queryMessage({real}, {uniq_key}) finds nothing, the "
+                 "transaction was never committed (open or rolled back)")
+    return {
+        "real_topic": real,
+        "half_copies": [{"commitlog_offset": r.offset, "half_queue_offset": r.queue_offset,
+                         "check_times": tx_fmt.java_int(r.properties.get(tx_fmt.PROP_CHECK_TIMES))}
+                        for r in halves],
+        "commit_records": [{"commitlog_offset": c.offset, "topic": c.topic,
+                            "queue_offset": c.queue_offset,
+                            "prepared_transaction_offset": c.prepared_transaction_offset,
+                            "half_copy_found": c.prepared_transaction_offset in half_offsets}
+                           for c in commits],
+        "broker_returns_for_half_topic": half_answer,
+        "broker_returns_for_real_topic": by_real,
+        "detail": (f"a transactional message: its {len(halves)} half cop"
+                   f"{'y is' if len(halves) == 1 else 'ies are'} indexed under "
+                   f"{tx_fmt.TRANS_HALF_TOPIC} (queryMessage there returns "
+                   f"{', '.join(map(str, half_answer)) or 'nothing'}, and mqadmin shows the "
+                   f"first); {shown}"),
+    }

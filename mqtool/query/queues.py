@@ -189,6 +189,8 @@ def query_queue_offset(store: Store, topic: str, queue_id: int, queue_offset: in
     topic: :func:`query_batch_queue_offset`)."""
     if queue_offset < 0:
         raise QueryError(f"--offset must be >= 0, got {queue_offset}")
+    if store.queues_in_rocksdb:
+        return query_rocksdb_queue_offset(store, topic, queue_id, queue_offset)
     if store.queue(topic, queue_id) is None:
         batch_queue = _batch_queue(store, topic, queue_id)
         if batch_queue is not None:
@@ -228,6 +230,49 @@ def query_queue_offset(store: Store, topic: str, queue_id: int, queue_offset: in
     return result
 
 
+def query_rocksdb_queue_offset(store: Store, topic: str, queue_id: int,
+                               queue_offset: int) -> QueryResult:
+    """The unit at ``queue_offset`` of a RocksDB ConsumeQueue (5.2+) and its message, served as
+    the broker serves it: only within [minOffset, maxOffset); a unit past the queue's max entry
+    is stale (left by a truncation) and is shown, not served."""
+    from ..rocksdb_cq import load_rocksdb_cq
+    table = load_rocksdb_cq(store)
+    queue = table.queue(topic, queue_id)
+    if queue is None:
+        known = sorted(q.queue_id for q in table.queues.values() if q.topic == topic)
+        if known:
+            raise QueryError(f"topic {topic!r} has no queue {queue_id} in the RocksDB "
+                             f"ConsumeQueue (queues: {', '.join(map(str, known))})")
+        raise QueryError(f"no queue of topic {topic!r} in the RocksDB ConsumeQueue of "
+                         f"{store.root}")
+    result = QueryResult({"mode": "queue-offset", "topic": topic, "queue_id": queue_id,
+                          "queue_offset": queue_offset})
+    first, end = queue.min_offset, queue.max_offset
+    result.details["queue"] = {"min_offset": first, "max_offset": end, "source": "rocksdb"}
+    unit = queue.unit(queue_offset)
+    if unit is None:
+        raise NotFound(f"{topic}/{queue_id}: the RocksDB ConsumeQueue holds no unit at queue "
+                       f"offset {queue_offset} (the queue serves {first}..{end - 1})"
+                       if end > first else f"{topic}/{queue_id}: the RocksDB ConsumeQueue "
+                       f"holds no unit at queue offset {queue_offset}")
+    found = {"file": f"{table.folder}/", "commitlog_offset": unit.commitlog_offset,
+             "size": unit.size, "tags_code": unit.tags_code,
+             "store_timestamp": unit.store_timestamp, "stale": unit.stale}
+    result.details["unit"] = found
+    if unit.stale:
+        raise NotFound(f"{topic}/{queue_id} queue offset {queue_offset}: a stale unit past the "
+                       f"queue's max entry ({end - 1}), left by a truncation; the broker does "
+                       f"not serve it (it points at CommitLog {unit.commitlog_offset})")
+    record = _unit_record(store, result, found, topic, queue_id, queue_offset,
+                          unit.commitlog_offset, unit.size, queue_offset,
+                          "the record's QUEUEOFFSET is {}")
+    if queue_offset < first:
+        result.notes.append(f"queue offset {queue_offset} is below the queue's minimum {first}: "
+                            f"the broker no longer serves it")
+    result.found.append(Found(record, "consume-queue"))
+    return result
+
+
 def _store_time_of(reader: RecordReader, phy: int) -> int:
     """CommitLog.pickupStoreTimestamp: -1 when no record is readable there."""
     record, _ = reader.at(int(phy))
@@ -241,6 +286,10 @@ def query_queue_time(store: Store, topic: str, queue_id: int, timestamp: int) ->
     The broker picks the first file whose *mtime* is at or after the time; mtimes do not survive
     copying a store, so the first file whose last unit's message was stored at or after it is
     taken (the same file on a store that was never copied)."""
+    if store.queues_in_rocksdb:
+        raise QueryError(f"{topic}/{queue_id}: a lookup by time is not supported on a RocksDB "
+                         f"ConsumeQueue yet (--offset is; 'mqtool dump {store.root}/consumequeue' "
+                         f"lists every unit with its store time)")
     if store.queue(topic, queue_id) is None and _batch_queue(store, topic, queue_id) is not None:
         raise QueryError(f"{topic}/{queue_id} is a BatchConsumeQueue: a lookup by time is not "
                          f"supported there (--offset is)")

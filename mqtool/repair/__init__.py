@@ -65,7 +65,7 @@ from .bookkeeping import CHECKPOINT_LONGS, EMPTY_POSITION_CHECKPOINT, POSITION_C
 from .changes import build_plan
 from .planners import (PLANNERS, plan_rebuild_index, plan_rebuild_queues, plan_recover,
                        plan_truncate, record_boundaries_ok)
-from .run import RepairResult, run_repair, run_undo
+from .run import RepairResult, refuse_commitlog_dirs, run_repair, run_undo
 
 __all__ = ["RepairPlan", "FileOp", "Stage", "RepairResult", "RepairError", "run_repair", "run_undo",
            "plan_recover", "plan_truncate", "plan_rebuild_queues", "plan_rebuild_index",
@@ -76,4 +76,4 @@ __all__ = ["RepairPlan", "FileOp", "Stage", "RepairResult", "RepairError", "run_
            "judged_records", "last_record_before", "IndexFileState", "IndexSetup",
            "read_index_states", "QueueState", "queues_with_holes", "commitlog_gaps",
            "CHECKPOINT_LONGS", "EMPTY_POSITION_CHECKPOINT", "POSITION_CHECKPOINT", "build_plan",
-           "PLANNERS", "record_boundaries_ok"]
+           "PLANNERS", "record_boundaries_ok", "refuse_commitlog_dirs"]

@@ -7,8 +7,8 @@ import itertools
 
 from ..cores import available_cores
 from ..queue_recovery import BATCH_CONSUME_QUEUE, queue_kinds
-from ..recovery import (VERSION_49, VERSION_532, BrokerRules, FileVerdict, RecoveryPlan,
-                        predict_recovery)
+from ..recovery import (DISPATCHING_NORMAL_RECOVERY, VERSION_49, VERSION_534, BrokerRules,
+                        FileVerdict, RecoveryPlan, predict_recovery)
 from ..passport import store_passport
 from ..scan import MessageRecord, scan_buffer
 from ..store import MappedFile, Segment, Store
@@ -110,6 +110,13 @@ def plan_recover(store: Store, stage: Stage, *, mode: str = "auto", broker_versi
     min_offset = store.commitlog.min_offset
     states, max_phy_cq = _recover_queues(stage, store, upf)
     cq_writer = StagedConsumeQueueWriter(stage, upf)
+    rocks = store.queues_in_rocksdb
+    if rocks:
+        # the ConsumeQueues live in RocksDB, which mqtool never writes: the dispatch runs for
+        # the index only, the broker's next start fills RocksDB (see _rocksdb_next_start)
+        from ..rocksdb_recovery import UnitSink
+        max_phy_cq = first.max_phy_offset_of_consume_queue
+        cq_writer = UnitSink()
     bupf = store.bcq_units_per_file
     batch_states, max_phy_bcq = _recover_queues(stage, store, bupf, BATCH_CONSUME_QUEUE)
     # getMaxPhyOffsetInConsumeQueue spans both kinds (a BatchConsumeQueue's is a record start)
@@ -178,12 +185,12 @@ def plan_recover(store: Store, stage: Stage, *, mode: str = "auto", broker_versi
         po = rp.process_offset
         # 4.9 and 5.0-5.3.1 truncate the queues before any dispatch (4.9 reputs in start());
         # 5.3.2+ dispatches inside recoverNormally, before truncating
-        if max_phy_cq >= po and version != VERSION_532:
+        if max_phy_cq >= po and version not in DISPATCHING_NORMAL_RECOVERY:
             _truncate_queues(stage, store, upf, po, states)
             _truncate_queues(stage, store, bupf, po, batch_states, BATCH_CONSUME_QUEUE)
         if version == VERSION_49:
             cq_from = max([min_offset] + [s.max_physic for s in states.values()])
-        elif version == VERSION_532:
+        elif version in DISPATCHING_NORMAL_RECOVERY:
             cq_from = max(min_offset, max_phy_cq + 1)
         else:
             cq_from = po
@@ -212,12 +219,18 @@ def plan_recover(store: Store, stage: Stage, *, mode: str = "auto", broker_versi
     cl_ops = _commitlog_ops(store, cut=po, delete_names=deleted_cl, erase_tail=not keep_stale,
                             pad=True, reason="recover")
 
-    # abnormal recovery and 5.3.2+ truncate the queues after dispatching into them
-    truncate_at = po if max_phy_cq >= po and (abnormal or version == VERSION_532) else None
-    _settle_queues(stage, store, cq_writer, states, upf, truncate_at, keep_stale)
+    # abnormal recovery and 5.3.2+ truncate the queues after dispatching into them; after 5.3.3
+    # always (a no-op when they end before processOffset)
+    truncate_at = po if (max_phy_cq >= po and (abnormal or version in DISPATCHING_NORMAL_RECOVERY)
+                         or version == VERSION_534) else None
+    if not rocks:
+        _settle_queues(stage, store, cq_writer, states, upf, truncate_at, keep_stale)
     _settle_queues(stage, store, bcq_writer, batch_states, bupf, truncate_at, keep_stale)
     _finish_index(stage, store, setup.writer)
-    regenerated = _regenerate_queues_with_holes(stage, store, upf, po, notes, progress)
+    regenerated = [] if rocks else _regenerate_queues_with_holes(stage, store, upf, po, notes,
+                                                                 progress)
+    if rocks:
+        notes.append(_rocksdb_next_start(store, rp))
     for start_gap, end_gap in commitlog_gaps(store):
         if start_gap < po:
             notes.append(f"CommitLog files are missing between {start_gap:,} and {end_gap:,} "
@@ -233,7 +246,9 @@ def plan_recover(store: Store, stage: Stage, *, mode: str = "auto", broker_versi
     elif setup.rebuilt or reindex_all:
         index_value = _last_full_end_timestamp(stage, store, setup.writer)
     cap = None if keep_stale else _checkpoint_cap(store, stats, po, notes)
-    _stage_checkpoint(stage, store, version=version, logics=stats.last_cq_timestamp,
+    # the RocksDB ConsumeQueue does not move logicsMsgTimestamp (rocks-* recovered/ keep it)
+    _stage_checkpoint(stage, store, version=version,
+                      logics=None if rocks else stats.last_cq_timestamp,
                       index=index_value, confirm=rp.confirm_offset, physic_cap=cap,
                       logics_cap=cap, index_cap=cap)
 
@@ -276,12 +291,23 @@ def plan_recover(store: Store, stage: Stage, *, mode: str = "auto", broker_versi
     service = _stage_5x_service_files(stage, store) if version != VERSION_49 else set()
     notes.extend(_consumer_offsets(stage, store, rp, consumer_offsets))
     options["consumer_offsets"] = consumer_offsets
-    plan = build_plan("recover", store, stage, cl_ops=cl_ops, extra_ops=_abort_op(store),
+    # with the queues in RocksDB the abort file stays: only the broker's own (abnormal) start
+    # re-dispatches into RocksDB from the file holding the CQ checkpoint, as _rocksdb_next_start
+    # says; mqtool does not write RocksDB
+    plan = build_plan("recover", store, stage, cl_ops=cl_ops,
+                      extra_ops=[] if rocks else _abort_op(store),
                       lost=lost, notes=notes, data_loss=data_loss, recovery=rp, options=options,
                       summary_extra=extra)
     plan.passport = passport
     _drop_if_only(plan, service)
     return plan
+
+
+def _rocksdb_next_start(store: Store, rp: RecoveryPlan) -> str:
+    """What the broker's next start (the same branch: recover leaves the abort file of a
+    crashed RocksDB store) does to the RocksDB ConsumeQueue this recovery leaves as it is."""
+    from ..rocksdb_recovery import next_start_after_recover
+    return next_start_after_recover(store, rp)
 
 
 def _drop_if_only(plan: RepairPlan, service: set[str]) -> None:

@@ -16,6 +16,7 @@ from ..lock import store_lock
 from .transaction import (RepairError, RepairPlan, Stage, apply_plan, remove_stale_stages,
                           resume_pending, sparse_copy)
 from .planners import PLANNERS
+from .epoch import plan_epoch_cut
 from .heap import retained_heap
 
 
@@ -76,6 +77,27 @@ def _check_backup_dir(store_root: Path, backup_dir: Path) -> Path:
             raise RepairError(f"--backup-dir {backup_dir}: inside {data_dir}/, which the broker "
                               "loads; choose a folder outside the store's data directories")
     return backup_dir
+
+
+def refuse_commitlog_dirs(store_path: Path, command: str, dirs: list[Path] | None) -> None:
+    """Raise RepairError (exit 2, nothing changed) when the CommitLog lies in directories other
+    than ``STORE/commitlog`` (a multi-path CommitLog, storePathCommitLog elsewhere): the repairs
+    stage, back up and write CommitLog files inside the store root only, so they refuse rather
+    than cut a CommitLog whose other files they would not see or could not put back."""
+    if not dirs:
+        return
+    own = (Path(store_path) / "commitlog").absolute()
+    if [Path(d).absolute() for d in dirs] == [own]:
+        return
+    for d in dirs:
+        if not Path(d).is_dir():
+            raise RepairError(f"{d}: CommitLog directory not found (named by the CommitLog path "
+                              "list)")
+    raise RepairError(f"{store_path}: {command} refused: the CommitLog lies in "
+                      f"{len(dirs)} director{'y' if len(dirs) == 1 else 'ies'} "
+                      f"({', '.join(map(str, dirs))}), not only in {own}; mqtool repairs a "
+                      "CommitLog that lies in the store's own commitlog/ (read commands and "
+                      "verify take --commitlog-dirs / --broker-config); nothing was changed")
 
 
 def run_repair(command: str, store_path: Path, *, dry_run: bool = False,
@@ -162,6 +184,7 @@ def _run_repair(command: str, source: Path, *, dry_run: bool, backup_dir: Path |
     try:
         store = Store(target, **store_options)
         plan = PLANNERS[command](store, stage, progress=progress, **options)
+        plan_epoch_cut(store, stage, plan)
     except BaseException:
         stage.cleanup()
         raise

@@ -16,6 +16,7 @@ from ..formats import codecs
 from ..formats import consumequeue as cq_fmt
 from ..formats import indexfile as idx_fmt
 from ..consumers import QueueEnds
+from ..passport import own_property_batch_rows
 from ..recovery import INDEX_ENTRY_DTYPE, FileJudge
 from ..scan import (FLAG_FALSE, FLAG_NONE, FLAG_TRUE, CorruptRegion, RecordBatch,
                     scan_segment_batches)
@@ -43,7 +44,7 @@ _CURSOR_CHUNK = 65536           # units / index entries read at a time
 _MAX_HINTS = 1 << 22            # record starts taken from the ConsumeQueues per CommitLog file
 _MAX_PRELOADED = 1 << 19        # units read for the hints kept for the merge (~18 MB at most)
 _KEY_SEPARATOR = ord(" ")       # MessageConst.KEY_SEPARATOR
-_PROPERTY_NAMES = ("TAGS", "KEYS", "UNIQ_KEY", "DELAY")
+_PROPERTY_NAMES = ("TAGS", "KEYS", "UNIQ_KEY", "DELAY", "CLUSTER")
 
 
 class _ItemCursor:
@@ -283,6 +284,8 @@ class _BatchChecker(_SegmentChecker):
         offsets = batch.offsets
         self.offsets = offsets
         self.props = None
+        self.result.own_property_batch_records += own_property_batch_rows(
+            batch, self._properties(batch).values)
         live = self._judge(batch, judge, offsets)
         # what an abnormal recovery re-dispatches from this file: the consumer findings need
         # each queue's end after it (consumers.ends_over_files)

@@ -14,6 +14,7 @@ from ..formats import codecs
 from ..formats import commitlog as cl_fmt
 from ..formats import consumequeue as cq_fmt
 from ..formats import indexfile as idx_fmt
+from ..passport import own_property_batch_record
 from ..recovery import FileJudge
 from ..scan import CorruptRegion, MessageRecord, message_at, scan_segment
 from ..store import CommitLog
@@ -389,6 +390,10 @@ class _SegmentChecker:
                         result.v2_records += 1
                     if event.prop_crc_ok is not None:
                         result.prop_crc_records += 1
+                    props = event.properties
+                    if own_property_batch_record(event.topic, event.sys_flag, "UNIQ_KEY" in props,
+                                                 "CLUSTER" in props):
+                        result.own_property_batch_records += 1
                     offset = event.offset
                     live = not judge.stopped
                     if event.body_crc_ok is False:

@@ -52,6 +52,8 @@ class _Context:
     batch_topics: frozenset = frozenset()  # topics with batchconsumequeue/ dirs (5.x)
     # the recovery will be abnormal (it re-dispatches every judged record): count queue ends
     count_queue_ends: bool = False
+    # a multi-path CommitLog's other directories (storePathCommitLog, readOnly paths)
+    extra_commitlog_dirs: tuple = ()
 
 
 @dataclass
@@ -85,6 +87,7 @@ class _SegmentResult:
     bytes: int = 0
     v2_records: int = 0             # evidence for the store passport
     prop_crc_records: int = 0       # records whose __CRC32# property was checked
+    own_property_batch_records: int = 0   # passport.own_property_batch_record: 5.3.4+ evidence
     # (topic, qid) of a BatchConsumeQueue topic -> offsets of its dispatchable records
     batch_records: dict = field(default_factory=dict)
     # consumers.QueueEnds.summary() of the records the judge accepted (batches engine only)
@@ -110,5 +113,6 @@ def _worker_commitlog(ctx: _Context) -> CommitLog:
     """One CommitLog listing per worker process (listing is a stat per file)."""
     global _WORKER_COMMITLOG
     if _WORKER_COMMITLOG is None:
-        _WORKER_COMMITLOG = CommitLog(Path(ctx.commitlog_dir), ctx.file_size)
+        _WORKER_COMMITLOG = CommitLog(Path(ctx.commitlog_dir), ctx.file_size,
+                                      tuple(Path(d) for d in ctx.extra_commitlog_dirs))
     return _WORKER_COMMITLOG

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..errors import ParseError
 from ..store import Store
-from ..vocabulary import ERROR, WARNING
+from ..vocabulary import ERROR, INFO, WARNING
 from .findings import _Sink, _finding
 
 
@@ -53,6 +53,10 @@ def _layout_findings(store: Store, sink: _Sink, version: str) -> None:
         sink.add(_finding("CL_STRAY_FILE", store.relative(path), 0,
                           "not named as the broker names its files; the broker ignores it "
                           "(or fails on it)"))
+    for part in store.rocksdb:
+        sink.add(_finding("ROCKSDB_PRESENT", part.folder + "/", 0,
+                          f"{part.phrase}; mqtool reads it through a shadow copy and never "
+                          "writes into it", severity=INFO))
     store_state_findings(store, sink)
 
 

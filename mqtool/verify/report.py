@@ -89,8 +89,8 @@ def _merge_results(store: Store, plan: RecoveryPlan, results: list[_SegmentResul
     queue_ends = {(q.topic, q.queue_id): q.valid_end for q in plan.queue_recoveries}
     queue_ends.update({(t.topic, t.queue_id): t.new_end for t in plan.cq_truncations})
     for run in _joined_runs(results):
-        if run.first_offset >= P:
-            continue
+        if run.first_offset >= P or store.queues_in_rocksdb:
+            continue  # a RocksDB ConsumeQueue has no unit files to miss
         end = queue_ends.get((run.topic, run.queue_id), 0)
         tail = run.first_queue_offset >= end
         rebuilt = (plan.redispatch_from is not None and run.first_offset >= plan.redispatch_from)
@@ -228,6 +228,7 @@ def _report(store: Store, sink: _Sink, plan: RecoveryPlan, results) -> VerifyRep
         "messages_scanned": sum(r.messages for r in results),
         "v2_records": sum(r.v2_records for r in results),
         "prop_crc_records_checked": sum(r.prop_crc_records for r in results),
+        "own_property_batch_records": sum(r.own_property_batch_records for r in results),
         "commitlog_bytes": sum(r.bytes for r in results),
         "listed": len(listed),
     }

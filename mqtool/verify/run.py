@@ -8,10 +8,14 @@ from dataclasses import dataclass, field
 
 from ..cores import available_cores, fork_context
 from ..batchcq import check_batch_consume_queues
-from ..recovery import BrokerRules, RecoveryPlan, predict_recovery, resolve_broker_version
+from ..recovery import (VERSION_532, VERSION_534, BrokerRules, RecoveryPlan, predict_recovery,
+                        resolve_broker_version)
 from ..consumers import consumer_findings, ends_over_files
+from ..controller import check_epoch_file
 from ..dledger import check_dledger
+from ..rocksdb_recovery import check_rocksdb_cq
 from ..timer import check_timer_store
+from ..transactions import check_transactions
 from ..store import CommitLog, Store
 from .findings import Finding, _Sink, VerifyReport, _finding
 from .context import _Context, _SegmentResult, _init_worker, _worker_context
@@ -63,6 +67,8 @@ class StoreChecks:
     #: checks that need no CommitLog record and feed no per-file check (IndexFile hash slots and
     #: chains): run by :meth:`run_later`, while the files are checked elsewhere, else at the merge
     later: list = field(default_factory=list)
+    #: --broker-version auto: the records may still name a newer family (passport evidence)
+    auto_version: bool = False
 
     def run_later(self) -> None:
         while self.later:
@@ -114,9 +120,11 @@ def prepare_checks(store: Store, *, quick: bool = False, broker_version: str = "
                    not quick, rules, queues, unchecked, indexes, blind, engine,
                    frozenset(topic for topic, _ in batch_keys),
                    count_queue_ends=store.dledger is None and (
-                       mode == "abnormal" or (mode == "auto" and store.abort_exists)))
+                       mode == "abnormal" or (mode == "auto" and store.abort_exists)),
+                   extra_commitlog_dirs=tuple(str(d) for d in commitlog.extra_dirs))
     return StoreChecks(store, ctx, version, sink, deferred, queues, mode, quick,
-                       force_verify_prop_crc, message_index_safe, later)
+                       force_verify_prop_crc, message_index_safe, later,
+                       auto_version=broker_version == "auto")
 
 
 def check_file(ctx: _Context, index: int, progress=None,
@@ -142,6 +150,11 @@ def merge_checks(checks: StoreChecks, results: list[_SegmentResult]) -> tuple[_S
     checks.run_later()      # before the files' findings: the sink's order is one pass's order
     segments = ctx.segments
     verdicts = {r.verdict.base_offset: r.verdict for r in results}
+    if checks.auto_version and checks.version == VERSION_532 and \
+            any(r.own_property_batch_records for r in results):
+        # the records show the newest code's classic batches (store_passport): its rules, which
+        # judge every record as 5.3.2+ does, so the files' verdicts stand
+        checks.version = VERSION_534
     plan = predict_recovery(store, mode=checks.mode, broker_version=checks.version,
                             check_crc=True, message_index_safe=checks.message_index_safe,
                             force_verify_prop_crc=checks.force_verify_prop_crc,
@@ -159,8 +172,11 @@ def merge_checks(checks: StoreChecks, results: list[_SegmentResult]) -> tuple[_S
     for r in results:
         for key, found in r.batch_records.items():
             batch_records.setdefault(key, []).extend(o for o in found if o < plan.process_offset)
+    rocksdb = check_rocksdb_cq(store, plan) if store.queues_in_rocksdb else []
     for found in (check_batch_consume_queues(store, batch_records, plan.redispatch_from)
-                  + check_timer_store(store, plan=plan) + check_dledger(store)):
+                  + check_timer_store(store, plan=plan) + check_dledger(store)
+                  + check_epoch_file(store, plan.process_offset) + rocksdb
+                  + check_transactions(store, plan=plan)):
         extra = {k: found[k] for k in ("commitlog_offset", "topic", "queue_id", "count")
                  if k in found}
         sink.add(_finding(found["code"], found["file"], found["offset"], found["message"],

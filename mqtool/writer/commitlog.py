@@ -12,8 +12,12 @@ class CommitLogWriter:
     """Appends records like CommitLog.doAppend: a record goes into the current file only if
     ``length + 8 <= remaining``; otherwise an 8-byte blank record closes the file."""
 
-    def __init__(self, directory: Path, file_size: int, start_offset: int = 0):
+    def __init__(self, directory: Path, file_size: int, start_offset: int = 0,
+                 directories: list[Path] | None = None):
         self.directory = Path(directory)
+        # a multi-path CommitLog (storePathCommitLog "a,b"): MultiPathMappedFileQueue creates
+        # file n in the (n % count)-th of the sorted writable directories
+        self.directories = sorted(Path(d) for d in directories) if directories else None
         self.file_size = file_size
         self.offset = start_offset
         self._fh = None
@@ -24,10 +28,18 @@ class CommitLogWriter:
         if self._file_base != base:
             if self._fh:
                 self._fh.close()
-            self._fh = open_existing_or_zero(self.directory / offset_file_name(base),
+            self._fh = open_existing_or_zero(self.directory_for(base) / offset_file_name(base),
                                               self.file_size)
             self._file_base = base
         return self._fh
+
+    def directory_for(self, base: int) -> Path:
+        """The directory the file starting at ``base`` is created in."""
+        if not self.directories:
+            return self.directory
+        directory = self.directories[(base // self.file_size) % len(self.directories)]
+        directory.mkdir(parents=True, exist_ok=True)
+        return directory
 
     def reserve(self, length: int) -> int:
         """The offset a record of ``length`` bytes will get, writing a blank record first when

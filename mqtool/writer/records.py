@@ -31,9 +31,17 @@ class Message:
     body_crc: int | None = None        # None: computed from the body
     queue_offset: int | None = None    # None: assigned by the writer like the broker
     raw_properties: bytes | None = None  # exact bytes, bypassing the HashMap ordering
-    # a classic batch's own properties (MessageExtBatch: WAIT, CLUSTER), which the broker's batch
-    # encoder appends to each message's properties as a second serialised map
+    # a classic batch's own properties (MessageExtBatch: WAIT, CLUSTER, its UNIQ_KEY), which the
+    # batch encoder up to 5.3.3 appends to each message's properties as a second serialised map;
+    # the store code after 5.3.3 (5.3.4+) stores each message's own properties only
     batch_properties: dict[str, str] | None = None
+
+
+#: how a classic batch's messages are laid out: the batch's properties appended to every message
+#: (4.x - 5.3.3), or each message with its own properties only (5.3.4+)
+APPENDED_BATCH_PROPERTIES = "appended"
+OWN_PROPERTIES_ONLY = "own"
+CLASSIC_BATCH_LAYOUTS = (APPENDED_BATCH_PROPERTIES, OWN_PROPERTIES_ONLY)
 
 
 def client_inner_message(body: bytes, properties: dict[str, str], flag: int = 0,
@@ -76,13 +84,15 @@ def message_magic(topic: str, broker_version: int = 4) -> int:
 
 
 def encode_properties(msg: Message, prop_crc: bool, broker_version: int = 4,
-                      insertion: PropertyInsertion = PRODUCER_UNIQ_KEY_FIRST) -> bytes:
+                      insertion: PropertyInsertion = PRODUCER_UNIQ_KEY_FIRST,
+                      classic_batches: str = APPENDED_BATCH_PROPERTIES) -> bytes:
     """The stored property bytes: the broker's HashMap order, a trailing 0x02 from 5.x on, and
     with ``prop_crc`` 20 reserved bytes for the ``__CRC32#`` field. A classic batch's message
-    carries its own map (as its client serialised it) followed by the batch's."""
+    carries its own map (as its client serialised it), followed by the batch's unless
+    ``classic_batches`` is :data:`OWN_PROPERTIES_ONLY`."""
     if msg.raw_properties is not None:
         raw = msg.raw_properties
-    elif msg.batch_properties is not None:
+    elif msg.batch_properties is not None and classic_batches == APPENDED_BATCH_PROPERTIES:
         raw = codecs.encode_properties(broker_property_order(msg.properties, insertion),
                                        trailing_separator=broker_version >= 5)
         batch = codecs.encode_properties(broker_property_order(msg.batch_properties, insertion),

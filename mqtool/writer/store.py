@@ -15,7 +15,8 @@ from .commitlog import CommitLogWriter
 from .dledger import DLedgerWriter
 from .index import IndexWriter
 from .queues import BatchConsumeQueueWriter, ConsumeQueueWriter
-from .records import Message, encode_message, encode_properties, host_flags, message_magic
+from .records import (APPENDED_BATCH_PROPERTIES, CLASSIC_BATCH_LAYOUTS, Message, encode_message,
+                      encode_properties, host_flags, message_magic)
 from .small_files import checkpoint_bytes
 
 
@@ -31,7 +32,14 @@ class StoreWriter:
                  batch_topics: frozenset[str] = frozenset(),
                  bcq_units_per_file: int | None = None,
                  property_insertion: PropertyInsertion = PRODUCER_UNIQ_KEY_FIRST,
-                 dledger_self_id: str | None = None, dledger_term: int = 0):
+                 dledger_self_id: str | None = None, dledger_term: int = 0,
+                 classic_batches: str = APPENDED_BATCH_PROPERTIES,
+                 commitlog_dirs: list[Path] | None = None):
+        if classic_batches not in CLASSIC_BATCH_LAYOUTS:
+            raise ValueError(f"classic_batches must be one of {', '.join(CLASSIC_BATCH_LAYOUTS)}, "
+                             f"not {classic_batches!r}")
+        # a classic batch's properties appended to each message (up to 5.3.3) or not (5.3.4+)
+        self.classic_batches = classic_batches
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.broker_version = broker_version
@@ -40,7 +48,8 @@ class StoreWriter:
         # enableDLegerCommitLog: the records go into DLedger entries (data files as large as
         # CommitLog files, mappedFileSizeCommitLog) instead of commitlog/
         self.commitlog: CommitLogWriter | DLedgerWriter = (
-            CommitLogWriter(self.root / "commitlog", commitlog_file_size)
+            CommitLogWriter(self.root / "commitlog", commitlog_file_size,
+                            directories=commitlog_dirs)
             if dledger_self_id is None else
             DLedgerWriter(self.root / f"{dl_fmt.DLEDGER_DIR_PREFIX}{dledger_self_id}",
                           commitlog_file_size, term=dledger_term))
@@ -78,7 +87,7 @@ class StoreWriter:
             inner_num = max(1, codecs.batch_position(stated, queue_offset)[1])
         magic = message_magic(msg.topic, self.broker_version)
         props = encode_properties(msg, self.prop_crc, self.broker_version,
-                                  self.property_insertion)
+                                  self.property_insertion, self.classic_batches)
         length = cl_fmt.message_length(magic, host_flags(msg), len(msg.body or b""),
                                        len(msg.topic.encode("utf-8")), len(props))
         offset = self.commitlog.reserve(length)
@@ -131,12 +140,19 @@ class StoreWriter:
     def put(self, msg: Message) -> tuple[int, int, int]:
         """Append and dispatch, as a running broker does."""
         offset, size, queue_offset = self.append(msg)
-        props = dict(msg.properties)
-        if msg.raw_properties is not None:
-            props = codecs.decode_properties(msg.raw_properties)
         self.dispatch(msg.topic, msg.queue_id, offset, size, msg.sys_flag, queue_offset,
-                      msg.store_timestamp, props)
+                      msg.store_timestamp, self.stored_properties(msg))
         return offset, size, queue_offset
+
+    def stored_properties(self, msg: Message) -> dict[str, str]:
+        """The properties the stored record decodes to (what the broker dispatches and indexes):
+        a classic batch's appended map wins over the message's own (the decoder keeps the last
+        of a repeated name)."""
+        if msg.raw_properties is not None:
+            return codecs.decode_properties(msg.raw_properties)
+        if msg.batch_properties is not None and self.classic_batches == APPENDED_BATCH_PROPERTIES:
+            return {**msg.properties, **msg.batch_properties}
+        return dict(msg.properties)
 
     def write_checkpoint(self, physic: int, logics: int, index: int | None = None,
                          master_flushed: int = 0, confirm_phy: int = 0) -> None:
