@@ -161,14 +161,15 @@ def walk_path(request):
             os.environ["MQTOOL_NATIVE"] = saved_env
 
 
-@pytest.fixture(scope="module")
-def spark(request):
-    """A Spark session on local[2] for one test module: each module builds its own, so that a
-    parallel run can place the Spark modules in different processes."""
+@pytest.fixture(scope="session")
+def spark():
+    """A Spark session on local[2], one per test process (one JVM): the Spark modules a
+    process runs share it (a parallel run still places modules in different processes, each
+    building its own when it first needs one)."""
     pytest.importorskip("pyspark")
     from mqtool.spark.session import build_session
 
-    session = build_session("local[2]", app_name=f"mqtool-tests-{request.module.__name__}",
+    session = build_session("local[2]", app_name="mqtool-tests",
                             conf={"spark.sql.shuffle.partitions": "2"})
     yield session
     session.stop()

@@ -69,20 +69,71 @@ def test_installed_console_script_audits_from_a_clean_environment(installed, fix
     if shutil.which("java", path="/usr/bin:/bin") is None and "JAVA_HOME" not in os.environ:
         pytest.skip("java is not on the system PATH")
     out = tmp_path / "out"
+    # run from inside the source checkout the venv was installed from: its ./mqtool (whose
+    # mqtool.formats is ../formats) must not shadow the installed package in the executors
+    checkout = installed.parent / "src"
+    assert (checkout / "mqtool").is_dir() and (checkout / "formats").is_dir()
     proc = subprocess.run([str(installed / "bin" / "mqtool"), "--no-progress", "spark", "audit",
                            "--master", "local[2]", "--json", "--out", str(out),
                            "--split-size", "256k", str(FIXTURE_STORE / "store")],
-                          capture_output=True, text=True, cwd=tmp_path,
+                          capture_output=True, text=True, cwd=checkout,
                           env=_clean_env(tmp_path))
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(proc.stdout)
     assert summary["totals"]["records"] == fixture_records
-    assert summary["totals"]["errors"] == 0 and summary["tasks"] == 12
+    # a store root verify checks: a task per CommitLog file (verify's checks and the file's
+    # rows from one read), whatever the split size
+    assert summary["totals"]["errors"] == 0 and summary["tasks"] == 3
     # the executors ran the venv's Python, which imported the installed mqtool
     assert summary["executor_code"] and all(
         origin.startswith(str(installed)) for origin in summary["executor_code"])
     assert (out / "summary.json").is_file()
     assert "Traceback" not in proc.stderr
+
+
+NOTEBOOK = """\
+import os, sys
+import mqtool.spark
+from pyspark.sql import SparkSession
+
+def session():
+    return SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false") \\
+        .config("spark.driver.host", "127.0.0.1").getOrCreate()
+
+spark = session()
+mqtool.spark.register(spark)
+print("rows", spark.read.format("rocketmq").load(sys.argv[1]).count())
+spark.stop()
+# a session whose executors run a Python without mqtool: register() says so in one line
+os.environ["PYSPARK_PYTHON"] = sys.argv[2]
+spark = session()
+try:
+    mqtool.spark.register(spark)
+except Exception as err:
+    print("refused", type(err).__name__, str(err))
+"""
+
+
+def test_notebook_on_a_venv_kernel_that_is_not_activated(installed, fixture_records, tmp_path):
+    """A notebook's cells as a script the venv's Python runs by its path (no activation, the
+    system PATH, whose python3 has no mqtool), from a folder outside the checkout: mqtool.spark
+    imported before the session, the session built with pyspark's own builder."""
+    system_python = shutil.which("python3", path="/usr/bin:/bin")
+    if system_python is None or subprocess.run([system_python, "-c", "import mqtool"],
+                                               capture_output=True, cwd=tmp_path).returncode == 0:
+        pytest.skip("needs a python3 on the system PATH without mqtool")
+    script = tmp_path / "notebook.py"
+    script.write_text(NOTEBOOK)
+    proc = subprocess.run([str(installed / "bin" / "python"), str(script),
+                           str(FIXTURE_STORE / "store"), system_python],
+                          capture_output=True, text=True, cwd=tmp_path,
+                          env=_clean_env(tmp_path, SPARK_LOCAL_IP="127.0.0.1"))
+    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
+    lines = proc.stdout.strip().splitlines()
+    assert lines[0] == f"rows {fixture_records}", proc.stdout
+    assert len(lines) == 2 and lines[1].startswith("refused OptionalDependencyError "), proc.stdout
+    assert f"executors ({system_python}) cannot import mqtool" in lines[1]
+    assert "PYSPARK_PYTHON" in lines[1]
 
 
 def test_installed_executor_without_dependencies_says_what_to_install(installed, tmp_path):

@@ -49,9 +49,10 @@ def verified_by_verify(broker: BrokerInput) -> bool:
     return broker.local and not broker.bare
 
 
-def check_one(contexts, task) -> tuple:
+def check_one(contexts, task, observe=None) -> tuple:
     """Executor side: verify's checks of one CommitLog file; ``task`` is (broker, file index),
-    ``contexts`` the broadcast of every broker's context."""
+    ``contexts`` the broadcast of every broker's context; ``observe`` sees every scan event
+    (:func:`mqtool.verify.run.check_file`)."""
     from pathlib import Path
 
     from ..store import CommitLog
@@ -62,7 +63,7 @@ def check_one(contexts, task) -> tuple:
     # a listing per task, not verify's per-process one: a Python worker runs tasks of many
     # stores
     commitlog = CommitLog(Path(ctx.commitlog_dir), ctx.file_size)
-    return broker, check_file(ctx, index, commitlog=commitlog)
+    return broker, check_file(ctx, index, commitlog=commitlog, observe=observe)
 
 
 def _row(broker: str, f) -> dict:

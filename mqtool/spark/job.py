@@ -1,28 +1,32 @@
 """The Spark jobs: ``audit`` (messages, findings, files, UNIQ_KEY duplicates and a summary) and
 ``export`` (every message with its body).
 
-One scan pass: each task turns its byte range into Arrow record batches of the scanner's
-columns. With ``--out`` on a file system the executors write by local path, the tasks write them
-to the ``messages`` table themselves (:mod:`mqtool.spark.tablewrite`), in the same job as
-verify's per-file checks (below), and return what else they saw (where their records began and
-ended, blank records, corrupt regions, runs of zeros); otherwise ``mapInArrow``
-(:func:`mqtool.spark.arrow.audit_arrow_partition`) hands the batches to Spark, which writes them
-(``hdfs://``, ``s3a://``) or caches them, and the rest comes back through an accumulator. The
-rows hold the stored records and, after an inner batch's record, its inner messages: the
-``messages`` table published is the message view (as ``spark.read.format("rocketmq")`` gives
-it); the record-level findings, the queue-offset gaps and every figure of the summary are Spark
-SQL over the record view (verify's unit), so they scale with the cluster.
+One read of every byte. With ``--out`` on a file system the executors write by local path, or
+without ``--out``, the audit is one Spark job (:func:`mqtool.spark.scanpass.write_and_verify`):
+each task scans its range once, writes its ``messages`` rows with pyarrow
+(:mod:`mqtool.spark.tablewrite`; nowhere without ``--out``) and returns its side report (where
+its records began and ended, blank records, corrupt regions, runs of zeros) with mergeable
+partial results (:mod:`mqtool.spark.partials`: per-queue figures and queue-offset runs, the
+records whose checks failed, UNIQ_KEY hashes shuffled by bucket). A file of a store root that
+verify checks is one task, which runs verify's per-file checks (:mod:`mqtool.spark.crosscheck`)
+on the events of the same scan. The driver merges the partials into the per-queue figures, the
+``CQ_QUEUE_GAP`` findings and the UNIQ_KEY duplicates; no Spark SQL runs over the rows.
 
-Findings of an input that is a store root on a file system every executor reads (local,
-``file://``, a shared mount) are ``verify``'s own, every code, the same files, offsets, severities
-and counts (:mod:`mqtool.spark.crosscheck`: verify's per-file checks, the joins of ConsumeQueue
-units and IndexFile entries with the records among them, run as a task per CommitLog file, and
-its merge and recovery prediction on the driver). That reads each CommitLog file of such a store
-a second time: the scan reads it for the tables. Of a bare CommitLog directory or a remote store
-(``s3://``, ...) the audit checks the CommitLog alone, in Spark SQL over the scan's records, by
-verify's rules and with its codes and wording (:data:`SCAN_CODES`): record CRCs, lengths,
-self-recorded offsets, damaged regions, file sizes, gaps and stray files, DLedger entry headers,
-and queue offsets that skip or repeat; severities are then the codes' defaults.
+Findings of an input that is a store root on a file system every executor reads are
+``verify``'s own, every code, the same files, offsets, severities and counts (its merge and
+recovery prediction run on the driver). Of a bare CommitLog directory or a remote store
+(``s3://``, ...) the audit checks the CommitLog alone, from the tasks' partials, by verify's
+rules and with its codes and wording (:data:`SCAN_CODES`); severities are then the codes'
+defaults.
+
+With ``--out`` on ``hdfs://`` or ``s3a://``, ``mapInArrow``
+(:func:`mqtool.spark.arrow.audit_arrow_partition`) hands the batches to Spark, which writes
+them; verify's checks are then a job of their own (a second read of a store root), and the
+figures are Spark SQL over the written rows (:func:`_queue_table`, :func:`queue_steps`,
+:func:`_uniq_keys`). The rows hold the stored records and, after an inner batch's record, its
+inner messages: the ``messages`` table published is the message view (as
+``spark.read.format("rocketmq")`` gives it); findings and figures are about the record view
+(verify's unit).
 """
 from __future__ import annotations
 
@@ -45,7 +49,8 @@ from .crosscheck import verified_by_verify
 from .plan import (DEFAULT_SPLIT_SIZE, BrokerInput, Split, check_output, finding,
                    layout_findings)
 from .splits import export_partition
-from .tablewrite import write_small_table, writes_locally
+from .partials import merge_queues
+from .tablewrite import write_small_table, write_uniq_table, writes_locally
 
 #: verify's finding codes the audit's scan computes, by verify's rules, from the CommitLog files
 #: alone: what it checks of a bare CommitLog directory or a remote store
@@ -246,6 +251,70 @@ def _region_findings(sides: list[dict], cutoffs: dict, label) -> list[dict]:
                                commitlog_offset=offset,
                                details={"length": length, "declared_size": declared}))
     return out
+
+
+def _kept_sides(sides: list[dict], cutoffs: dict) -> list[dict]:
+    """The side reports of the splits whose rows stay (not past a file's blank record: see
+    :func:`mqtool.spark.scanpass.chain_check`), in CommitLog order."""
+    kept = []
+    for side in sides:
+        cut = cutoffs.get((side["broker"], side["file"]))
+        if cut is not None and side["entry"] is not None and side["entry"] > cut:
+            continue
+        kept.append(side)
+    return kept
+
+
+def _problem_findings(sides: list[dict], brokers: set, label) -> list[dict]:
+    """CL_CRC_MISMATCH, CL_PROP_CRC_MISMATCH and CL_OFFSET_MISMATCH of the scan-checked
+    ``brokers``, from the tasks' record problems, worded as verify words them (and as
+    :func:`_record_findings` words them in Spark SQL)."""
+    out = []
+    for side in sides:
+        broker = side["broker"]
+        if broker not in brokers:
+            continue
+        rel = label(broker, side["file"])
+        for code, file_offset, offset, topic, qid, qoff, crc, length, physical in \
+                side.get("problems", ()):
+            if code == "CL_CRC_MISMATCH":
+                text = f"body CRC {crc} does not match the {length}-byte body of the record " \
+                       f"at {offset}"
+            elif code == "CL_PROP_CRC_MISMATCH":
+                text = f"property CRC does not match the record at {offset}"
+            else:
+                text = f"PHYSICALOFFSET field says {physical} but the record is at {offset}; a " \
+                       f"re-dispatch would point its ConsumeQueue unit and index entries there"
+                qoff = None
+            out.append(finding(broker, code, rel, file_offset, text, commitlog_offset=offset,
+                               topic=topic, queue_id=qid, queue_offset=qoff))
+    return out
+
+
+def _gap_rows(gaps: list[dict], brokers: set, label) -> list[dict]:
+    """CQ_QUEUE_GAP findings of the scan-checked ``brokers`` from the merged queue-offset runs
+    (:func:`mqtool.spark.partials.merge_queues`), worded as :func:`_gap_findings` words them."""
+    out = []
+    for g in gaps:
+        if g["broker"] not in brokers:
+            continue
+        verb = "repeats" if g["queue_offset"] < g["expected"] else "skips"
+        text = (f"{g['topic']!r} queue {g['queue_id']}: queue offset {g['queue_offset']} {verb} "
+                f"(expected {g['expected']} after the record at {g['previous_offset']})")
+        out.append(finding(g["broker"], "CQ_QUEUE_GAP", label(g["broker"], g["file"]),
+                           g["file_offset"], text, commitlog_offset=g["commitlog_offset"],
+                           topic=g["topic"], queue_id=g["queue_id"],
+                           queue_offset=g["queue_offset"], details={"expected": g["expected"]}))
+    return out
+
+
+def _uniq_summary(repeated: list[dict]) -> dict:
+    across = sorted((r for r in repeated if r["broker_count"] > 1), key=lambda r: r["uniq_key"])
+    return {"stored_more_than_once": len(repeated),
+            "across_brokers": len(across),
+            "across_brokers_sample": [{"uniq_key": r["uniq_key"], "copies": r["copies"],
+                                       "brokers": r["brokers"], "topics": r["topics"]}
+                                      for r in across[:UNIQ_KEY_SAMPLE]]}
 
 
 # --- files and holes -----------------------------------------------------------------------------
@@ -516,12 +585,13 @@ def audit(spark: SparkSession, sources: list[str], *, broker_names: list[str] | 
     without it the messages are cached in the session instead."""
     started = time.perf_counter()
     _check_out(spark, out, overwrite)
-    brokers, splits = scanpass.plan(spark, sources, broker_names, split_size)
+    brokers, splits = scanpass.plan(spark, sources, broker_names, split_size,
+                                    one_read=out is None or writes_locally(out))
     mode = _mode(overwrite)
     label = _labeller(brokers)
     messages_path = session.join(out, "messages") if out else None
-    scanned, rows, records, messages, sides, cutoffs, notes, verified = scanpass.scan_audit(
-        spark, brokers, splits, check_crc, label, messages_path, mode)
+    scanned, rows, records, messages, sides, cutoffs, notes, verified, repeated = \
+        scanpass.scan_audit(spark, brokers, splits, check_crc, label, messages_path, mode)
     phases = {"plan_scan_and_verify": time.perf_counter() - started}
 
     # one source per broker: verify's findings for store roots, the scan's for the others
@@ -529,11 +599,22 @@ def audit(spark: SparkSession, sources: list[str], *, broker_names: list[str] | 
     driver_rows = [f for b in scanned_only for f in layout_findings(b)] + \
         [f for f in _region_findings(sides, cutoffs, label) if f["broker"] not in verified] + \
         [row for found in verified.values() for row in found.rows]
-    gaps = queue_steps(records)
+    # the tasks returned partials (their tables written by pyarrow, or none): no query over rows
+    from_partials = repeated is not None
+    if from_partials:
+        queues, gap_list = merge_queues(
+            [(side["broker"], side["file"], side["queues"])
+             for side in _kept_sides(sides, cutoffs)])
+        unverified = {b.name for b in scanned_only}
+        driver_rows += _problem_findings(_kept_sides(sides, cutoffs), unverified, label) + \
+            _gap_rows(gap_list, unverified, label)
+        gaps = None
+    else:
+        gaps = queue_steps(records)
     findings_path = session.join(out, "findings") if out else None
     findings = None      # the findings as a Spark frame: only when the scan's checks add some
     findings_by: dict = {}
-    if scanned_only:
+    if scanned_only and not from_partials:
         # used twice (findings, per-queue figures): sort the queues once
         gaps = gaps.persist(StorageLevel.MEMORY_AND_DISK)
         rel = _file_label(brokers)
@@ -554,6 +635,11 @@ def audit(spark: SparkSession, sources: list[str], *, broker_names: list[str] | 
                   .limit(LISTED_FINDINGS).collect()]
     else:
         # every finding is one of the driver's rows: no query needed to count or list them
+        for row in driver_rows:
+            if row["broker"] not in verified:
+                counts = findings_by.setdefault(row["broker"], {})
+                key = (row["code"], row["severity"])
+                counts[key] = counts.get(key, 0) + 1
         if writes_locally(out):
             write_small_table(findings_path, schema.FINDING_COLUMNS, _finding_tuples(driver_rows),
                               ("broker",), overwrite=mode == "overwrite")
@@ -569,13 +655,20 @@ def audit(spark: SparkSession, sources: list[str], *, broker_names: list[str] | 
             r["details"] = json.loads(r["details"])
     phases["findings"] = time.perf_counter() - started - sum(phases.values())
 
-    # two independent queries at once: each leaves task slots idle while the driver plans and
-    # compiles it, or while its last tasks run, and the other's tasks take them
-    with concurrent.futures.ThreadPoolExecutor(1, "mqtool-uniq-keys") as pool:
-        keys = pool.submit(_uniq_keys, messages,
-                           session.join(out, "uniq_key_duplicates") if out else None, mode)
-        queues = _queue_table(rows, gaps)
-        uniq = keys.result()
+    if from_partials:
+        uniq = _uniq_summary(repeated)
+        if out is not None:
+            write_uniq_table(session.join(out, "uniq_key_duplicates"),
+                             sorted(repeated, key=lambda r: r["uniq_key"]),
+                             overwrite=mode == "overwrite")
+    else:
+        # two independent queries at once: each leaves task slots idle while the driver plans
+        # and compiles it, or while its last tasks run, and the other's tasks take them
+        with concurrent.futures.ThreadPoolExecutor(1, "mqtool-uniq-keys") as pool:
+            keys = pool.submit(_uniq_keys, messages,
+                               session.join(out, "uniq_key_duplicates") if out else None, mode)
+            queues = _queue_table(rows, gaps)
+            uniq = keys.result()
     phases["queues_and_uniq_keys"] = time.perf_counter() - started - sum(phases.values())
     if out is not None:    # the last read of the scanned rows is done
         scanpass.publish_messages(spark, messages_path, sides, cutoffs)
@@ -599,8 +692,10 @@ def audit(spark: SparkSession, sources: list[str], *, broker_names: list[str] | 
     else:
         if findings is not None:
             findings.unpersist()
-        scanned.unpersist()
-    gaps.unpersist()
+        if scanned is not None:
+            scanned.unpersist()
+    if gaps is not None:
+        gaps.unpersist()
     return AuditResult(summary, listed, out, len(splits), sides)
 
 

@@ -23,7 +23,8 @@ from . import crosscheck, schema, session
 from .arrow import LAST_MILLI, OPENED_RECORD, audit_arrow_partition
 from .plan import BrokerInput, Split, local_path, make_splits, resolve_inputs
 from .splits import check_remote_reader
-from .tablewrite import audit_task_partition, writes_locally
+from .tablewrite import (audit_task_partition, reduce_partition, shuffle_partition,
+                         writes_locally)
 
 
 class _ListParam(AccumulatorParam):
@@ -38,10 +39,21 @@ class _ListParam(AccumulatorParam):
 # --- the scan ------------------------------------------------------------------------------------
 
 def plan(spark: SparkSession, sources: list[str], broker_names: list[str] | None,
-          split_size: int) -> tuple[list[BrokerInput], list[Split]]:
+          split_size: int, one_read: bool = False) -> tuple[list[BrokerInput], list[Split]]:
+    """The inputs and their splits. With ``one_read`` (the audit's tasks return partials), a
+    store root that verify checks (:func:`mqtool.spark.crosscheck.verified_by_verify`) is
+    split by file: verify checks a file whole, and its task writes the file's rows from the
+    same read."""
     check_remote_reader(sources)
     brokers = resolve_inputs(list(sources), broker_names, session.input_lister(spark))
-    return brokers, make_splits(brokers, split_size)
+    if not one_read:
+        return brokers, make_splits(brokers, split_size)
+    splits = []
+    for broker in brokers:
+        whole = crosscheck.verified_by_verify(broker)
+        splits += make_splits([broker], max(split_size, broker.file_size, 1) if whole
+                              else split_size)
+    return brokers, splits
 
 
 def store_date(column: str = "store_timestamp"):
@@ -164,11 +176,19 @@ def scan_audit(spark: SparkSession, brokers: list[BrokerInput], splits: list[Spl
     table at the end, which costs a rewrite only when there are any.
 
     Returns (rows, records, messages, side reports, rows cut as stale, notes, verify's findings
-    by broker)."""
+    by broker, and, when the tasks wrote the table, the UNIQ_KEYs stored more than once: the
+    side reports then hold the per-queue partials, :mod:`mqtool.spark.partials`)."""
     struct = _scanned_struct()
-    if writes_locally(out_path):
-        reports, verified = write_and_verify(spark, brokers, splits, check_crc,
-                                             local_path(out_path), mode)
+    repeated = None
+    if out_path is None or writes_locally(out_path):
+        # without a table to write, the tasks only return what they saw
+        reports, verified, repeated = write_and_verify(
+            spark, brokers, splits, check_crc,
+            local_path(out_path) if out_path is not None else None, mode)
+        sides = dedupe_sides(reports)
+        cutoffs, notes = chain_check(sides, label)
+        if out_path is None:
+            return None, None, None, None, sides, cutoffs, notes, verified, repeated
         rows = spark.read.schema(struct).parquet(out_path)
     else:
         # verify's job is submitted alongside the scan's, not after it: its tasks take the
@@ -181,7 +201,7 @@ def scan_audit(spark: SparkSession, brokers: list[BrokerInput], splits: list[Spl
     cutoffs, notes = chain_check(sides, label)
     kept = cut(rows, cutoffs)
     records, messages = views(kept)
-    return rows, kept, records, messages, sides, cutoffs, notes, verified
+    return rows, kept, records, messages, sides, cutoffs, notes, verified, repeated
 
 
 def views(rows: DataFrame) -> tuple[DataFrame, DataFrame]:
@@ -192,24 +212,43 @@ def views(rows: DataFrame) -> tuple[DataFrame, DataFrame]:
 
 
 def write_and_verify(spark: SparkSession, brokers: list[BrokerInput], splits: list[Split],
-                     check_crc: bool, table: str, mode: str) -> tuple[list[dict], dict]:
+                     check_crc: bool, table: str | None, mode: str) \
+        -> tuple[list[dict], dict, list]:
     """One job whose tasks write the messages table (a task per split) and run verify's
     per-file checks (a task per CommitLog file of a store root), the largest first so that no
-    big task starts last. Returns the side reports and verify's findings by broker."""
-    if mode == "overwrite":
-        shutil.rmtree(table, ignore_errors=True)
-    os.makedirs(table, exist_ok=True)
+    big task starts last; the scan tasks' UNIQ_KEY hashes are shuffled by bucket and compared
+    on the reduce side. Returns the side reports (with their partials), verify's findings by
+    broker, and the UNIQ_KEYs stored more than once."""
+    if table is not None:
+        if mode == "overwrite":
+            shutil.rmtree(table, ignore_errors=True)
+        os.makedirs(table, exist_ok=True)
     prepared = crosscheck.prepare(brokers, check_crc)
-    work = [(("scan", n), split.end - split.start) for n, split in enumerate(splits)] + \
-        [(("check", task), size) for task, size in crosscheck.file_tasks(prepared)]
+    # a whole file of a store root: verify's checks and its rows from one read ("both")
+    whole = {(s.broker, s.base_offset): n for n, s in enumerate(splits)
+             if s.broker in prepared and s.start == 0 and s.end == s.length}
+    work, joined = [], set()
+    for (name, index), size in crosscheck.file_tasks(prepared):
+        number = whole.get((name, prepared[name].ctx.segments[index].base_offset))
+        if number is None:
+            work.append((("check", (name, index)), size))
+        else:
+            work.append((("both", (name, index, number)), size))
+            joined.add(number)
+    work += [(("scan", n), split.end - split.start) for n, split in enumerate(splits)
+             if n not in joined]
     work.sort(key=lambda item: -item[1])
     items = [item for item, _ in work]
     sc = spark.sparkContext
     contexts = sc.broadcast(crosscheck.contexts_of(prepared))
+    # UNIQ_KEY hash buckets: the reduce side of the job's one shuffle
+    buckets = max(1, int(spark.conf.get("spark.sql.shuffle.partitions", "8")))
     try:
         job = sc.parallelize(items, max(1, len(items))).mapPartitions(functools.partial(
             audit_task_partition, splits=splits, check_crc=check_crc, table=table,
-            contexts=contexts))
+            contexts=contexts, buckets=buckets)) \
+            .partitionBy(buckets + 1, shuffle_partition) \
+            .mapPartitions(reduce_partition)
         with concurrent.futures.ThreadPoolExecutor(1, "mqtool-audit") as pool:
             running = pool.submit(job.collect)
             # verify's checks that need no record (IndexFile slots and chains), meanwhile
@@ -218,10 +257,12 @@ def write_and_verify(spark: SparkSession, brokers: list[BrokerInput], splits: li
             results = running.result()
     finally:
         contexts.destroy()
-    Path(table, "_SUCCESS").touch()
+    if table is not None:
+        Path(table, "_SUCCESS").touch()
     sides = [value for kind, value in results if kind == "side"]
     checked = [value for kind, value in results if kind == "check"]
-    return sides, crosscheck.merge(prepared, checked)
+    repeated = [row for kind, value in results if kind == "uniq" for row in value]
+    return sides, crosscheck.merge(prepared, checked), repeated
 
 
 def arrow_scan(spark: SparkSession, splits: list[Split], check_crc: bool, struct,

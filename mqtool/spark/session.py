@@ -38,6 +38,10 @@ DEFAULTS = {
     # that sort to the plan whatever the writers)
     "spark.sql.maxConcurrentOutputFileWriters": "64",
     "spark.sql.optimizer.plannedWrite.enabled": "false",
+    # Python workers start as ``python -m pyspark.daemon`` in the driver's working directory,
+    # which Python puts first on sys.path: run from a source checkout, its ./mqtool (whose
+    # mqtool.formats is ../formats) would shadow the installed package (Python 3.11+)
+    "spark.executorEnv.PYTHONSAFEPATH": "1",
 }
 
 _QUIET_LOG4J = """\
@@ -155,7 +159,16 @@ def choose_executor_python(master: str | None, settings: dict[str, str]) -> str 
     PySpark's driver reads the executors' Python from the PYSPARK_PYTHON environment variable
     when the context starts (``spark.pyspark.python`` alone does not reach it), so the choice
     is put there."""
-    python = settings.get("spark.pyspark.python") or os.environ.get("PYSPARK_PYTHON")
+    from . import DEFAULTED_PYTHON
+
+    chosen = os.environ.get("PYSPARK_PYTHON")
+    if chosen is not None and chosen == DEFAULTED_PYTHON and not (
+            is_local_master(master) or master.startswith("spark://")):
+        # importing mqtool.spark chose this interpreter for a session it could not see: a
+        # YARN or Kubernetes executor is another machine's Python, left to Spark's settings
+        del os.environ["PYSPARK_PYTHON"]
+        chosen = None
+    python = settings.get("spark.pyspark.python") or chosen
     if python is None and (is_local_master(master) or master.startswith("spark://")):
         python = sys.executable
     if python is not None:
@@ -210,6 +223,38 @@ def ship_code(spark) -> str | None:
     return archive
 
 
+def check_executors(spark) -> None:
+    """Fail fast, in one line naming PYSPARK_PYTHON, when the session's executors cannot import
+    mqtool (a notebook whose session started Spark's default ``python3`` from PATH): a one-task
+    job imports what a CommitLog task imports."""
+    from ..errors import OptionalDependencyError
+
+    def probe(_):
+        # pickled by value (a nested function): runs where mqtool may not import at all
+        import sys as worker_sys
+        try:
+            import mqtool.formats.commitlog  # noqa: F401
+            import mqtool.spark.splits  # noqa: F401
+        except Exception as err:   # noqa: BLE001 (any import failure is the answer)
+            return [(worker_sys.executable, f"{type(err).__name__}: {err}")]
+        return [(worker_sys.executable, None)]
+
+    sc = spark.sparkContext
+    python = os.environ.get("PYSPARK_PYTHON") or getattr(sc, "pythonExec", None) or "python3"
+    try:
+        with spark_failures():
+            executable, problem = sc.parallelize([0], 1).mapPartitions(probe).collect()[0]
+    except OptionalDependencyError:
+        raise
+    except Exception as err:   # the worker did not even start (no such Python)
+        problem, executable = str(err), python
+    if problem is not None:
+        raise OptionalDependencyError(
+            f"this session's executors ({executable}) cannot import mqtool ({problem}): set "
+            f"PYSPARK_PYTHON to a Python with mqtool[spark] (this one is {sys.executable}) "
+            f"before the session starts, or import mqtool.spark before building it")
+
+
 # --- failures --------------------------------------------------------------------------------
 
 _MISSING_MODULE = re.compile(r"(?:ModuleNotFoundError|ImportError): No module named '([^']+)'")
@@ -261,6 +306,12 @@ def describe_failure(err: BaseException):
         module = missing.group(1).split(".")[0]
         package = _PACKAGES.get(module, module)
         python = os.environ.get("PYSPARK_PYTHON", "python3")
+        if module == "mqtool" and missing.group(1) != "mqtool":
+            return OptionalDependencyError(
+                f"an executor's Python ({python}) imports an incomplete mqtool (no "
+                f"{missing.group(1)}): a source checkout in its working directory shadows the "
+                f"installed package (Python 3.10; 3.11+ ignores it): run from another "
+                f"directory, or install the checkout with pip install -e")
         return OptionalDependencyError(
             f"an executor's Python ({python}) cannot import {module}: install '{package}' into "
             f"it, or give a Python that has it with PYSPARK_PYTHON or --conf "

@@ -141,46 +141,172 @@ def write_small_table(table: str, columns, rows: list[tuple],
     open(os.path.join(table_dir, "_SUCCESS"), "wb").close()
 
 
-def audit_write_partition(numbers: Iterator[int], splits: list[Split], check_crc: bool,
-                          table: str) -> Iterator[dict]:
-    """``mapPartitions`` body of the audit's scan when its tasks write the table: the input is
-    split numbers; each split's rows (:func:`mqtool.spark.arrow.split_batches`, as the
-    ``mapInArrow`` path hands them to Spark) go to ``table``, and its side report is the
-    result."""
-    from .arrow import count_opened, split_batches
-    from .splits import new_side, note_done
+class _NoTable:
+    """An audit without ``--out``: the rows are seen, not written."""
 
-    table_dir = local_path(table)
+    def write(self, batch) -> None:
+        pass
+
+    close = abort = lambda self: None
+
+
+class SplitAudit:
+    """What an audit task does with the scan events of one split: its rows (as
+    :func:`mqtool.spark.arrow.split_batches` makes them) written to the table (None: nowhere),
+    its side report, and its partials (:class:`mqtool.spark.partials.SplitPartial`). The
+    events come from the split's own scan, or from verify's checks of the whole file
+    (:func:`audit_task_partition`): one read either way."""
+
+    def __init__(self, split: Split, number: int, table_dir: str | None, buckets: int):
+        from .partials import SplitPartial
+        from .splits import BodyReader, new_side
+
+        self.split = split
+        self.side = new_side(split)
+        self.side["opened"] = 0
+        self.partial = SplitPartial(split.name, buckets)
+        self.writer = SplitTableWriter(table_dir, split.broker, number) \
+            if table_dir is not None else _NoTable()
+        self.reader = BodyReader(split)
+
+    def event(self, event) -> None:
+        from ..scan import RecordBatch
+        from .arrow import count_opened, message_batch
+        from .splits import note_batch, note_event
+
+        if type(event) is not RecordBatch:
+            note_event(self.side, event)
+            return
+        note_batch(self.side, event)
+        batch = message_batch(self.split, event, body_reader=self.reader, store_date=True,
+                              unwrap=True, keep_records=True)
+        if batch.column("inner_num").null_count < batch.num_rows:
+            self.side["opened"] += count_opened(batch)
+        self.writer.write(batch)
+        self.partial.add(batch)
+
+    def finish(self) -> Iterator[tuple]:
+        """("side", the side report with its partials), then (bucket, (broker, keys)) per
+        UNIQ_KEY bucket it has keys for."""
+        from .splits import note_done
+
+        self.reader.close()
+        self.writer.close()
+        side = self.side
+        side["queues"] = self.partial.queues()
+        side["problems"] = self.partial.record_problems()
+        keys = self.partial.key_buckets()
+        note_done(side)
+        yield "side", side
+        for bucket, payload in keys:
+            yield bucket, (self.split.broker, payload)
+
+    def abort(self) -> None:
+        self.reader.close()
+        self.writer.abort()
+
+
+def audit_write_partition(numbers: Iterator[int], splits: list[Split], check_crc: bool,
+                          table: str | None, buckets: int = 0) -> Iterator[tuple]:
+    """``mapPartitions`` body of the audit's scan when its tasks write the table: the input is
+    split numbers; each split's rows go to ``table`` (None: nowhere). Yields, per split,
+    ("side", its side report with its partials), then (bucket, (broker, keys)) for each of
+    ``buckets`` it has UNIQ_KEYs for (:class:`SplitAudit`)."""
+    from .splits import split_events
+
+    table_dir = local_path(table) if table is not None else None
     for number in numbers:
         split = splits[number]
-        side = new_side(split)
-        side["opened"] = 0
-        writer = SplitTableWriter(table_dir, split.broker, number)
+        audit = SplitAudit(split, number, table_dir, buckets)
         try:
-            for batch in split_batches(split, check_crc=check_crc, side=side, store_date=True,
-                                       unwrap=True, keep_records=True):
-                if batch.column("inner_num").null_count < batch.num_rows:
-                    side["opened"] += count_opened(batch)
-                writer.write(batch)
-            writer.close()
+            for event in split_events(split, check_crc=check_crc, batches=True):
+                audit.event(event)
         except BaseException:
-            writer.abort()
+            audit.abort()
             raise
-        note_done(side)
-        yield side
+        yield from audit.finish()
+
+
+#: the shuffle key of what is not a UNIQ_KEY bucket (side reports, verify's results)
+REPORTS = -1
 
 
 def audit_task_partition(items, splits: list[Split], check_crc: bool, table: str,
-                         contexts) -> Iterator[tuple]:
+                         contexts, buckets: int = 0) -> Iterator[tuple]:
     """``mapPartitions`` body of the audit's one job when its tasks write the table: an item is
-    ("scan", split number), answered ("side", the split's side report) once its rows are
-    written, or ("check", (broker, file index)), answered ("check", (broker, verify's result
-    for the file)) (:func:`mqtool.spark.crosscheck.check_one`)."""
+    ("both", (broker, file index, split number)), a whole file of a store root whose rows are
+    written while verify checks it (answered as the two below together), or
+    ("scan", split number), answered (REPORTS, ("side", the split's side report)) once its rows
+    are written and (bucket, ("keys", (broker, hashes...))) for its UNIQ_KEYs, or ("check",
+    (broker, file index)), answered (REPORTS, ("check", (broker, verify's result for the
+    file))) (:func:`mqtool.spark.crosscheck.check_one`). Keyed for the UNIQ_KEY shuffle
+    (:func:`reduce_partition`)."""
     from .crosscheck import check_one
+
+    def keyed(pairs):
+        for key, value in pairs:
+            if key == "side":
+                yield REPORTS, ("side", value)
+            else:
+                yield key, ("keys", value)
 
     for kind, what in items:
         if kind == "scan":
-            for side in audit_write_partition([what], splits, check_crc, table):
-                yield "side", side
+            yield from keyed(audit_write_partition([what], splits, check_crc, table, buckets))
+        elif kind == "both":
+            # verify's checks of a whole file, its rows written from the same read
+            broker, index, number = what
+            audit = SplitAudit(splits[number], number,
+                               local_path(table) if table is not None else None, buckets)
+            try:
+                checked = check_one(contexts, (broker, index), observe=audit.event)
+            except BaseException:
+                audit.abort()
+                raise
+            yield REPORTS, ("check", checked)
+            yield from keyed(audit.finish())
         else:
-            yield "check", check_one(contexts, what)
+            yield REPORTS, ("check", check_one(contexts, what))
+
+
+def shuffle_partition(key: int) -> int:
+    """The reduce partition of a shuffle key: the reports go to partition 0, bucket b to b+1."""
+    return key + 1
+
+
+def reduce_partition(pairs) -> Iterator[tuple]:
+    """Reduce side of the audit's job: reports pass through; one UNIQ_KEY bucket's hashes
+    become ("uniq", the keys stored more than once) (:func:`mqtool.spark.partials.repeated_keys`)."""
+    from .partials import repeated_keys
+
+    parts = []
+    for _, (kind, value) in pairs:
+        if kind == "keys":
+            parts.append(value)
+        else:
+            yield kind, value
+    repeated = repeated_keys(parts)
+    if repeated:
+        yield "uniq", repeated
+
+
+def write_uniq_table(table: str, rows: list[dict], overwrite: bool = False) -> None:
+    """Driver side: the uniq_key_duplicates table (one part; the rows are the keys stored more
+    than once) in the schema Spark's query gave it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table_dir = local_path(table)
+    if overwrite:
+        shutil.rmtree(table_dir, ignore_errors=True)
+    os.makedirs(table_dir)
+    schema = pa.schema([("uniq_key", pa.string()), ("copies", pa.int64()),
+                        ("broker_count", pa.int64()), ("brokers", pa.list_(pa.string())),
+                        ("topics", pa.list_(pa.string())),
+                        ("first_store_timestamp", pa.int64()),
+                        ("last_store_timestamp", pa.int64())])
+    final = os.path.join(table_dir, part_name(0))
+    hidden = _in_progress(final)
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), hidden, compression="snappy")
+    os.replace(hidden, final)
+    open(os.path.join(table_dir, "_SUCCESS"), "wb").close()

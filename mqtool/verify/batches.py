@@ -179,6 +179,9 @@ class _BatchProperties:
 class _BatchChecker(_SegmentChecker):
     """The checks of :class:`_SegmentChecker`, made on the scanner's record batches."""
 
+    #: called with every scan event first (:func:`mqtool.verify.run.check_file`'s ``observe``)
+    observe = None
+
     def run(self) -> _SegmentResult:
         ctx, seg, result = self.ctx, self.segment, self.result
         judge = FileJudge(seg, ctx.rules)
@@ -208,6 +211,8 @@ class _BatchChecker(_SegmentChecker):
         try:
             for event in scan_segment_batches(seg, check_crc=ctx.check_crc, resync=True,
                                               progress=self.progress, hints=self._hints()):
+                if self.observe is not None:
+                    self.observe(event)
                 if type(event) is RecordBatch:
                     self._batch(event, judge)
                     self.seq += len(event)

@@ -129,11 +129,18 @@ def prepare_checks(store: Store, *, quick: bool = False, broker_version: str = "
 
 
 def check_file(ctx: _Context, index: int, progress=None,
-               commitlog: CommitLog | None = None) -> _SegmentResult:
+               commitlog: CommitLog | None = None, observe=None) -> _SegmentResult:
     """Every check of CommitLog file ``index`` of ``ctx.segments``: its records, and the joins
     with the ConsumeQueue units and IndexFile entries that point into it. Without
-    ``commitlog`` the process's own listing of ``ctx``'s CommitLog is used (one per worker)."""
-    return _checker_class(ctx)(ctx, index, progress, commitlog).run()
+    ``commitlog`` the process's own listing of ``ctx``'s CommitLog is used (one per worker).
+    ``observe`` (batches engine) is called with every scan event the checks see, before they
+    use it: a Spark audit writes its rows from the same read."""
+    checker = _checker_class(ctx)(ctx, index, progress, commitlog)
+    if observe is not None:
+        if ctx.engine != "batches":
+            raise ValueError("observe needs the batches engine")
+        checker.observe = observe
+    return checker.run()
 
 
 def merge_checks(checks: StoreChecks, results: list[_SegmentResult]) -> tuple[_Sink, RecoveryPlan]:
