@@ -47,7 +47,7 @@ def load_dledger_store(name: str, root: Path) -> BrokerStore:
                                   if offset not in classic]) is None
     insertion = PRODUCER_UNIQ_KEY_FIRST
     return BrokerStore(ref, geometry, 4, False, messages, stored, None, frozenset(), None,
-                       classic, insertion)
+                       classic, insertion, root)
 
 
 def reproduce(store: BrokerStore, out: Path) -> StoreWriter:
