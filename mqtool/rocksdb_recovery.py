@@ -11,6 +11,8 @@ past the CQ checkpoint after a clean stop), computed by the one offline dispatch
 """
 from __future__ import annotations
 
+import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -250,14 +252,27 @@ def export_file_queues(store: Store, out: Path, *, units_per_file: int | None = 
     plan = predict_recovery(store, progress=progress)
     after = predict_rocksdb_units(store, plan, progress)
     upf = units_per_file or cq_fmt.DEFAULT_CQ_UNITS_PER_FILE
-    out.mkdir(parents=True, exist_ok=True)
-    writer = ConsumeQueueWriter(out, upf)
+    # built under a hidden sibling and renamed when whole, as every --out copy is: a killed or
+    # failed export leaves no half-made folder under the name the operator asked for
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.parent / f".{out.name}.mqtool-partial-{os.getpid()}"
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir()
     try:
-        for (topic, queue_id), units in sorted(after.queues.items()):
-            array = np.array(units, dtype=np.int64).reshape(-1, 4)
-            writer.put_run(topic, queue_id, array[:, 1], array[:, 2], array[:, 3], array[:, 0])
-    finally:
-        writer.close()
+        writer = ConsumeQueueWriter(partial, upf)
+        try:
+            for (topic, queue_id), units in sorted(after.queues.items()):
+                array = np.array(units, dtype=np.int64).reshape(-1, 4)
+                writer.put_run(topic, queue_id, array[:, 1], array[:, 2], array[:, 3],
+                               array[:, 0])
+        finally:
+            writer.close()
+        if out.exists():
+            out.rmdir()   # checked empty above
+        os.rename(partial, out)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
     return {"out": str(out), "queues": len(after.queues), "units": after.units,
             "units_per_file": upf, "process_offset": plan.process_offset,
             "redispatched_units": after.redispatched, "stale_units_left_out": after.stale_units,

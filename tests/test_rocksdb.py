@@ -358,6 +358,8 @@ def test_rebuild_queues_exports_file_consume_queues(stores, tmp_path):
     proc = run_mqtool("rebuild-queues", source, "--out", out, "--cq-units", 300)
     assert proc.returncode == 0, proc.stderr
     assert file_states(source, digest=True) == before
+    # built under a hidden sibling and renamed whole: nothing else is left beside it
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["export"]
     from mqtool.inspect import iter_consume_queue_file
     answers = _json(name, "recover.json.gz")["consumeQueues"]
     for topic, queues in answers.items():
