@@ -173,6 +173,17 @@ def progress_bar(total: int, desc: str):
                 disable=None if SETTINGS.progress else True, leave=False)
 
 
+def grid(*columns: str, **options):
+    """The borderless table every command's text output uses: bold headers, one space between
+    columns, cells never wrapped (options go to rich's Table, e.g. title=...)."""
+    from rich.table import Table
+    table = Table(box=None, pad_edge=False, show_edge=False, padding=(0, 1),
+                  header_style="bold", **options)
+    for column in columns:
+        table.add_column(column, no_wrap=True)
+    return table
+
+
 def render_passport(passport: dict, console: Console) -> None:
     """The writer family with its evidence, and what the files disagree on."""
     console.print(f"Written by: RocketMQ {passport['family']} (recovery rules "

@@ -9,7 +9,8 @@ import typer
 
 from ..errors import EXIT_FINDINGS
 from . import options as opt
-from .common import Commands, emit_json_document, error_boundary, stdout_console, warn_if_live
+from .common import (Commands, emit_json_document, error_boundary, grid, stdout_console,
+                     warn_if_live)
 
 commands = Commands()
 
@@ -81,11 +82,8 @@ def _render(doc: dict, limit: int) -> None:
     s = doc["summary"]
     out.print(f"past it: {s['past_consistent_point']} message(s): {s['resent']} resent, "
               f"{s['lost']} lost", markup=False)
-    from rich.table import Table
-    table = Table(box=None, pad_edge=False, show_edge=False, padding=(0, 1), header_style="bold")
-    for column in ("offset", "topic", "queue", "q-offset", "UNIQ_KEY", "keys", "status",
-                   "new master at"):
-        table.add_column(column, no_wrap=True)
+    table = grid("offset", "topic", "queue", "q-offset", "UNIQ_KEY", "keys", "status",
+                 "new master at")
     for m in doc["messages"][:limit]:
         table.add_row(str(m["commitlog_offset"]), m["topic"], str(m["queue_id"]),
                       str(m["queue_offset"]), str(m["uniq_key"] or "-"), str(m["keys"] or "-"),

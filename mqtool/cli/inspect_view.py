@@ -8,7 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .. import inspect as lib
-from .common import render_passport, stdout_console
+from .common import grid, render_passport, stdout_console
 
 
 def _human_bytes(n: int | None) -> str:
@@ -26,12 +26,6 @@ def _short_time(iso: str | None) -> str:
     return iso.replace("T", " ").rstrip("Z") if iso else "-"
 
 
-def _grid(*columns: str, **kwargs) -> Table:
-    table = Table(box=None, pad_edge=False, show_edge=False, padding=(0, 1),
-                  header_style="bold", **kwargs)
-    for column in columns:
-        table.add_column(column, no_wrap=True)
-    return table
 
 
 # --- info ----------------------------------------------------------------------------------------
@@ -129,7 +123,7 @@ def render_info(info: dict, console: Console, per_queue: bool) -> None:
            f"{_short_time(cl['last_store_time'])} UTC" if cl["messages"] else ""),
         highlight=False)
     if cl["files"]:
-        table = _grid("file", "size", "offsets", "msgs", "scan end")
+        table = grid("file", "size", "offsets", "msgs", "scan end")
         for f in cl["files"]:
             end = f["scan_end"]
             end_text = f"{end['kind']}@{end['position']}"
@@ -164,7 +158,7 @@ def render_info(info: dict, console: Console, per_queue: bool) -> None:
                       + (f"; stray: {', '.join(cqs['stray_files'])}" if cqs["stray_files"]
                          else ""), highlight=False)
     if per_queue:
-        table = _grid("topic", "q", "msgs", "CL q-offs", "p/r", "CQ units", "CQ offs", "check")
+        table = grid("topic", "q", "msgs", "CL q-offs", "p/r", "CQ units", "CQ offs", "check")
         table.columns[0].max_width = 22
         table.columns[0].overflow = "ellipsis"
         for row in info["topics"]:
@@ -176,7 +170,7 @@ def render_info(info: dict, console: Console, per_queue: bool) -> None:
                           _range(q.get("min_offset"), q.get("max_offset")),
                           _queue_check(row))
     else:
-        table = _grid("topic", "queues", "msgs", "p/r", "CQ units", "CL vs CQ")
+        table = grid("topic", "queues", "msgs", "p/r", "CQ units", "CL vs CQ")
         table.columns[0].max_width = 30
         table.columns[0].overflow = "ellipsis"
         table.columns[1].max_width = 14
@@ -201,7 +195,7 @@ def render_info(info: dict, console: Console, per_queue: bool) -> None:
         dates = {t[:10] for t in times}
         one_date = len(dates) == 1
         time_header = f"UTC {dates.pop()}" if one_date else "store time (UTC)"
-        table = _grid("file", time_header, "phy offsets", "slots", "entries",
+        table = grid("file", time_header, "phy offsets", "slots", "entries",
                       collapse_padding=True)
         for f in index["files"]:
             name = Text(f["name"])
@@ -225,7 +219,7 @@ def render_info(info: dict, console: Console, per_queue: bool) -> None:
     elif "error" in ckpt:
         console.print(f"[bold]Checkpoint[/] [red]{ckpt['error']}[/]", highlight=False)
     else:
-        table = _grid("checkpoint", "UTC", "ms")
+        table = grid("checkpoint", "UTC", "ms")
         for name in lib.CHECKPOINT_TIME_FIELDS:
             table.add_row(name, _short_time(ckpt[name.replace("_timestamp", "_time")]),
                           str(ckpt[name]))
@@ -407,8 +401,8 @@ def _note_line(record: dict) -> Text:
 
 
 def _key_value_table(record: dict) -> Table:
-    table = _grid("field", "value", title=f"{record['record_type']} {record.get('file', '')}",
-                  title_justify="left", title_style="bold")
+    table = grid("field", "value", title=f"{record['record_type']} {record.get('file', '')}",
+                 title_justify="left", title_style="bold")
     for key, value in record.items():
         if key in ("record_type", "file"):
             continue

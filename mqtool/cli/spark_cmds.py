@@ -10,10 +10,9 @@ import typer
 
 from ..errors import EXIT_FINDINGS, EXIT_OK, MqtoolError
 from . import options as opt
-from .common import SETTINGS, emit_json_document, error_boundary, stdout_console
+from .common import SETTINGS, emit_json_document, error_boundary, grid, stdout_console
 
 if TYPE_CHECKING:
-    from rich.table import Table
     from rich.text import Text
 
 spark_app = typer.Typer(
@@ -88,15 +87,6 @@ def _time(ms) -> str:
     return iso.replace("T", " ").rstrip("Z") if iso else "-"
 
 
-def _table(*columns: str) -> Table:
-    from rich.table import Table
-
-    table = Table(box=None, pad_edge=False, show_edge=False, padding=(0, 1), header_style="bold")
-    for column in columns:
-        table.add_column(column, no_wrap=True)
-    return table
-
-
 def _console():
     console = stdout_console()
     if not console.is_terminal:
@@ -114,7 +104,7 @@ def _render_audit(summary: dict, findings: list[dict], show_queues: bool) -> Non
                    f"{_bytes(summary['split_size'])}, {summary['seconds']:.1f} s"
                    + (f"; tables in {summary['out']}" if summary.get("out") else "")))
     out.print()
-    brokers = _table("broker", "files", "CommitLog", "records", "bytes", "topics", "queues",
+    brokers = grid("broker", "files", "CommitLog", "records", "bytes", "topics", "queues",
                      "first store time", "last store time", "CRC fail", "holes",
                      "queue gaps/dups", "errors", "warnings")
     for b in summary["brokers"]:
@@ -126,7 +116,7 @@ def _render_audit(summary: dict, findings: list[dict], show_queues: bool) -> Non
             f"{b['gaps']}/{b['duplicates']}", b["errors"], b["warnings"])))
     out.print(brokers)
     out.print()
-    topics = _table("broker", "topic", "queues", "records", "messages", "bytes",
+    topics = grid("broker", "topic", "queues", "records", "messages", "bytes",
                     "first store time", "last store time", "queue gaps/dups")
     for t in summary["topics"]:
         topics.add_row(*map(_cell, (t["broker"], t["topic"], t["queues"], f"{t['records']:,}",
@@ -137,7 +127,7 @@ def _render_audit(summary: dict, findings: list[dict], show_queues: bool) -> Non
     out.print(topics)
     if show_queues:
         out.print()
-        queues = _table("broker", "topic", "queue", "records", "queue offsets", "bytes",
+        queues = grid("broker", "topic", "queue", "records", "queue offsets", "bytes",
                         "gaps", "missing", "dups", "CRC fail")
         for q in summary["queues"]:
             span = "-" if q["min_queue_offset"] is None else \
@@ -158,7 +148,7 @@ def _render_audit(summary: dict, findings: list[dict], show_queues: bool) -> Non
     out.print(Text(f"findings: {totals['errors']} error(s), {totals['warnings']} warning(s), "
                    f"{totals['infos']} info"))
     if totals["by_code"]:
-        codes = _table("code", "count")
+        codes = grid("code", "count")
         for code, count in totals["by_code"].items():
             codes.add_row(_cell(code), _cell(count))
         out.print(codes)
@@ -271,7 +261,7 @@ def export(
         from rich.text import Text
 
         console = _console()
-        table = _table("broker", "files", "CommitLog", "records scanned", "exported")
+        table = grid("broker", "files", "CommitLog", "records scanned", "exported")
         for b in summary["brokers"]:
             table.add_row(*map(_cell, (b["broker"], b["files"], _bytes(b["commitlog_bytes"]),
                                        b["records_scanned"], b.get("exported", 0))))

@@ -9,7 +9,8 @@ import typer
 
 from ..errors import EXIT_FINDINGS
 from . import options as opt
-from .common import Commands, emit_json_document, error_boundary, stderr_console, stdout_console
+from .common import (Commands, emit_json_document, error_boundary, grid, stderr_console,
+                     stdout_console)
 
 commands = Commands()
 
@@ -66,13 +67,7 @@ def timers_command(
 
 
 def _grid(title: str, *columns: str):
-    from rich.table import Table
-
-    table = Table(box=None, pad_edge=False, show_edge=False, padding=(0, 1), header_style="bold",
-                  title=title, title_justify="left")
-    for column in columns:
-        table.add_column(column, no_wrap=True)
-    return table
+    return grid(*columns, title=title, title_justify="left")
 
 
 def _render(report: dict, show_delivered: bool) -> None:
