@@ -42,6 +42,43 @@ def write_log(ref: Path) -> dict:
     return {}
 
 
+
+def shared_json(name: str, file: str):
+    """A shared store's JSON file (``.gz`` or plain), parsed; skips when it is absent."""
+    path = SHARED_STORES / name / file
+    if not path.is_file():
+        pytest.skip(f"{path} is absent")
+    opener = gzip.open if file.endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def invoke(*argv) -> tuple[int, str, str]:
+    """Run the CLI in this process: (exit code, stdout, stderr)."""
+    from contextlib import redirect_stderr, redirect_stdout
+    from io import StringIO
+    from mqtool.cli.main import run
+    out, err = StringIO(), StringIO()
+    code = 0
+    with redirect_stdout(out), redirect_stderr(err):
+        try:
+            run(["--no-progress", *map(str, argv)])
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+    return code, out.getvalue(), err.getvalue()
+
+
+def leaf_commands(group=None, prefix=()):
+    """Every command path of the CLI (("verify",), ("spark", "audit"), ...)."""
+    import typer
+    from mqtool.cli.main import app
+    group = group or typer.main.get_command(app)
+    for name, cmd in sorted(group.commands.items()):
+        if hasattr(cmd, "commands"):
+            yield from leaf_commands(cmd, prefix + (name,))
+        else:
+            yield prefix + (name,)
+
 # Properties of a classic batch as a whole (MessageExtBatch): the client's MessageBatch carries
 # WAIT, the broker adds CLUSTER. CommitLog's batch encoder appends them to every inner message's
 # own property bytes.

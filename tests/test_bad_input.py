@@ -2,34 +2,20 @@
 with exit 2, or findings with exit 1 — never a traceback, never another exit code."""
 from __future__ import annotations
 
-import io
 import shutil
 import tempfile
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import FIXTURE_STORE
-from mqtool.cli.main import run
+from conftest import FIXTURE_STORE, invoke
 
 SEGMENT = (FIXTURE_STORE / "store" / "commitlog" / "00000000000000000000").read_bytes()[:40000]
 CQ_FILE = (FIXTURE_STORE / "store" / "consumequeue" / "TopicTest" / "0"
            / "00000000000000000000").read_bytes()
 INDEX_NAME = sorted((FIXTURE_STORE / "store" / "index").iterdir())[0].name
 CHECKPOINT = (FIXTURE_STORE / "store" / "checkpoint").read_bytes()
-
-
-def invoke(*argv) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = 0
-    with redirect_stdout(out), redirect_stderr(err):
-        try:
-            run(["--no-progress", *map(str, argv)])
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-    return code, out.getvalue(), err.getvalue()
 
 
 def assert_clean_outcome(code: int, err: str, allowed=(0, 1, 2)):

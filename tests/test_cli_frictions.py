@@ -4,45 +4,21 @@ refusal suggesting an option undo lacks, and the folder above a store given inst
 from __future__ import annotations
 
 import fcntl
-import io
 import re
 import shutil
-from contextlib import redirect_stderr, redirect_stdout
 
 import pytest
-import typer
 
-from conftest import FIXTURE_STORE
-from mqtool.cli.main import app, run
+from conftest import FIXTURE_STORE, invoke, leaf_commands
 from mqtool.vocabulary import FILE_KINDS
 
 STORE = FIXTURE_STORE / "store"
-
-
-def invoke(*argv) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = 0
-    with redirect_stdout(out), redirect_stderr(err):
-        try:
-            run(["--no-progress", *map(str, argv)])
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-    return code, out.getvalue(), err.getvalue()
 
 
 def one_error(err: str) -> str:
     lines = [line for line in err.splitlines() if line.startswith("mqtool: error:")]
     assert len(lines) == 1 and "Traceback" not in err, err
     return lines[0]
-
-
-def leaf_commands(group=None, prefix=()):
-    group = group or typer.main.get_command(app)
-    for name, cmd in sorted(group.commands.items()):
-        if hasattr(cmd, "commands"):
-            yield from leaf_commands(cmd, prefix + (name,))
-        else:
-            yield prefix + (name,)
 
 
 def test_help_names_values_instead_of_printing_python_types(monkeypatch):

@@ -8,21 +8,10 @@ import subprocess
 import sys
 
 import pytest
-import typer
 
-from conftest import REPO
-from mqtool.cli.main import app
+from conftest import REPO, leaf_commands
 
 MAN = REPO / "man"
-
-
-def leaf_commands(group=None, prefix=()):
-    group = group or typer.main.get_command(app)
-    for name, cmd in sorted(group.commands.items()):
-        if hasattr(cmd, "commands"):
-            yield from leaf_commands(cmd, prefix + (name,))
-        else:
-            yield prefix + (name,)
 
 
 COMMANDS = list(leaf_commands())

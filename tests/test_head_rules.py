@@ -6,13 +6,12 @@ Expectations come from the brokers' own files: recover.json.gz / recovered/ (the
 recover-5.3.3.json.gz / recovered-5.3.3/ (5.3.3), damage.json, dump.json.gz."""
 from __future__ import annotations
 
-import gzip
 import json
 from pathlib import Path
 
 import pytest
 
-from conftest import SHARED_STORES
+from conftest import shared_json
 from mqtool.inspect import store_info
 from mqtool.passport import store_passport
 from mqtool.recovery import VERSION_532, VERSION_534, predict_recovery
@@ -29,14 +28,6 @@ HEAD_STORES = (FIRSTREC, BATCHCQ_TIMER)
 RECOVERIES = {VERSION_534: ("recover.json.gz", "recovered.tar.gz"),
               VERSION_532: ("recover-5.3.3.json.gz", "recovered-5.3.3.tar.gz")}
 
-
-def _load(name: str, file: str):
-    path = SHARED_STORES / name / file
-    if not path.is_file():
-        pytest.skip(f"{path} is absent")
-    opener = gzip.open if file.endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8") as fh:
-        return json.load(fh)
 
 
 def _options(recover: dict, version: str) -> dict:
@@ -55,7 +46,7 @@ def head_store(unpack_shared):
 @pytest.mark.parametrize("version", sorted(RECOVERIES))
 @pytest.mark.parametrize("name", HEAD_STORES)
 def test_prediction_equals_each_brokers_recovery(head_store, name, version):
-    recover = _load(name, RECOVERIES[version][0])
+    recover = shared_json(name, RECOVERIES[version][0])
     options = _options(recover, version)
     assert_prediction_equals_broker(head_store(name), recover, options, True)
     # verify's prediction (fed by its own scan's file verdicts) says the same
@@ -76,7 +67,7 @@ def test_prediction_equals_each_brokers_recovery(head_store, name, version):
 def test_recover_equals_each_brokers_recovery(head_store, unpack_shared, tmp_path, name,
                                               version):
     recover_file, recovered_tar = RECOVERIES[version]
-    recover = _load(name, recover_file)
+    recover = shared_json(name, recover_file)
     broker = unpack_shared(name, recovered_tar)
     options = _options(recover, version)
     store = assert_recover_equals_broker(head_store(name), recover, broker, options,
@@ -95,7 +86,7 @@ def test_recover_equals_each_brokers_recovery(head_store, unpack_shared, tmp_pat
 def test_firstrec_start_file_and_truncation_per_family(head_store):
     """The damaged first record of the last data file: the newest code starts one file earlier
     and meets the older damage there; 5.3.3 starts in the last file and cuts at its start."""
-    damage = _load(FIRSTREC, "damage.json")
+    damage = shared_json(FIRSTREC, "damage.json")
     store = Store(head_store(FIRSTREC))
     newest = predict_recovery(store, broker_version=VERSION_534)
     assert newest.start_file == "00000000000002097152"
@@ -107,10 +98,11 @@ def test_firstrec_start_file_and_truncation_per_family(head_store):
     assert older.start_file == "00000000000003145728"
     assert older.process_offset == 3_145_728
     assert older.commitlog_files_deleted == []
-    records = {f["name"]: f for f in _load(FIRSTREC, "recover.json.gz")["after"]["commitlogFiles"]}
+    records = {f["name"]: f
+               for f in shared_json(FIRSTREC, "recover.json.gz")["after"]["commitlogFiles"]}
     assert sorted(records) == newest.commitlog_files_kept
     # 406 more records are lost under the newest rules (README)
-    dump = _load(FIRSTREC, "dump.json.gz")["messages"]
+    dump = shared_json(FIRSTREC, "dump.json.gz")["messages"]
     kept = {v: sum(1 for m in dump if m["commitLogOffset"] < p.process_offset)
             for v, p in ((VERSION_534, newest), (VERSION_532, older))}
     assert kept == {VERSION_534: 1_973, VERSION_532: 2_379}
@@ -128,7 +120,7 @@ def test_checking_the_first_record_needs_the_crc_check(head_store):
 def _own_property_batch_records(name: str) -> int:
     """From the broker's own decode (dump.json): producer messages (with a UNIQ_KEY) lacking the
     CLUSTER every send gets, outside inner batches and the broker's own topics."""
-    return sum(1 for m in _load(name, "dump.json.gz")["messages"]
+    return sum(1 for m in shared_json(name, "dump.json.gz")["messages"]
                if "UNIQ_KEY" in (m["properties"] or {}) and "CLUSTER" not in m["properties"]
                and not m["sysFlag"] & 0x80
                and not m["topic"].startswith(("rmq_sys_", "RMQ_SYS_", "SCHEDULE_TOPIC")))

@@ -10,14 +10,13 @@ the wrong length) give findings or one line, never a traceback.
 """
 from __future__ import annotations
 
-import gzip
 import json
 import shutil
 from pathlib import Path
 
 import pytest
 
-from conftest import SHARED_STORES, run_mqtool
+from conftest import run_mqtool, shared_json
 from test_layout_refusal import file_states
 
 pytest.importorskip("rocksdict")
@@ -30,14 +29,6 @@ from mqtool.store import Store  # noqa: E402
 
 CQ_STORES = ("rocks-cq-crash", "rocks-cq-restart-crash")
 
-
-def _json(name: str, file: str):
-    path = SHARED_STORES / name / file
-    if not path.is_file():
-        pytest.skip(f"{path} is absent")
-    opener = gzip.open if file.endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8") as fh:
-        return json.load(fh)
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +56,7 @@ def units_of(table) -> list[tuple]:
 
 @pytest.mark.parametrize("name", CQ_STORES)
 def test_every_unit_and_entry_equals_the_brokers_database(name, stores):
-    listing = _json(name, "rocksdb-cq.json.gz")
+    listing = shared_json(name, "rocksdb-cq.json.gz")
     for part in ("store", "recovered"):
         table = load_rocksdb_cq(Store(stores[name, part]))
         entries = listing[part]["entries"]
@@ -84,7 +75,7 @@ def test_every_unit_and_entry_equals_the_brokers_database(name, stores):
 @pytest.mark.parametrize("name", CQ_STORES)
 def test_served_queues_equal_the_brokers_rocksdb_cq_answers(name, stores):
     """recover.json consumeQueues: the broker's own RocksDB CQ API on the recovered store."""
-    answers = _json(name, "recover.json.gz")["consumeQueues"]
+    answers = shared_json(name, "recover.json.gz")["consumeQueues"]
     table = load_rocksdb_cq(Store(stores[name, "recovered"]))
     for topic, queues in answers.items():
         for qid, answer in queues.items():
@@ -97,7 +88,7 @@ def test_served_queues_equal_the_brokers_rocksdb_cq_answers(name, stores):
 def test_dump_info_and_query_on_the_recovered_store(stores):
     name = "rocks-cq-restart-crash"
     root = stores[name, "recovered"]
-    answers = _json(name, "recover.json.gz")["consumeQueues"]
+    answers = shared_json(name, "recover.json.gz")["consumeQueues"]
     proc = run_mqtool("dump", "--json", root / "consumequeue")
     assert proc.returncode == 0, proc.stderr
     records = [json.loads(line) for line in proc.stdout.splitlines()]
@@ -133,7 +124,7 @@ def test_dump_info_and_query_on_the_recovered_store(stores):
 # --- consumer offsets ----------------------------------------------------------------------------
 
 def _loaded() -> dict[str, dict[int, int]]:
-    loaded = _json("rocks-consumer-offsets", "offsets-loaded.json")["loaded"]
+    loaded = shared_json("rocks-consumer-offsets", "offsets-loaded.json")["loaded"]
     return {key: {int(q): v for q, v in queues.items()} for key, queues in loaded.items()}
 
 
@@ -174,7 +165,7 @@ def test_consumer_lag_against_a_rocksdb_consume_queue(stores, tmp_path):
     (root / "config").mkdir(exist_ok=True)
     (root / "config" / "consumerOffset.json").write_text(
         '{"offsetTable":{"TopicTest@G":{0:200,1:202},"OrderTopic@G":{2:10}}}')
-    units = _json("rocks-cq-restart-crash", "recover.json.gz")["consumeQueues"]
+    units = shared_json("rocks-cq-restart-crash", "recover.json.gz")["consumeQueues"]
     report = consumer_report(Store(root), None)
     for row in report.rows:
         served = units[row.topic][str(row.queue_id)]["units"]
@@ -308,7 +299,7 @@ def test_the_predicted_recovery_is_the_brokers(name, stores):
     store = Store(stores[name, "store"])
     plan = predict_recovery(store)
     after = predict_rocksdb_units(store, plan)
-    answers = _json(name, "recover.json.gz")
+    answers = shared_json(name, "recover.json.gz")
     expected = {(topic, int(qid)): [tuple(u[:4]) for u in q["units"]]
                 for topic, queues in answers["consumeQueues"].items()
                 for qid, q in queues.items()}
@@ -330,7 +321,7 @@ def test_verify_checks_every_unit_and_reports_the_start(name, stores):
         codes = {f["code"] for f in report["findings"]}
         assert not codes & {"CQ_MISSING", "CQ_MISMATCH", "CQ_DANGLING"}, codes
         rocks = report["recovery"]["rocksdb"]
-        units = len(_json(name, "rocksdb-cq.json.gz")["recovered"]["entries"]["default"])
+        units = len(shared_json(name, "rocksdb-cq.json.gz")["recovered"]["entries"]["default"])
         assert (rocks["units_after_start"], rocks["stale_units_after_start"]) == (units, 0)
 
 
@@ -361,7 +352,7 @@ def test_rebuild_queues_exports_file_consume_queues(stores, tmp_path):
     # built under a hidden sibling and renamed whole: nothing else is left beside it
     assert sorted(p.name for p in tmp_path.iterdir()) == ["export"]
     from mqtool.inspect import iter_consume_queue_file
-    answers = _json(name, "recover.json.gz")["consumeQueues"]
+    answers = shared_json(name, "recover.json.gz")["consumeQueues"]
     for topic, queues in answers.items():
         for qid, answer in queues.items():
             files = sorted((out / topic / qid).iterdir())
@@ -408,7 +399,7 @@ def test_recover_cuts_the_commitlog_and_leaves_rocksdb_to_the_broker(name, store
     store = Store(root)
     plan = predict_recovery(store)
     after = predict_rocksdb_units(store, plan)
-    answers = _json(name, "recover.json.gz")["consumeQueues"]
+    answers = shared_json(name, "recover.json.gz")["consumeQueues"]
     assert after.queues == {(t, int(q)): [tuple(u[:4]) for u in a["units"]]
                             for t, queues in answers.items() for q, a in queues.items()}
     proc = run_mqtool("undo", backup)
