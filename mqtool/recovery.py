@@ -369,21 +369,30 @@ def _checkpoint_dict(store: Store) -> dict | None:
     }
 
 
+def _first_record_prefix(segment: Segment, *, min_length: int, accepts_v2: bool):
+    """(the fields of the file's first record up to its store timestamp, "") as
+    isMappedFileMatchedRecover reads them, or (None, why not): a file shorter than
+    ``min_length``, a V2 magic the family does not know, or no message magic."""
+    with open(segment.path, "rb") as fh:
+        head = fh.read(_FIRST_RECORD_MAX)
+    if len(head) < min_length:
+        return None, "file too short for a record"
+    magic = int.from_bytes(head[4:8], "big")
+    if magic == cl_fmt.MESSAGE_MAGIC_CODE_V2 and not accepts_v2:
+        return None, "first record has the V2 magic (unknown to 4.9)"
+    try:
+        return parse_at(_FIRST_RECORD_PREFIX, head, file=segment.name), ""
+    except ParseError:
+        return None, f"first record has magic 0x{magic:08X}"
+
+
 def first_record_matches(segment: Segment, rules: BrokerRules, limit_timestamp: int) -> tuple[bool, str]:
     """isMappedFileMatchedRecover (file ConsumeQueue, 4.9 through 5.3.3): the first record has a
     message magic, a non-zero store timestamp and one at or before the checkpoint's limit. No CRC
     and no length check: a damaged first record can still be chosen."""
-    with open(segment.path, "rb") as fh:
-        head = fh.read(_FIRST_RECORD_MAX)
-    if len(head) < 8:
-        return False, "file too short for a record"
-    magic = int.from_bytes(head[4:8], "big")
-    if magic == cl_fmt.MESSAGE_MAGIC_CODE_V2 and not rules.accepts_v2:
-        return False, "first record has the V2 magic (unknown to 4.9)"
-    try:
-        first = parse_at(_FIRST_RECORD_PREFIX, head, file=segment.name)
-    except ParseError:
-        return False, f"first record has magic 0x{magic:08X}"
+    first, why = _first_record_prefix(segment, min_length=8, accepts_v2=rules.accepts_v2)
+    if first is None:
+        return False, why
     if first.store_timestamp == 0:
         return False, "first record's store timestamp is 0"
     if first.store_timestamp <= limit_timestamp:
@@ -461,17 +470,9 @@ def _with_skipped(reason: str, skipped: list[str]) -> str:
 def first_record_at_or_before(segment: Segment, limit_offset: int) -> tuple[bool, str]:
     """isMappedFileMatchedRecover with a RocksDB ConsumeQueue (5.2-5.3.3): the first record has
     a message magic and its PHYSICALOFFSET field is at or before the RocksDB CQ's max offset."""
-    with open(segment.path, "rb") as fh:
-        head = fh.read(_FIRST_RECORD_MAX)
-    if len(head) < 36:
-        return False, "file too short for a record"
-    magic = int.from_bytes(head[4:8], "big")
-    if magic not in cl_fmt.MESSAGE_MAGIC_CODES:
-        return False, f"first record has magic 0x{magic:08X}"
-    try:
-        first = parse_at(_FIRST_RECORD_PREFIX, head, file=segment.name)
-    except ParseError:
-        return False, f"first record has magic 0x{magic:08X}"
+    first, why = _first_record_prefix(segment, min_length=36, accepts_v2=True)
+    if first is None:
+        return False, why
     if first.physical_offset <= limit_offset:
         return True, (f"the file holding the RocksDB CQ checkpoint {limit_offset}: its first "
                       f"record's PHYSICALOFFSET {first.physical_offset} is at or before it")
