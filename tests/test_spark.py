@@ -28,7 +28,7 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from conftest import FIXTURE_STORE, REPO, run_mqtool  # noqa: E402
+from conftest import FIXTURE_STORE, REPO, SHARED_STORES, run_mqtool  # noqa: E402
 from mqtool import forge  # noqa: E402
 from mqtool.codec import BLANK_RECORD  # noqa: E402
 from mqtool.formats import commitlog as cl_fmt  # noqa: E402
@@ -942,6 +942,63 @@ def test_rocketmq_data_source_options(spark, stores, reference):
     with pytest.raises(Exception, match="checkCrc must be true or false"):
         spark.read.format("rocketmq").option("checkCrc", "maybe") \
             .load(str(stores["alpha"])).count()
+
+
+# --- system topics: dump's ``system`` objects as a column ------------------------------------
+
+@pytest.fixture(scope="module")
+def system_stores(tmp_path_factory, unpack_shared) -> dict:
+    """The forged system-topics store (trace, pop, delayed, timer, DLQ/retry, priority) and the
+    broker-written transaction store (op bodies, half messages), with dump's ``system`` object
+    of every message (None where dump gives none)."""
+    from mqtool.forge.systopics import make_system_topic_store
+
+    forged = tmp_path_factory.mktemp("systopics") / "store"
+    make_system_topic_store(forged)
+    roots = {"system-topics": forged}
+    if (SHARED_STORES / "v5-txn-crash" / "store.tar.gz").is_file():
+        roots["v5-txn-crash"] = unpack_shared("v5-txn-crash")
+    return {name: (root, {d["commitlog_offset"]: d.get("system") for d in _dump_messages(root)})
+            for name, root in roots.items()}
+
+
+def test_system_column_is_dumps_system_object(system_stores):
+    """The executor's ``system`` column, split at 64 KiB and whole, without Spark."""
+    from mqtool.spark.arrow import split_batches
+
+    for name, (root, expected) in system_stores.items():
+        assert sum(v is not None for v in expected.values()) >= 8, name
+        for size in (SMALL_SPLIT, 1 << 30):
+            got = {}
+            for split in make_splits(resolve_inputs([str(root)]), size):
+                for batch in split_batches(split):
+                    rows = batch.to_pydict()
+                    got.update(zip(rows["commitlog_offset"], rows["system"]))
+            assert {k: json.loads(v) if v is not None else None
+                    for k, v in got.items()} == expected, (name, size)
+
+
+def test_rocketmq_data_source_system_column(spark, system_stores, tmp_path):
+    """The table a notebook reads, and ``spark export``'s rows, carry dump's ``system``."""
+    import mqtool.spark
+    from mqtool.spark.job import export
+
+    mqtool.spark.register(spark)
+    root, expected = system_stores["system-topics"]
+    rows = spark.read.format("rocketmq").load(str(root)) \
+        .select("commitlog_offset", "system").collect()
+    assert {r["commitlog_offset"]: json.loads(r["system"]) if r["system"] else None
+            for r in rows} == expected
+    # the user's SQL over the JSON text: the trace records' context types
+    kinds = spark.read.format("rocketmq").load(str(root)) \
+        .selectExpr("get_json_object(system, '$.kind') AS kind").where("kind IS NOT NULL") \
+        .distinct().collect()
+    assert {r["kind"] for r in kinds} == {v["kind"] for v in expected.values() if v}
+    out = tmp_path / "export"
+    export(spark, [str(root)], str(out), fmt="json")
+    exported = [json.loads(line) for f in out.rglob("*.json") for line in f.open()]
+    assert {d["commitlog_offset"]: json.loads(d["system"]) if d.get("system") else None
+            for d in exported} == expected
 
 
 # --- 5.x inner batches (BatchCQ) ---------------------------------------------------------------
