@@ -944,6 +944,51 @@ def test_rocketmq_data_source_options(spark, stores, reference):
             .load(str(stores["alpha"])).count()
 
 
+def _plan(frame) -> str:
+    return frame._jdf.queryExecution().optimizedPlan().toString()
+
+
+def test_rocketmq_data_source_reads_only_what_the_filters_need(spark, stores, reference):
+    """Filters on topic, queue, store time and UNIQ_KEY / KEYS reach the reader (they leave
+    Spark's plan), a UNIQ_KEY or key lookup reads only the splits its IndexFile entries point
+    into, and the rows are exactly dump's that match."""
+    import mqtool.spark
+
+    mqtool.spark.register(spark)
+    dump = reference["alpha"]["dump"]
+    frame = spark.read.format("rocketmq").option("splitSize", "64k").load(str(stores["alpha"]))
+    every = frame.rdd.getNumPartitions()
+    topic, queue = dump[len(dump) // 2]["topic"], dump[len(dump) // 2]["queue_id"]
+    since = sorted(d["store_timestamp"] for d in dump)[len(dump) // 3]
+    picked = frame.where(f"topic = '{topic}' AND queue_id = {queue} "
+                         f"AND store_timestamp >= {since}")
+    assert "Filter" not in _plan(picked), _plan(picked)     # the reader applied them all
+    assert sorted(r["commitlog_offset"] for r in picked.select("commitlog_offset").collect()) \
+        == [d["commitlog_offset"] for d in dump if d["topic"] == topic
+            and d["queue_id"] == queue and d["store_timestamp"] >= since]
+    # a filter the reader does not take stays Spark's
+    assert "Filter" in _plan(frame.where("body_length % 2 = 1"))
+
+    target = next(d for d in dump[len(dump) // 2:] if d["uniq_key"] and d["keys"])
+    files = {d["file"] for d in dump}
+    for column in ("uniq_key", "keys"):
+        value = target[column]
+        found = frame.where(f"{column} = '{value}'")
+        assert "Filter" not in _plan(found)
+        expected = [d["commitlog_offset"] for d in dump if d[column] == value]
+        assert sorted(r["commitlog_offset"] for r in found.collect()) == expected, column
+        # the IndexFile points at the records' splits: the other splits are never read
+        assert found.rdd.getNumPartitions() <= len(expected) < every, column
+    scanned = frame.where(f"uniq_key = '{target['uniq_key']}'")
+    assert scanned.rdd.getNumPartitions() < every
+    unindexed = spark.read.format("rocketmq").option("splitSize", "64k") \
+        .option("useIndex", "false").load(str(stores["alpha"])) \
+        .where(f"uniq_key = '{target['uniq_key']}'")
+    assert unindexed.rdd.getNumPartitions() == every and unindexed.count() == \
+        sum(d["uniq_key"] == target["uniq_key"] for d in dump)
+    assert len(files) >= 2
+
+
 # --- system topics: dump's ``system`` objects as a column ------------------------------------
 
 @pytest.fixture(scope="module")

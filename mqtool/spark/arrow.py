@@ -355,10 +355,14 @@ def _bodies(pa, batch: RecordBatch, body_reader):
 
 def split_batches(split: Split, *, check_crc: bool = True, bodies: bool = False,
                   side: dict | None = None, opener=None, store_date: bool = False,
-                  unwrap: bool = False, keep_records: bool = False) -> Iterator:
+                  unwrap: bool = False, keep_records: bool = False, row_filter=None,
+                  offsets: frozenset[int] | None = None) -> Iterator:
     """Arrow record batches of the messages one split owns (with ``unwrap``, the inner messages
     of inner-batch records instead of the records); with ``side``, what the driver needs
-    besides the rows is noted there (:func:`mqtool.spark.splits.new_side`)."""
+    besides the rows is noted there (:func:`mqtool.spark.splits.new_side`). With a
+    ``row_filter`` (:class:`mqtool.spark.pushdown.RowFilter`; ``offsets``: the only records a
+    key lookup allows), only matching rows, and records that cannot match are never decoded."""
+    from .pushdown import select
     from .splits import BodyReader, note_batch, note_event, split_events
 
     reader = BodyReader(split, opener)     # opens the file only when a body is read
@@ -367,9 +371,20 @@ def split_batches(split: Split, *, check_crc: bool = True, bodies: bool = False,
             if type(event) is RecordBatch:
                 if side is not None:
                     note_batch(side, event)
-                yield message_batch(split, event, bodies=bodies, body_reader=reader,
-                                    store_date=store_date, unwrap=unwrap,
-                                    keep_records=keep_records)
+                if row_filter is not None:
+                    keep = row_filter.keep_records(event, offsets)
+                    if keep is not None:
+                        if not keep.any():
+                            continue
+                        event = select(event, keep)
+                rows = message_batch(split, event, bodies=bodies, body_reader=reader,
+                                     store_date=store_date, unwrap=unwrap,
+                                     keep_records=keep_records)
+                if row_filter is not None:
+                    rows = row_filter.exact(rows)
+                    if not rows.num_rows:
+                        continue
+                yield rows
             elif side is not None:
                 note_event(side, event)
     finally:
