@@ -33,9 +33,32 @@ _COMPARE = {"GreaterThan": "gt", "GreaterThanOrEqual": "ge", "LessThan": "lt",
             "LessThanOrEqual": "le"}
 
 
+_BOUNDS = {"queue_id": 1 << 31, "store_timestamp": 1 << 63}
+
+
 def _literal(column: str, value) -> bool:
     kind = COLUMNS[column]
-    return isinstance(value, kind) and not isinstance(value, bool)
+    if not isinstance(value, kind) or isinstance(value, bool):
+        return False
+    bound = _BOUNDS.get(column)
+    return bound is None or -bound <= value < bound
+
+
+def holding(splits, candidates: dict[str, frozenset[int]]) -> list:
+    """The splits that hold a candidate record of their broker (all splits of a broker
+    without candidates)."""
+    ordered = {name: np.array(sorted(offsets), dtype=np.int64)
+               for name, offsets in candidates.items()}
+    out = []
+    for split in splits:
+        offsets = ordered.get(split.broker)
+        if offsets is not None:
+            lo = split.base_offset + split.start
+            at = int(np.searchsorted(offsets, lo))
+            if at == len(offsets) or offsets[at] >= split.base_offset + split.end:
+                continue
+        out.append(split)
+    return out
 
 
 def as_tuple(spark_filter) -> tuple | None:

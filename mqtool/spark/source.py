@@ -140,16 +140,14 @@ class RocketMQReader(DataSourceReader):
         splits = make_splits(brokers, self.split_size)
         wanted = RowFilter(self.filters).indexed_values() if self.use_index else {}
         if wanted:
-            from .pushdown import index_candidates
+            from .pushdown import holding, index_candidates
 
             for broker in brokers:
                 if broker.local and not broker.bare:
                     found = index_candidates(local_path(broker.root), wanted)
                     if found is not None:
                         self.candidates[broker.name] = found
-            splits = [s for s in splits if s.broker not in self.candidates
-                      or any(s.start <= offset - s.base_offset < s.end
-                             for offset in self.candidates[s.broker])]
+            splits = holding(splits, self.candidates)
         return [SplitPartition(s) for s in splits]
 
     def read(self, partition: SplitPartition):
