@@ -143,13 +143,15 @@ def _system_column(pa, batch: RecordBatch, flagged: np.ndarray, body_reader):
     if not len(rows):
         return pa.nulls(len(batch), pa.string())
     values: list = [None] * len(batch)
-    for i in rows.tolist():
-        rec = batch.record(i)
-        props = codecs.decode_properties(rec.properties_raw)
-        stored = _stored_body(batch, i, body_reader) \
-            if system_reads_body(rec.topic, props) else None
-        system = system_object(rec.topic, props, stored, rec.sys_flag, rec.store_timestamp,
-                               rec.reconsume_times)
+    # the rows' fields as Python values once (not a MessageRecord per row)
+    fields = zip(rows.tolist(), batch.topic_id[rows].tolist(), batch.sys_flag[rows].tolist(),
+                 batch.store_timestamp[rows].tolist(), batch.reconsume_times[rows].tolist())
+    for i, topic_id, sys_flag, stored_at, reconsumed in fields:
+        topic = names[topic_id]
+        props = codecs.decode_properties(batch.properties_raw(i))
+        stored = _stored_body(batch, i, body_reader) if system_reads_body(topic, props) \
+            else None
+        system = system_object(topic, props, stored, sys_flag, stored_at, reconsumed)
         if system is not None:
             values[i] = jsontext.dumps(system, separators=(",", ":"))
     return pa.array(values, pa.string())
