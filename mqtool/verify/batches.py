@@ -9,6 +9,7 @@ import itertools
 import numpy as np
 
 from .. import codec as _codec
+from .. import queue_runs
 from ..codec import CQ_DTYPE as CQ_UNIT_DTYPE
 from ..codec import CQ_UNIT as _CQ_STRUCT
 from ..codec import INDEX_ENTRY as _ENTRY_STRUCT
@@ -500,26 +501,19 @@ class _BatchChecker(_SegmentChecker):
                 steps[k] = 1
         spans = self.result.spans
         span = spans.get(key)
-        if span is None:
-            span = spans[key] = [int(qoffs[0]), int(offsets[0]), int(qoffs[0] + steps[0]),
-                                 int(offsets[0])]
-            qoffs, offsets, steps, members = qoffs[1:], offsets[1:], steps[1:], members[1:]
-            if len(members) == 0:
-                return
-        expected = np.empty(len(members), dtype=np.int64)
-        expected[0] = span[2]
-        expected[1:] = (qoffs + steps)[:-1]
-        for k in np.flatnonzero(qoffs != expected).tolist():
-            previous = span[3] if k == 0 else int(offsets[k - 1])
-            qoff, exp = int(qoffs[k]), int(expected[k])
-            what = "repeats" if qoff < exp else "skips"
+        run, boundary = queue_runs.merge(
+            queue_runs.Run(*span) if span is not None else None,
+            queue_runs.piece(qoffs, offsets, steps, 0, len(qoffs) - 1))
+        spans[key] = list(run)
+        expected, gaps, _, _ = queue_runs.fold(qoffs, steps)
+        found = [(0, *boundary)] if boundary is not None else []
+        found += [(k, int(qoffs[k]), int(expected[k]), int(offsets[k - 1]))
+                  for k in np.flatnonzero(gaps).tolist()]
+        for k, qoff, exp, previous in found:
             self.ordered.append(((self.seq + int(members[k]), 6, 0, 0, 0), self._cl_finding(
                 "CQ_QUEUE_GAP", int(offsets[k]),
-                f"{key[0]!r} queue {key[1]}: queue offset {qoff} {what} (expected {exp} after "
-                f"the record at {previous})", topic=key[0], queue_id=key[1], queue_offset=qoff,
-                details={"expected": exp})))
-        span[2] = int(qoffs[-1] + steps[-1])
-        span[3] = int(offsets[-1])
+                queue_runs.message(key[0], key[1], qoff, exp, previous), topic=key[0],
+                queue_id=key[1], queue_offset=qoff, details={"expected": exp})))
 
     def _finish_queues(self) -> None:
         seg = self.segment
