@@ -15,7 +15,15 @@ On the crashed store ``recover_speed.py`` makes (default geometry: 128 MiB Commi
 
 Goals (issue 25): verify <= 1.2 x the bound, --quick <= 0.8 x, recover <= 1.1 x verify, peak RSS
 <= 300 MB, the native path >= 3 x the numpy path with --workers 1. The machine may be shared:
-read the CPU ratios beside the wall ones.
+read the CPU ratios beside the wall ones. ``--profile`` then prints where ``verify --workers 1``
+spends its time (cProfile, the functions with the most time of their own).
+
+Measured 2026-11-28 on 2 shared cores (load 8-14), CPU ratios: default geometry verify 4.7x the
+bound, --quick 4.5x, recover 1.17x verify, numpy/native 1.5x, peak RSS 161 MiB; large geometry
+verify 2.1x, --quick 2.1x, numpy/native 1.6x, peak RSS 191 MiB. The walk and CRCs now cost about
+the bound itself (page faults of the mapping); what remains is Python around the joins (a few
+numpy calls per batch and queue), interpreter start-up, and the ConsumeQueue/IndexFile structure
+reads before the CommitLog checks.
 """
 from __future__ import annotations
 
@@ -113,6 +121,27 @@ def measure(geometry: str, messages: int, repeat: int) -> None:
     print(f"  peak RSS                       {fmt_bytes(worst):>10}   (goal <= 300 MB)")
 
 
+def profile(geometry: str, messages: int, top: int = 25) -> None:
+    """cProfile of ``verify --workers 1`` on the store (one run): the functions with the most
+    time of their own, and the phases' cumulative time."""
+    import pstats
+    import subprocess
+    import sys
+    root = ensure_store(f"recover-{geometry}-{messages}", _store_args(geometry, messages))
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "verify.prof"
+        subprocess.run([sys.executable, "-m", "cProfile", "-o", str(out), "-m", "mqtool",
+                        "--no-progress", "verify", "--json", "--workers", "1", "--cq-units",
+                        "300000", "--index-slots", "5000000", "--index-entries", "20000000",
+                        str(root)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        print(f"  profile of verify --workers 1 ({load_average()}):")
+        stats = pstats.Stats(str(out))
+        stats.sort_stats("tottime").print_stats(top)
+        stats.sort_stats("cumulative").print_stats(
+            r"run\.py.*(prepare_checks|merge_checks|run_later|_run_segments)|_merge_queue|"
+            r"_merge_index|_properties|scan_buffer_batches")
+
+
 def _copy_cleanup(work: Path) -> None:
     import shutil
     shutil.rmtree(work, ignore_errors=True)
@@ -124,9 +153,13 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=None,
                         help="default 600,000 (default geometry) / 1,100,000 (large)")
     parser.add_argument("--repeat", type=int, default=3, help="rounds; medians are printed")
+    parser.add_argument("--profile", action="store_true",
+                        help="then profile verify --workers 1 (where the time goes)")
     args = parser.parse_args()
     messages = args.messages or (600_000 if args.geometry == "default" else 1_100_000)
     measure(args.geometry, messages, max(1, args.repeat))
+    if args.profile:
+        profile(args.geometry, messages)
 
 
 if __name__ == "__main__":

@@ -340,6 +340,17 @@ def index_key_spans(data: np.ndarray, uniq: tuple[np.ndarray, np.ndarray],
     """(owner, starts, ends) of the keys buildIndex puts for each record, in its order: the
     record's UNIQ_KEY, then its KEYS items split at ``separator``. ``uniq``/``keys`` are the
     properties' (starts, ends) per record, starts -1 where absent; owner is the record's row."""
+    from .scan.native import core        # the scanner's choice of path (imports this module)
+    if core is not None and data.dtype == np.uint8 and data.flags.c_contiguous:
+        return core.index_key_spans(data, *(np.ascontiguousarray(a, dtype=np.int64)
+                                            for a in (*uniq, *keys)), separator)
+    return _index_key_spans_numpy(data, uniq, keys, separator)
+
+
+def _index_key_spans_numpy(data: np.ndarray, uniq: tuple[np.ndarray, np.ndarray],
+                           keys: tuple[np.ndarray, np.ndarray], separator: int
+                           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`index_key_spans` with numpy: the reference the native core is held to."""
     u_starts, u_ends = uniq
     k_starts, k_ends = keys
     with_uniq = np.flatnonzero(u_starts >= 0)
@@ -412,6 +423,23 @@ def property_blob(buf, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray
     blob = np.concatenate(parts) if len(parts) > 1 else (
         parts[0] if parts else np.zeros(0, dtype=np.uint8))
     return blob, begins
+
+
+def property_spans(buf, starts: np.ndarray, ends: np.ndarray, names: tuple[str, ...]
+                   ) -> tuple[np.ndarray, np.ndarray, dict]:
+    """:func:`property_blob` and :func:`property_values` of its records in one step: (blob,
+    begins, {name: (value_start, value_end)}). The native core copies each record's properties
+    once, between two separators and without the padding, and parses them on the way; the
+    spans then index its own blob, and every value is the same bytes."""
+    from .scan.native import core        # the scanner's choice of path (imports this module)
+    if core is not None:
+        patterns = [(name + codecs.NAME_VALUE_SEPARATOR).encode("utf-8") for name in names]
+        blob, begins, spans = core.property_spans(
+            buf, np.ascontiguousarray(starts, dtype=np.int64),
+            np.ascontiguousarray(ends, dtype=np.int64), patterns)
+        return blob, begins, dict(zip(names, spans))
+    blob, begins = property_blob(buf, starts, ends)
+    return blob, begins, property_values(blob, begins, names)
 
 
 def property_values(blob: np.ndarray, begins: np.ndarray, names: tuple[str, ...]) -> dict:

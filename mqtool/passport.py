@@ -64,8 +64,7 @@ def own_property_batch_rows(batch, values: dict | None = None) -> int:
     if len(batch) == 0:
         return 0
     if values is None:
-        blob, begins = _codec.property_blob(*batch.properties_source())
-        values = _codec.property_values(blob, begins, EVIDENCE_PROPERTIES)
+        values = _codec.property_spans(*batch.properties_source(), EVIDENCE_PROPERTIES)[2]
     broker_topic = np.array([name.startswith(_BROKER_TOPIC_PREFIXES)
                              for name in batch.topics.names] or [False], dtype=bool)
     hits = ((values["UNIQ_KEY"][0] >= 0) & (values["CLUSTER"][0] < 0)

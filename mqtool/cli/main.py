@@ -69,6 +69,78 @@ def _plain_metavars() -> None:
 
 _plain_metavars()
 
+
+def _values_without_pydantic() -> None:
+    """typer >= 0.29 checks every parameter's value, defaults included, with a pydantic
+    TypeAdapter: importing pydantic cost every command about 0.3 s of CPU, more than its work
+    on a small store. The values commands mostly get (a missing value, a path, a string, an int
+    or float already of its type and in range, an empty repeated option) come out of those
+    adapters unchanged or as ``Path(value)``; they take this shorter way, with the same checks
+    (typer's own path check) and the same messages. Anything else (a number typed on the
+    command line, a choice, a date) still goes through typer's adapter."""
+    import pathlib
+    import typing
+
+    try:
+        from typer import _param_types
+        from typer.core import _TyperParameter
+    except ImportError:  # pragma: no cover - other typer versions coerce without pydantic
+        return
+    if not hasattr(_param_types, "coerce_cli_path") \
+            or not hasattr(_TyperParameter, "get_runtime_param"):
+        return  # pragma: no cover
+
+    adapter = object()      # "ask typer's adapter"
+
+    def plain(annotation, info, value, param, ctx):
+        """The value as typer's adapter would return it, or ``adapter``."""
+        if getattr(info, "parser", None) is not None or getattr(info, "click_type", None):
+            return adapter
+        if typing.get_origin(annotation) is list and isinstance(value, (list, tuple)) \
+                and not value:
+            return []
+        if annotation is str and type(value) is str:
+            return value
+        if annotation in (int, float) and type(value) is annotation:
+            low, high = info.min, info.max
+            if (low is None or value >= low) and (high is None or value <= high):
+                return value
+            return adapter
+        if annotation is pathlib.Path and type(value) is str \
+                and getattr(info, "path_type", None) is None:
+            # typer makes Path(text) (pydantic's lax Path) and checks that; checked as the
+            # text, the result and every message are the same
+            return pathlib.Path(_param_types.coerce_cli_path(value, info, path_type=str,
+                                                             param=param, ctx=ctx))
+        return adapter
+
+    class Shortcut:
+        def __init__(self, parameter):
+            self.parameter = parameter
+
+        def coerce(self, value, param, ctx):
+            many = param.multiple or param.nargs == -1
+            if value is None:
+                return () if many else None
+            descriptor = self.parameter.type_descriptor
+            if descriptor.file_annotation is None and not (many and isinstance(value, str)):
+                done = plain(descriptor.annotation, descriptor.parameter_info, value, param, ctx)
+                if done is not adapter:
+                    return done
+            return typers(self.parameter).coerce(value, param=param, ctx=ctx)
+
+    typers = _TyperParameter.get_runtime_param
+
+    def get_runtime_param(self):
+        if self._runtime_param is not None:
+            return self._runtime_param
+        return Shortcut(self)
+
+    _TyperParameter.get_runtime_param = get_runtime_param
+
+
+_values_without_pydantic()
+
 app = typer.Typer(
     name="mqtool",
     help="Forensic and recovery toolkit for Apache RocketMQ broker stores "

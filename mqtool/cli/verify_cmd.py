@@ -35,8 +35,6 @@ def _geometry_line(report: VerifyReport) -> str:
 
 
 def _render(report: VerifyReport, passport: dict) -> None:
-    from rich.table import Table
-
     out = stdout_console()
     summary = report.summary
     out.print(f"store: {report.store}", markup=False, soft_wrap=True)
@@ -48,6 +46,8 @@ def _render(report: VerifyReport, passport: dict) -> None:
     out.print(f"findings: {summary['errors']} error(s), {summary['warnings']} warning(s), "
               f"{summary['infos']} info", markup=False)
     if report.findings:
+        from rich.table import Table
+
         by_code = collections.OrderedDict()
         for f in sorted(report.findings, key=lambda f: (f.code, f.file, f.offset)):
             by_code.setdefault(f.code, []).append(f)

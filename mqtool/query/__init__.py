@@ -40,7 +40,17 @@ from .keys import (SCHEDULE_TOPIC, SYSTEM_TOPICS, TIMER_TOPIC, TRANS_HALF_TOPIC,
 from .queues import (query_batch_queue_offset, query_queue_offset, query_queue_time,
                      queue_bounds)
 from .broker import broker_query_message, explain, readable_end
-from .traces import query_traces, trace_ids
+
+
+
+def __getattr__(name: str):
+    """The trace lookups load the dump and RocksDB readers they share with ``dump``: loaded on
+    first use, so that the many readers of :class:`RecordReader` (verify's timer check among
+    them) do not pay for them at start-up."""
+    if name in ("query_traces", "trace_ids"):
+        from . import traces
+        return getattr(traces, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = ["JAVA_LONG_MAX", "MAX_MSGS_NUM_BATCH", "SYSTEM_TOPICS", "QueryError", "NotFound",
            "ChainProblem", "IndexHit", "IndexFile", "IndexSet", "RecordReader", "Found",

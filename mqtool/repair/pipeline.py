@@ -52,8 +52,8 @@ def parse_properties(batch: RecordBatch, names: tuple[str, ...] = PARSED_PROPERT
     buf, starts, ends = batch.properties_source()
     if rows is not None:
         starts, ends = starts[rows], ends[rows]
-    data, begins = _codec.property_blob(buf, starts, ends)
-    return data, _codec.property_values(data, begins, names)
+    data, _, values = _codec.property_spans(buf, starts, ends, names)
+    return data, values
 
 
 def tags_codes(data, values: dict, rows: np.ndarray | None = None) -> np.ndarray:

@@ -19,7 +19,7 @@ from ..formats import indexfile as idx_fmt
 from ..consumers import QueueEnds
 from ..passport import own_property_batch_rows
 from ..recovery import INDEX_ENTRY_DTYPE, FileJudge
-from ..scan import (FLAG_FALSE, FLAG_NONE, FLAG_TRUE, CorruptRegion, RecordBatch,
+from ..scan import (FLAG_FALSE, FLAG_NONE, FLAG_TRUE, CorruptRegion, RecordBatch, native,
                     scan_segment_batches)
 from .findings import Finding, _finding, _prop_crc_message
 from .items import _END, _FdCache, _ItemFile, _SortedItems, _next_present
@@ -137,6 +137,28 @@ def _within(values: np.ndarray, members: np.ndarray) -> np.ndarray:
     return members[at] == values
 
 
+def _join_sorted(records: np.ndarray, probes: np.ndarray, first_only: bool
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The join of sorted record offsets with the offsets units or entries point at: (j, hit,
+    after) - the record each probe names where ``hit``, and for the others the insertion point
+    after their equals (where the reference meets them). ``first_only``: a probe equal to the
+    one before it names no record (a duplicate unit is left over, as the merge does). The
+    native core joins in one pass; numpy (the reference) in a few."""
+    core = native.core
+    if core is not None:
+        j, after = core.join_sorted(np.ascontiguousarray(records, dtype=np.int64),
+                                    np.ascontiguousarray(probes, dtype=np.int64), first_only)
+        return j, j >= 0, after
+    n = len(records)
+    j = np.searchsorted(records, probes, side="left")
+    hit = (j < n) & (records[np.minimum(j, n - 1)] == probes)
+    if first_only:
+        hit[1:] &= probes[1:] != probes[:-1]
+    after = np.full(len(probes), -1, dtype=np.int64)
+    after[~hit] = np.searchsorted(records, probes[~hit], side="right")
+    return j, hit, after
+
+
 def _joined(parts: list, dtype) -> np.ndarray:
     if not parts:
         return np.zeros(0, dtype)
@@ -147,8 +169,8 @@ class _BatchProperties:
     """The properties of a batch's records, parsed only as far as the checks need them."""
 
     def __init__(self, batch: RecordBatch):
-        self.data, self.begins = _codec.property_blob(*batch.properties_source())
-        self.values = _codec.property_values(self.data, self.begins, _PROPERTY_NAMES)
+        self.data, self.begins, self.values = _codec.property_spans(*batch.properties_source(),
+                                                                    _PROPERTY_NAMES)
 
         self._tags_codes = None
 
@@ -410,12 +432,11 @@ class _BatchChecker(_SegmentChecker):
             numbers, units = cursor.take_through(int(R[-1]), all_equal=False)
             if len(units):
                 u = units["commitlog_offset"].astype(np.int64)
-                j = np.searchsorted(R, u, side="left")
-                hit = (j < len(R)) & (R[np.minimum(j, len(R) - 1)] == u)
-                hit[1:] &= u[1:] != u[:-1]      # a duplicate is left over, as the merge does
+                # a duplicate is left over, as the merge does
+                j, hit, after = _join_sorted(R, u, first_only=True)
                 seq = self.seq
                 for k in np.flatnonzero(~hit).tolist():
-                    at = members[int(np.searchsorted(R, u[k], side="right"))]
+                    at = members[int(after[k])]
                     self.ordered.append(((seq + int(at), 4, int(numbers[k]), 0, 0),
                                          self._leftover_unit_finding(key, int(numbers[k]),
                                                                      int(u[k]))))
@@ -544,10 +565,9 @@ class _BatchChecker(_SegmentChecker):
                 continue
             phy = entries["phy_offset"].astype(np.int64)
             hashes = entries["key_hash"].astype(np.int64)
-            j = np.searchsorted(offsets, phy, side="left")
-            hit = (j < n) & (offsets[np.minimum(j, n - 1)] == phy)
+            j, hit, after = _join_sorted(offsets, phy, first_only=False)
             for k in np.flatnonzero(~hit).tolist():
-                at = int(np.searchsorted(offsets, phy[k], side="right"))
+                at = int(after[k])
                 finding = self._leftover_entry_finding(info, int(numbers[k]), int(hashes[k]),
                                                        int(phy[k]))
                 if finding is not None:

@@ -12,7 +12,7 @@ import numpy as np
 from ..errors import ParseError
 from ..formats import indexfile as idx_fmt
 from ..recovery import INDEX_ENTRY_DTYPE, INDEX_HEADER_DTYPE
-from ..scan import message_at
+from ..scan import message_at, native
 from ..store import Store
 from ..vocabulary import ERROR, WARNING
 from .findings import _Sink, _finding
@@ -195,6 +195,9 @@ def _check_index_chains(path: str, length: int, rel: str, slots: int, header, n:
         for s in bad_slots[:_MAX_LISTED_INDEX].tolist():
             sink.add(_finding("IDX_DANGLING", rel, idx_fmt.slot_position(s),
                               f"slot {s} holds {int(slot_values[s])}, past indexCount {count}"))
+        if native.core is not None and native.core.index_chains_clean(
+                path, entries_start, n, np.ascontiguousarray(slot_values), count, slots):
+            return      # the usual answer, compiled: nothing below would find anything
 
         hashes = np.zeros(n, dtype=np.int32)
         referenced = np.zeros(n, dtype=bool)

@@ -14,7 +14,6 @@ from ..recovery import (VERSION_532, VERSION_534, BrokerRules, RecoveryPlan, pre
 from ..consumers import consumer_findings, ends_over_files
 from ..controller import check_epoch_file
 from ..dledger import check_dledger
-from ..rocksdb_recovery import check_rocksdb_cq
 from ..timer import check_timer_store
 from ..transactions import check_transactions
 from ..store import CommitLog, Store
@@ -173,7 +172,11 @@ def merge_checks(checks: StoreChecks, results: list[_SegmentResult]) -> tuple[_S
     for r in results:
         for key, found in r.batch_records.items():
             batch_records.setdefault(key, []).extend(o for o in found if o < plan.process_offset)
-    rocksdb = check_rocksdb_cq(store, plan) if store.queues_in_rocksdb else []
+    rocksdb = []
+    if store.queues_in_rocksdb:
+        # the RocksDB reader (and the query stack it shares) only for stores that need it
+        from ..rocksdb_recovery import check_rocksdb_cq
+        rocksdb = check_rocksdb_cq(store, plan)
     for found in (check_batch_consume_queues(store, batch_records, plan.redispatch_from)
                   + check_timer_store(store, plan=plan) + check_dledger(store)
                   + check_epoch_file(store, plan.process_offset) + rocksdb

@@ -18,6 +18,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
 mod hashcode;
+mod index;
+mod props;
 mod walk;
 
 use walk::{Columns, Layout, RunParams};
@@ -247,6 +249,103 @@ fn property_values<'py>(
     Ok(out)
 }
 
+fn slice_of<'py>(a: &numpy::PyReadonlyArray1<'py, i64>) -> PyResult<Vec<i64>> {
+    Ok(a.as_slice()?.to_vec())
+}
+
+/// The properties `buf[starts[i]:ends[i]]` of many records copied into one blob, each between
+/// two separators, and the value span of each pattern's property per record (the contract of
+/// `codec.property_values` over `codec.property_blob`, without the blob's padding):
+/// (blob uint8, begins int64, [(starts, ends) int64 per pattern]).
+#[pyfunction]
+fn property_spans<'py>(
+    py: Python<'py>,
+    buf: &Bound<'py, PyAny>,
+    starts: numpy::PyReadonlyArray1<'py, i64>,
+    ends: numpy::PyReadonlyArray1<'py, i64>,
+    patterns: Vec<Vec<u8>>,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let bytes = Bytes::get(buf)?;
+    let (starts, ends) = (slice_of(&starts)?, slice_of(&ends)?);
+    if starts.len() != ends.len() {
+        return Err(PyValueError::new_err("starts and ends differ in length"));
+    }
+    let data = bytes.slice();
+    let spans = py.detach(|| {
+        guarded("property_spans", || props::property_spans(data, &starts, &ends, &patterns))
+    })?;
+    let values = PyList::empty(py);
+    for (s, e) in spans.values {
+        values.append((s.into_pyarray(py), e.into_pyarray(py)))?;
+    }
+    PyTuple::new(py, [spans.blob.into_pyarray(py).into_any(),
+                      spans.begins.into_pyarray(py).into_any(), values.into_any()])
+}
+
+/// `codec.index_key_spans`' contract: (owner, starts, ends) int64 of each record's UNIQ_KEY and
+/// KEYS items split at `separator`, in buildIndex's order.
+#[pyfunction]
+fn index_key_spans<'py>(
+    py: Python<'py>,
+    data: &Bound<'py, PyAny>,
+    u_starts: numpy::PyReadonlyArray1<'py, i64>,
+    u_ends: numpy::PyReadonlyArray1<'py, i64>,
+    k_starts: numpy::PyReadonlyArray1<'py, i64>,
+    k_ends: numpy::PyReadonlyArray1<'py, i64>,
+    separator: u8,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let bytes = Bytes::get(data)?;
+    let (us, ue) = (slice_of(&u_starts)?, slice_of(&u_ends)?);
+    let (ks, ke) = (slice_of(&k_starts)?, slice_of(&k_ends)?);
+    let n = us.len();
+    if ue.len() != n || ks.len() != n || ke.len() != n {
+        return Err(PyValueError::new_err("the spans differ in length"));
+    }
+    let text = bytes.slice();
+    let (owner, starts, ends) = py.detach(|| {
+        guarded("index_key_spans", || {
+            props::index_key_spans(text, (&us, &ue), (&ks, &ke), separator)
+        })
+    })?;
+    PyTuple::new(py, [owner.into_pyarray(py).into_any(), starts.into_pyarray(py).into_any(),
+                      ends.into_pyarray(py).into_any()])
+}
+
+/// True when `mqtool.verify.index._check_index_chains` would find nothing in the entries of an
+/// IndexFile (`index::chains_clean`); False means: let the reference check them.
+#[pyfunction]
+#[pyo3(signature = (path, entries_start, n, slot_values, count, slots))]
+fn index_chains_clean<'py>(
+    py: Python<'py>,
+    path: String,
+    entries_start: u64,
+    n: usize,
+    slot_values: numpy::PyReadonlyArray1<'py, i32>,
+    count: i64,
+    slots: i64,
+) -> PyResult<bool> {
+    let slot_values = slot_values.as_slice()?.to_vec();
+    py.detach(|| {
+        guarded("index_chains_clean", || {
+            index::chains_clean(&path, entries_start, n, &slot_values, count, slots)
+        })
+    })
+}
+
+/// `index::join_sorted` over numpy arrays: (j, after) int64.
+#[pyfunction]
+#[pyo3(signature = (records, probes, first_only))]
+fn join_sorted<'py>(
+    py: Python<'py>,
+    records: numpy::PyReadonlyArray1<'py, i64>,
+    probes: numpy::PyReadonlyArray1<'py, i64>,
+    first_only: bool,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let (records, probes) = (records.as_slice()?, probes.as_slice()?);
+    let (j, after) = guarded("join_sorted", || index::join_sorted(records, probes, first_only))?;
+    PyTuple::new(py, [j.into_pyarray(py).into_any(), after.into_pyarray(py).into_any()])
+}
+
 /// The layout this module was written for, for Python to compare with the declarations.
 #[pyfunction]
 fn layout(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
@@ -284,6 +383,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(crc32_ranges, m)?)?;
     m.add_function(wrap_pyfunction!(java_hashes, m)?)?;
     m.add_function(wrap_pyfunction!(property_values, m)?)?;
+    m.add_function(wrap_pyfunction!(property_spans, m)?)?;
+    m.add_function(wrap_pyfunction!(index_key_spans, m)?)?;
+    m.add_function(wrap_pyfunction!(index_chains_clean, m)?)?;
+    m.add_function(wrap_pyfunction!(join_sorted, m)?)?;
     m.add_function(wrap_pyfunction!(_panic_for_test, m)?)?;
     m.add("MIN_MESSAGE_SIZE", walk::MIN_MESSAGE_SIZE)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
