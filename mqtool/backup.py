@@ -41,14 +41,13 @@ from . import jsontext
 from .errors import MqtoolError, StoreLayoutError
 from .formats import dledger as dl_fmt
 from .store import data_extents, store_below
+from .vocabulary import BACKUP_DIR, BACKUP_MANIFEST, STAGE_PREFIX  # noqa: F401
 from .writer import fsync_dir, fsync_path
 
-MANIFEST = "manifest.json"
+MANIFEST = BACKUP_MANIFEST
 REPORTED = "reported"
 MANIFEST_FORMAT = "mqtool-backup/1"
 PENDING = ".mqtool-pending.json"
-BACKUP_DIR = ".mqtool-backup"
-STAGE_PREFIX = ".mqtool-stage-"
 CHUNK = 1 << 20
 _ZEROS = bytes(CHUNK)
 

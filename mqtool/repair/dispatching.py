@@ -3,8 +3,8 @@ recovered end, judged with the broker's rules) and the ConsumeQueue units and in
 one makes, written through the staged writers."""
 from __future__ import annotations
 
+import contextlib
 import itertools
-import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,64 +18,40 @@ from ..scan import RecordBatch, TopicTable, scan_segment_batches
 from ..consumers import QueueEnds
 from ..store import Segment, Store
 from .writers import RepairIndexWriter, StagedBatchConsumeQueueWriter, StagedConsumeQueueWriter
-from .pipeline import ParallelJudgedRecords, index_keys, parse_properties, tags_codes
+from .pipeline import (ParallelJudgedRecords, _segment_batches, index_keys,  # noqa: F401
+                       parse_properties, tags_codes)
 
 
 _UNIT = cq_fmt.CQ_STORE_UNIT_SIZE
 _NOT, _COMMIT = cl_fmt.TRANSACTION_NOT_TYPE, cl_fmt.TRANSACTION_COMMIT_TYPE
 _ROLLBACK = cl_fmt.TRANSACTION_ROLLBACK_TYPE
 _TYPE_MASK = cl_fmt.TRANSACTION_TYPE_MASK
-_BLANK_MAGIC = cl_fmt.BLANK_MAGIC_CODE.to_bytes(4, "big")
+
+
+# --- progress ---------------------------------------------------------------------------------------
+
+def _bar(progress, desc: str, total: int):
+    """A progress bar from the caller's factory ``progress(desc, total)``, or a null context."""
+    if progress is None:
+        return contextlib.nullcontext(None)
+    return progress(desc, total)
+
+
+def _commitlog_bytes(store: Store, start: int = 0, stop: int | None = None) -> int:
+    total = 0
+    for seg in store.commitlog.segments:
+        lo = max(start, seg.base_offset)
+        hi = seg.base_offset + seg.length if stop is None else min(stop, seg.base_offset + seg.length)
+        total += max(0, hi - lo)
+    return total
+
+
+def _dispatch_with_bar(store: Store, start: int, stop: int, progress, **kwargs) -> DispatchStats:
+    with _bar(progress, "dispatch", _commitlog_bytes(store, start, stop)) as bar:
+        return dispatch(store, start, stop, progress=bar, **kwargs)
 
 
 # --- scanning records to dispatch ------------------------------------------------------------------
-
-def _segment_batches(seg: Segment, start: int, stop: int, topics: TopicTable):
-    """The message records of one segment whose offset is in [start, stop), in order, as the
-    scanner's record batches (each valid until the next is asked for); a blank, or anything
-    else that is not a record, ends the segment (the broker moves to the next file)."""
-    pos = max(0, start - seg.base_offset)
-    limit = min(seg.length, max(0, stop - seg.base_offset))
-    if pos >= limit:
-        return
-    if not pos:
-        yield from _walk_batches(seg, 0, limit, topics)
-        return
-    with open(seg.path, "rb") as fh:
-        head = os.pread(fh.fileno(), 8, pos)
-    if len(head) < 8 or head[4:8] == _BLANK_MAGIC or head == bytes(8):
-        return
-    walk = _walk_batches(seg, pos, limit, topics)
-    first = next(walk, None)
-    if first is None:
-        return
-    if first.start_offset != seg.base_offset + pos:
-        # the record at the start position failed the resynchronisation test (a damaged
-        # PHYSICALOFFSET): read the file from its start instead
-        walk.close()
-        for batch in _walk_batches(seg, 0, limit, topics):
-            skip = int(np.searchsorted(batch.position, pos))
-            if skip < len(batch):
-                yield batch.rows(skip, len(batch))
-        return
-    yield first
-    yield from walk
-
-
-def _walk_batches(seg: Segment, pos: int, limit: int, topics: TopicTable):
-    """Record batches from file position ``pos`` until the first event that is not a record or
-    the first record at or past ``limit``. No CRC: the reput dispatches what it reads."""
-    for event in scan_segment_batches(seg, seg.base_offset + pos, seg.base_offset + limit,
-                                      check_crc=False, resync=False, topics=topics):
-        if type(event) is not RecordBatch:
-            return
-        keep = int(np.searchsorted(event.position, limit))
-        if keep < len(event):
-            if keep:
-                yield event.head(keep)
-            return
-        yield event
-
 
 def reput_batches(store: Store, start: int, stop: int, topics: TopicTable, progress=None):
     """The records in [start, stop) the way the broker's recovery/reput walks them, as record

@@ -2,7 +2,6 @@
 with the files the command produces and return the plan; nothing in the store is touched."""
 from __future__ import annotations
 
-import contextlib
 import itertools
 
 from ..cores import available_cores
@@ -15,8 +14,8 @@ from ..store import MappedFile, Segment, Store
 from .files import _queue_rel
 from .transaction import RepairError, RepairPlan, Stage
 from .writers import StagedBatchConsumeQueueWriter, StagedConsumeQueueWriter
-from .dispatching import (DispatchStats, RecordHints, dispatch, iter_records, judged_records,
-                          last_record_before)
+from .dispatching import (DispatchStats, RecordHints, _bar, _commitlog_bytes, _dispatch_with_bar,
+                          dispatch, iter_records, judged_records, last_record_before)
 from .pipeline import ParallelJudgedRecords
 from .index import (_count_entries, _finish_index, _last_full_end_timestamp, read_index_states,
                     _setup_index)
@@ -26,23 +25,7 @@ from .commitlog import commitlog_gaps, _commitlog_ops
 from .dledger import dledger_op_reasons, resolve_dledger_cut, stage_dledger_truncate
 from .bookkeeping import (_abort_op, _consumer_offsets, _stage_5x_service_files,
                           _stage_checkpoint)
-from .changes import build_plan, _file_counts
-
-
-def _bar(progress, desc: str, total: int):
-    """A progress bar from the caller's factory ``progress(desc, total)``, or a null context."""
-    if progress is None:
-        return contextlib.nullcontext(None)
-    return progress(desc, total)
-
-
-def _commitlog_bytes(store: Store, start: int = 0, stop: int | None = None) -> int:
-    total = 0
-    for seg in store.commitlog.segments:
-        lo = max(start, seg.base_offset)
-        hi = seg.base_offset + seg.length if stop is None else min(stop, seg.base_offset + seg.length)
-        total += max(0, hi - lo)
-    return total
+from .changes import build_plan, _file_counts, _recover_summary
 
 
 def _predict(store: Store, progress, workers: int | None = None, **kwargs) -> RecoveryPlan:
@@ -50,11 +33,6 @@ def _predict(store: Store, progress, workers: int | None = None, **kwargs) -> Re
     with _bar(progress, "scan", _commitlog_bytes(store)) as bar:
         return predict_recovery(store, progress=bar, **kwargs,
                                 workers=available_cores() if workers is None else workers)
-
-
-def _dispatch_with_bar(store: Store, start: int, stop: int, progress, **kwargs) -> "DispatchStats":
-    with _bar(progress, "dispatch", _commitlog_bytes(store, start, stop)) as bar:
-        return dispatch(store, start, stop, progress=bar, **kwargs)
 
 
 # --- recover ------------------------------------------------------------------------------------------
@@ -379,12 +357,6 @@ def _checkpoint_cap(store: Store, stats: DispatchStats, po: int, notes: list[str
     notes.append(f"checkpoint timestamps later than the newest kept message "
                  f"({last.store_timestamp}) are lowered to it")
     return last.store_timestamp
-
-
-def _recover_summary(rp: RecoveryPlan) -> dict:
-    return {"mode": rp.mode, "broker_version": rp.broker_version,
-            "process_offset": rp.process_offset, "start_file": rp.start_file,
-            "messages_removed": rp.messages_lost, "commitlog_bytes_dropped": rp.bytes_dropped}
 
 
 # --- truncate -----------------------------------------------------------------------------------------
