@@ -300,8 +300,27 @@ def _dispatch_queues(batch: RecordBatch, offsets: np.ndarray, props: _DispatchPr
     the offset its record states (PHYSICALOFFSET: the dispatch request's commitLogOffset), which
     only a damaged field makes differ from ``offsets``, the positions that say which records
     are dispatched."""
-    sizes, stamps = batch.total_size, batch.store_timestamp
-    stated = batch.physical_offset
+    to_bcq, to_cq = _dispatch_targets(batch, offsets, cq=cq, bcq=bcq, cq_from=cq_from,
+                                      queues=queues, batch_topics=batch_topics)
+    offered = np.flatnonzero(to_bcq | to_cq)
+    if len(offered) == 0:
+        return
+    # putMessagePositionInfoWrapper sets logicsMsgTimestamp even for a repeated unit
+    stats.last_cq_timestamp = int(batch.store_timestamp[offered[-1]])
+    rows = np.flatnonzero(_not_covered(batch, cq, to_bcq, to_cq, stats))
+    if len(rows) == 0:
+        return
+    _put_batch_units(batch, rows, to_bcq, props, bcq, stats)
+    rows = rows[to_cq[rows]]
+    if len(rows) == 0:
+        return
+    _put_queue_units(batch, rows, props, cq, stats, schedule_loaded)
+
+
+def _dispatch_targets(batch: RecordBatch, offsets: np.ndarray, *, cq, bcq, cq_from: int,
+                      queues, batch_topics) -> tuple[np.ndarray, np.ndarray]:
+    """(to the BatchConsumeQueue, to the ConsumeQueue) per record: normal and COMMIT records
+    at or past ``cq_from`` (of the selected ``queues``), by their topic's kind."""
     tran = batch.sys_flag & _TYPE_MASK
     names = batch.topics.names
     queued = (offsets >= cq_from) & ((tran == _NOT) | (tran == _COMMIT))
@@ -314,11 +333,15 @@ def _dispatch_queues(batch: RecordBatch, offsets: np.ndarray, props: _DispatchPr
     in_batch_topic = np.isin(batch.topic_id, batch_ids)
     to_bcq = queued & in_batch_topic if bcq is not None else np.zeros(len(batch), dtype=bool)
     to_cq = queued & ~in_batch_topic if cq is not None else np.zeros(len(batch), dtype=bool)
-    offered = np.flatnonzero(to_bcq | to_cq)
-    if len(offered) == 0:
-        return
-    # putMessagePositionInfoWrapper sets logicsMsgTimestamp even for a repeated unit
-    stats.last_cq_timestamp = int(stamps[offered[-1]])
+    return to_bcq, to_cq
+
+
+def _not_covered(batch: RecordBatch, cq, to_bcq: np.ndarray, to_cq: np.ndarray,
+                 stats: DispatchStats) -> np.ndarray:
+    """The records still to put: every BatchConsumeQueue one, and the ConsumeQueue ones their
+    queue does not already cover (its max physical offset or write position)."""
+    sizes, stated = batch.total_size, batch.physical_offset
+    names = batch.topics.names
     live = to_bcq
     cq_rows = np.flatnonzero(to_cq)
     if len(cq_rows):
@@ -343,10 +366,14 @@ def _dispatch_queues(batch: RecordBatch, offsets: np.ndarray, props: _DispatchPr
             has_pos[inverse] & (batch.queue_offset[cq_rows] * _UNIT < write_pos[inverse]))
         live = live.copy()
         live[cq_rows[~covered]] = True
-    rows = np.flatnonzero(live)
-    if len(rows) == 0:
-        return
-    schedule = batch.topics.find(codecs.SCHEDULE_TOPIC)
+    return live
+
+
+def _put_batch_units(batch: RecordBatch, rows: np.ndarray, to_bcq: np.ndarray,
+                     props: _DispatchProperties, bcq, stats: DispatchStats) -> None:
+    """BatchConsumeQueue units for the batch-topic records among ``rows``."""
+    sizes, stamps, stated = batch.total_size, batch.store_timestamp, batch.physical_offset
+    names = batch.topics.names
     for i in np.flatnonzero(to_bcq[rows]).tolist():
         i = int(rows[i])
         topic, stamp = names[batch.topic_id[i]], int(stamps[i])
@@ -355,9 +382,16 @@ def _dispatch_queues(batch: RecordBatch, offsets: np.ndarray, props: _DispatchPr
                    codecs.tags_code(topic, record_props, stamp), stamp,
                    *codecs.batch_position(record_props, int(batch.queue_offset[i]))):
             stats.cq_written += 1
-    rows = rows[to_cq[rows]]
-    if len(rows) == 0:
-        return
+
+
+def _put_queue_units(batch: RecordBatch, rows: np.ndarray, props: _DispatchProperties, cq,
+                     stats: DispatchStats, schedule_loaded: bool) -> None:
+    """ConsumeQueue units for ``rows``, a queue at a time, with their tagsCode (a delay
+    message's delivery time, or 4.9's TAGS hash when recovery runs before the schedule
+    service loads)."""
+    sizes, stamps, stated = batch.total_size, batch.store_timestamp, batch.physical_offset
+    names = batch.topics.names
+    schedule = batch.topics.find(codecs.SCHEDULE_TOPIC)
     codes = props.tags_hashes(rows).astype(np.int64)
     topic_ids = batch.topic_id[rows]
     for k in np.flatnonzero(topic_ids == schedule).tolist() if schedule is not None else ():

@@ -492,28 +492,7 @@ def plan_truncate(store: Store, stage: Stage, *, to: int | None = None,
     rp = _predict(store, progress, mode=mode, broker_version=broker_version, check_crc=check_crc,
                   force_verify_prop_crc=force_verify_prop_crc)
     po = rp.process_offset
-    cut = po if to is None else to
-    if cut < 0:
-        raise RepairError("--to must be >= 0")
-    if store.dledger is not None:
-        divided = store.commitlog.divided_offset
-        if divided is not None and cut < divided:
-            raise RepairError(
-                f"--to {cut:,} lies in the plain commitlog/ part of this upgraded store (below "
-                f"dividedCommitlogOffset {divided:,}); truncate cuts only the DLedger part: use "
-                f"an offset of {divided:,} or more")
-        # DLedger: the log is cut at an entry boundary (a record's offset names its entry)
-        cut = resolve_dledger_cut(store, cut)
-    if cut > po:
-        raise RepairError(f"--to {cut:,} is past the broker's recovered end {po:,}: the records "
-                          "there would be dropped anyway (run 'mqtool recover')")
-    if cut < store.commitlog.min_offset:
-        raise RepairError(f"--to {cut:,} is before the first CommitLog file "
-                          f"({store.commitlog.min_offset:,})")
-    if store.dledger is None:
-        ok, why = record_boundaries_ok(store, cut)
-        if not ok:
-            raise RepairError(why)
+    cut = _truncate_point(store, po, to)
     notes: list[str] = []
     lost: list[str] = []
     delete_names = [s.name for s in store.commitlog.segments if s.base_offset > cut]
@@ -533,27 +512,10 @@ def plan_truncate(store: Store, stage: Stage, *, to: int | None = None,
         last = last_record_before(store, cut)
         last_kept_ts = last.store_timestamp if last is not None else None
 
-    cq_units = 0
-    for kind, _, kind_upf in queue_kinds(store):
-        states, _ = _recover_queues(stage, store, kind_upf, kind)
-        cq_units += _truncate_queues(stage, store, kind_upf, cut, states, kind)
-        _finish_queues(stage, store, kind_upf, {k: s.end for k, s in states.items()},
-                       keep_stale=False, kind=kind)
-
-    ckpt = store.read_checkpoint() if store.checkpoint_path.is_file() else None
-    setup = _setup_index(stage, store, deleted=[], cut=cut, reindex_all=False,
-                         index_msg_timestamp=ckpt.index_msg_timestamp if ckpt else 0)
-    if setup.dispatch_from is not None and setup.dispatch_from < cut:
-        _dispatch_with_bar(store, setup.dispatch_from, cut, progress, cq=None, cq_from=cut,
-                           index=setup.writer, index_from=setup.dispatch_from)
-    _finish_index(stage, store, setup.writer)
-    index_value = None
-    if setup.rebuilt:
-        index_value = (setup.writer.index_msg_timestamp if setup.writer.rolled
-                       else _last_full_end_timestamp(stage, store, setup.writer))
+    cq_units, setup = _stage_truncated_queues_and_index(store, stage, cut, progress)
     cap = last_kept_ts if last_kept_ts is not None else 0
-    _stage_checkpoint(stage, store, version=rp.broker_version, index=index_value,
-                      physic_cap=cap, logics_cap=cap, index_cap=cap, create=False)
+    _stage_checkpoint(stage, store, version=rp.broker_version, index=_rebuilt_index_timestamp(
+        stage, store, setup), physic_cap=cap, logics_cap=cap, index_cap=cap, create=False)
     if removed:
         lost.append(f"{removed:,} message(s) in [{cut:,}, {po:,})")
     for seg in store.commitlog.segments:
@@ -579,6 +541,64 @@ def plan_truncate(store: Store, stage: Stage, *, to: int | None = None,
     if store.dledger is not None:
         dledger_op_reasons(plan, store, "truncate")
     return plan
+
+
+def _truncate_point(store: Store, po: int, to: int | None) -> int:
+    """Where truncate cuts: ``to`` (default processOffset), refused unless it is a record
+    boundary (DLedger: an entry boundary in the DLedger part) between the first CommitLog
+    offset and processOffset."""
+    cut = po if to is None else to
+    if cut < 0:
+        raise RepairError("--to must be >= 0")
+    if store.dledger is not None:
+        divided = store.commitlog.divided_offset
+        if divided is not None and cut < divided:
+            raise RepairError(
+                f"--to {cut:,} lies in the plain commitlog/ part of this upgraded store (below "
+                f"dividedCommitlogOffset {divided:,}); truncate cuts only the DLedger part: use "
+                f"an offset of {divided:,} or more")
+        # DLedger: the log is cut at an entry boundary (a record's offset names its entry)
+        cut = resolve_dledger_cut(store, cut)
+    if cut > po:
+        raise RepairError(f"--to {cut:,} is past the broker's recovered end {po:,}: the records "
+                          "there would be dropped anyway (run 'mqtool recover')")
+    if cut < store.commitlog.min_offset:
+        raise RepairError(f"--to {cut:,} is before the first CommitLog file "
+                          f"({store.commitlog.min_offset:,})")
+    if store.dledger is None:
+        ok, why = record_boundaries_ok(store, cut)
+        if not ok:
+            raise RepairError(why)
+    return cut
+
+
+def _stage_truncated_queues_and_index(store: Store, stage: Stage, cut: int, progress):
+    """(ConsumeQueue units removed, the IndexFile setup): every queue recovered and truncated at
+    ``cut``, IndexFiles holding entries at or past it rebuilt under their names."""
+    cq_units = 0
+    for kind, _, kind_upf in queue_kinds(store):
+        states, _ = _recover_queues(stage, store, kind_upf, kind)
+        cq_units += _truncate_queues(stage, store, kind_upf, cut, states, kind)
+        _finish_queues(stage, store, kind_upf, {k: s.end for k, s in states.items()},
+                       keep_stale=False, kind=kind)
+
+    ckpt = store.read_checkpoint() if store.checkpoint_path.is_file() else None
+    setup = _setup_index(stage, store, deleted=[], cut=cut, reindex_all=False,
+                         index_msg_timestamp=ckpt.index_msg_timestamp if ckpt else 0)
+    if setup.dispatch_from is not None and setup.dispatch_from < cut:
+        _dispatch_with_bar(store, setup.dispatch_from, cut, progress, cq=None, cq_from=cut,
+                           index=setup.writer, index_from=setup.dispatch_from)
+    _finish_index(stage, store, setup.writer)
+    return cq_units, setup
+
+
+def _rebuilt_index_timestamp(stage: Stage, store: Store, setup) -> int | None:
+    """indexMsgTimestamp for the checkpoint after IndexFiles were rebuilt (None: unchanged)."""
+    index_value = None
+    if setup.rebuilt:
+        index_value = (setup.writer.index_msg_timestamp if setup.writer.rolled
+                       else _last_full_end_timestamp(stage, store, setup.writer))
+    return index_value
 
 
 # --- rebuild-queues -----------------------------------------------------------------------------------
