@@ -24,6 +24,10 @@ The manifest keeps the repair's loss report (``data_loss``, ``lost``, ``summary`
 line marks a backup ``reported`` (an empty file beside the manifest) once it has printed that
 report, so a repair killed between its last change and its report is reported by the next run
 (:func:`unreported_backup`) and ``undo --list`` shows it.
+
+A backup written elsewhere (``--backup-dir``) is named by a note in the store's backup folder
+(``<ts>.where.json``) and names its store in ``store.json``, written before anything else: a
+repair killed while saving there is found and finished like one in the default place.
 """
 from __future__ import annotations
 
@@ -48,6 +52,8 @@ MANIFEST = BACKUP_MANIFEST
 REPORTED = "reported"
 MANIFEST_FORMAT = "mqtool-backup/1"
 PENDING = ".mqtool-pending.json"
+WHERE_SUFFIX = ".where.json"
+STORE_NOTE = "store.json"
 CHUNK = 1 << 20
 _ZEROS = bytes(CHUNK)
 
@@ -422,10 +428,56 @@ def clear_pending(store_root: Path) -> None:
     fsync_dir(path.parent)
 
 
+def note_backup_place(store_root: Path, backup_dir: Path) -> None:
+    """Before a repair saves anything into a backup folder outside the store's own backup
+    folder, let each of the two name the other (see the module's docstring)."""
+    store_root, backup_dir = Path(store_root).absolute(), Path(backup_dir).absolute()
+    home = store_root / BACKUP_DIR
+    if backup_dir.parent == home:
+        return
+    home.mkdir(exist_ok=True)
+    backup_dir.mkdir(parents=True, exist_ok=True)
+    write_json_atomically(backup_dir / STORE_NOTE, {"store": str(store_root)})
+    write_json_atomically(home / f"{utc_stamp()}{WHERE_SUFFIX}", {"backup": str(backup_dir)})
+
+
+def forget_backup_place(store_root: Path, backup_dir: Path) -> None:
+    """Drop the store's note of an outside backup folder (its repair failed and removed it)."""
+    for stamp, path, note in _backup_folders(store_root, existing=False):
+        if note is not None and path == Path(backup_dir).absolute():
+            note.unlink(missing_ok=True)
+
+
+def _backup_folders(store_root: Path, existing: bool = True) -> list[tuple[str, Path, Path | None]]:
+    """Every backup folder of a store, oldest first, as (timestamp, folder, note): the folders
+    of its own backup folder (note None) and the outside ones its notes name (those that still
+    exist unless ``existing`` is false)."""
+    found = []
+    for path in (Path(store_root) / BACKUP_DIR).glob("*"):
+        if path.is_dir():
+            found.append((path.name, path, None))
+        elif path.name.endswith(WHERE_SUFFIX):
+            try:
+                target = Path(json.loads(path.read_text(encoding="utf-8"))["backup"])
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            if target.is_dir() or not existing:
+                found.append((path.name[:-len(WHERE_SUFFIX)], target, path))
+    return sorted(found, key=lambda item: item[0])
+
+
+def _shown(store_root: Path, folder: Path) -> str:
+    """A backup folder as reports name it: relative to the store when inside it."""
+    try:
+        return folder.relative_to(store_root).as_posix()
+    except ValueError:
+        return str(folder)
+
+
 def newest_backup(store_root: Path) -> Path | None:
-    """The most recent backup folder (with a manifest) under a store's backup directory."""
-    folders = [p for p in (Path(store_root) / BACKUP_DIR).glob("*") if (p / MANIFEST).is_file()]
-    return max(folders, key=lambda p: p.name) if folders else None
+    """The most recent backup folder (with a manifest) of a store."""
+    folders = [p for _, p, _ in _backup_folders(store_root) if (p / MANIFEST).is_file()]
+    return folders[-1] if folders else None
 
 
 def _looks_like_store(folder: Path) -> bool:
@@ -499,12 +551,15 @@ def repair_leftovers(store_root: Path) -> list[dict]:
             found.append({"kind": "stage", "path": path.name,
                           "detail": "stage folder of a repair killed before it changed the store; "
                                     "the next repair or undo removes it"})
-    for path in sorted((root / BACKUP_DIR).glob("*")):
-        if path.is_dir() and not (path / MANIFEST).exists():
-            found.append({"kind": "backup", "path": f"{BACKUP_DIR}/{path.name}",
-                          "detail": "backup folder without manifest.json, of a repair killed "
-                                    "while it was saving (the store was not changed); the next "
-                                    "repair or undo removes it"})
+    for _, path, note in _backup_folders(root):
+        if not (path / MANIFEST).exists():
+            item = {"kind": "backup", "path": _shown(root, path),
+                    "detail": "backup folder without manifest.json, of a repair killed "
+                              "while it was saving (the store was not changed); the next "
+                              "repair or undo removes it"}
+            if note is not None:
+                item["note"] = note.name
+            found.append(item)
     return found
 
 
@@ -515,6 +570,8 @@ def remove_leftovers(store_root: Path) -> list[str]:
     for item in repair_leftovers(store_root):
         if item["kind"] in ("stage", "backup"):
             shutil.rmtree(Path(store_root) / item["path"], ignore_errors=True)
+            if "note" in item:
+                (Path(store_root) / BACKUP_DIR / item["note"]).unlink(missing_ok=True)
             removed.append(item["path"])
     return removed
 
@@ -547,9 +604,7 @@ def list_backups(store_root: Path) -> list[dict]:
     """Every folder in the store's backup folder, oldest first: its repair, status (prepared,
     applied, undone; incomplete without manifest), loss report and whether it was reported."""
     out = []
-    for path in sorted((Path(store_root) / BACKUP_DIR).glob("*")):
-        if not path.is_dir():
-            continue
+    for _, path, _ in _backup_folders(store_root):
         entry = {"backup": str(path), "name": path.name}
         try:
             manifest = load_manifest(path)
@@ -629,9 +684,9 @@ def undo_backup(backup_dir: Path, *, force: bool = False, dry_run: bool = False,
     backup_dir = Path(backup_dir).absolute()
     if backup_dir.is_file() and backup_dir.name == MANIFEST:
         backup_dir = backup_dir.parent
-    if _is_incomplete_backup(backup_dir):
+    store_root = _store_of_incomplete_backup(backup_dir)
+    if store_root is not None:
         # a repair killed while it was saving: it changed nothing, only its leftovers go
-        store_root = backup_dir.parent.parent
         report = UndoReport(str(backup_dir), str(store_root), dry_run=dry_run)
         with (guard(store_root) if guard is not None else contextlib.nullcontext()):
             report.leftovers = [item["path"] for item in repair_leftovers(store_root)
@@ -647,17 +702,26 @@ def undo_backup(backup_dir: Path, *, force: bool = False, dry_run: bool = False,
         return _undo(backup_dir, manifest, store_root, force=force, dry_run=dry_run)
 
 
-def _is_incomplete_backup(backup_dir: Path) -> bool:
-    """A folder of a store's default backup folder without a manifest that no journal names."""
-    if not backup_dir.is_dir() or (backup_dir / MANIFEST).exists() \
-            or backup_dir.parent.name != BACKUP_DIR:
-        return False
-    store_root = backup_dir.parent.parent
+def _store_of_incomplete_backup(backup_dir: Path) -> Path | None:
+    """The store of a backup folder without a manifest that no journal names (a repair killed
+    while saving), else None."""
+    if not backup_dir.is_dir() or (backup_dir / MANIFEST).exists():
+        return None
+    if backup_dir.parent.name == BACKUP_DIR:
+        store_root = backup_dir.parent.parent
+    else:
+        try:
+            store_root = Path(json.loads((backup_dir / STORE_NOTE).read_text(
+                encoding="utf-8"))["store"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
     try:
         pending = read_pending(store_root)
     except BackupError:
-        return False
-    return pending is None or Path(pending["manifest"]).parent.resolve() != backup_dir.resolve()
+        return None
+    if pending is None or Path(pending["manifest"]).parent.resolve() != backup_dir.resolve():
+        return store_root
+    return None
 
 
 def _check_room(backup_dir: Path, manifest: dict) -> None:
@@ -781,4 +845,5 @@ __all__ = ["BackupError", "UndoReport", "undo_backup", "load_manifest", "read_pe
            "write_json_atomically", "utc_stamp", "in_place_digests", "content_digest",
            "in_place_content_digests", "save_changes", "restore_changes", "DIGEST_FORMAT",
            "MANIFEST", "PENDING", "BACKUP_DIR", "STAGE_PREFIX", "REPORTED", "repair_leftovers",
-           "remove_leftovers", "mark_reported", "unreported_backup", "list_backups"]
+           "remove_leftovers", "mark_reported", "unreported_backup", "list_backups",
+           "note_backup_place", "forget_backup_place"]

@@ -223,6 +223,44 @@ def test_killed_at_each_phase_is_visible_and_finished(tmp_path, lossy_store, pha
     assert not list(store.glob(".mqtool-stage-*"))
 
 
+@pytest.mark.parametrize("phase", ["-1", "applied"])
+def test_a_backup_outside_the_store_is_found_after_a_kill(tmp_path, lossy_store, phase):
+    """--backup-dir elsewhere: the store notes where its backup went before anything is saved,
+    so a kill while saving or before the report is seen and finished as in the default place."""
+    source, wanted = lossy_store
+    store, outside = tmp_path / "store", tmp_path / "elsewhere" / "backup-1"
+    shutil.copytree(source, store)
+    original = snapshot(store)
+    env = dict(os.environ, MQTOOL_TEST_KILL_AFTER_STEP=phase)
+    killed = run_mqtool("recover", store, "--backup-dir", outside, env=env)
+    assert killed.returncode == -9, killed.stderr
+    assert (outside / "data").is_dir()
+    found_verify, found_info = _leftover_codes(store)
+    if phase == "-1":
+        assert found_verify == found_info == ["REPAIR_LEFTOVER", "REPAIR_LEFTOVER"]
+        verify = json.loads(run_mqtool("verify", store, "--json").stdout)
+        assert str(outside) in {f["file"] for f in verify["findings"]}
+        # undo of the half-made outside folder finds its store and takes the leftovers away
+        undo = run_mqtool("undo", outside, "--json")
+        assert undo.returncode == 0, undo.stderr
+        assert str(outside) in json.loads(undo.stdout)["leftovers_removed"]
+        assert not outside.exists() and snapshot(store) == original
+        assert not list((store / ".mqtool-backup").glob("*.where.json"))
+    else:
+        assert found_verify == found_info == []
+        listed = json.loads(run_mqtool("undo", "--list", store, "--json").stdout)["backups"]
+        assert [(b["backup"], b["status"], b["reported"]) for b in listed] == [
+            (str(outside), "applied", False)]
+        rerun = run_mqtool("recover", store, "--json")
+        assert rerun.returncode == 1, rerun.stderr
+        doc = json.loads(rerun.stdout)
+        assert doc["status"] == "nothing to do" and doc["resumed"]["unreported"]
+        assert snapshot(store) == wanted
+        assert run_mqtool("undo", outside).returncode == 0
+        assert snapshot(store) == original
+    assert _leftover_codes(store) == ([], [])
+
+
 # --- 3. a repaired copy of read-only evidence, made by an unprivileged user -------------------------------
 
 def _as_unprivileged(work) -> None:

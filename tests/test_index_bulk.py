@@ -75,9 +75,16 @@ def _keys(records) -> list[list[str]]:
     return out
 
 
+# clean-multi (the largest store, ~9,000 records) runs on its own geometry only: on the small
+# ones its key-by-key reference alone took 90 s and the four other stores roll over as often
+BULK_CASES = [pytest.param(ref, geometry, id=f"{ref_id}-{geometry_id}")
+              for ref, ref_id in zip(STORES, IDS)
+              for geometry, geometry_id in zip(GEOMETRIES, ("own", "97x60", "7x3000"))
+              if ref_id != "clean-multi" or geometry is None]
+
+
 @pytest.mark.parametrize("stream", STREAMS)
-@pytest.mark.parametrize("geometry", GEOMETRIES, ids=["own", "97x60", "7x3000"])
-@pytest.mark.parametrize("ref", STORES, ids=IDS)
+@pytest.mark.parametrize("ref,geometry", BULK_CASES)
 def test_bulk_writes_the_same_files_as_key_by_key(ref, geometry, stream, tmp_path):
     records = STREAMS[stream](_records(ref))
     slots, entries = _geometry(ref, geometry)

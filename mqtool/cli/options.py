@@ -208,7 +208,9 @@ def dry_run():
 
 def backup_dir():
     return typer.Option(None, "--backup-dir", metavar="DIR",
-                        help="Backup folder (default STORE/.mqtool-backup/<UTC timestamp>).")
+                        help="Backup folder (default STORE/.mqtool-backup/<UTC timestamp>); one "
+                             "elsewhere is noted in STORE/.mqtool-backup/, so info, verify, "
+                             "undo --list and the next repair find it.")
 
 
 def out_dir():

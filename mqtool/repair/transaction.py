@@ -426,6 +426,7 @@ def _back_up(plan: RepairPlan, ops: list, manifest: dict, store_root: Path, back
     parent_existed = backup_dir.parent.exists()
     reserve = None
     try:
+        bk.note_backup_place(store_root, backup_dir)
         (backup_dir / "data").mkdir(parents=True, exist_ok=True)
         to_sync: list[Path] = []
 
@@ -463,6 +464,7 @@ def _back_up(plan: RepairPlan, ops: list, manifest: dict, store_root: Path, back
         if reserve is not None:
             reserve.release()
         if bk.read_pending(store_root) is None:
+            bk.forget_backup_place(store_root, backup_dir)
             shutil.rmtree(backup_dir, ignore_errors=True)
             if not parent_existed:
                 shutil.rmtree(backup_dir.parent, ignore_errors=True)

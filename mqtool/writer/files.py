@@ -20,6 +20,12 @@ def index_file_name(millis: int) -> str:
     return t.strftime("%Y%m%d%H%M%S") + f"{millis % 1000:03d}"
 
 
+def index_file_millis(name: str) -> int:
+    """The time an IndexFile name written by :func:`index_file_name` stands for."""
+    t = _dt.datetime.strptime(name[:14], "%Y%m%d%H%M%S").replace(tzinfo=_dt.timezone.utc)
+    return int(t.timestamp()) * 1000 + int(name[14:17])
+
+
 def fsync_path(path: Path) -> None:
     """fsync a file or a directory (a rename is durable only once its directory is)."""
     fd = os.open(path, os.O_RDONLY)

@@ -11,7 +11,7 @@ from ..codec import (INDEX_ENTRY, INDEX_ENTRY_DTYPE, INDEX_HEADER, INDEX_SLOT, I
 from ..formats import codecs
 from ..formats import commitlog as cl_fmt
 from ..formats import indexfile as idx_fmt
-from .files import index_file_name
+from .files import index_file_millis, index_file_name
 
 
 class IndexWriter:
@@ -56,8 +56,14 @@ class IndexWriter:
     def _new_file(self, now_ms: int, end_phy: int, end_ts: int) -> None:
         self.flush()
         name = index_file_name(now_ms)
-        while self.files and name <= self.files[-1]:
-            now_ms += 1
+        if self.files and name <= self.files[-1]:
+            # names order as times do: the first free one is a millisecond after the last
+            try:
+                now_ms = index_file_millis(self.files[-1]) + 1
+            except ValueError:          # a kept file named by no time: step past it
+                while name <= self.files[-1]:
+                    now_ms += 1
+                    name = index_file_name(now_ms)
             name = index_file_name(now_ms)
         self._name = name
         self.files.append(name)
