@@ -45,14 +45,13 @@ from . import jsontext
 from .errors import MqtoolError, StoreLayoutError
 from .formats import dledger as dl_fmt
 from .store import data_extents, store_below
+from .vocabulary import BACKUP_DIR, BACKUP_MANIFEST, STAGE_PREFIX  # noqa: F401
 from .writer import fsync_dir, fsync_path
 
-MANIFEST = "manifest.json"
+MANIFEST = BACKUP_MANIFEST
 REPORTED = "reported"
 MANIFEST_FORMAT = "mqtool-backup/1"
 PENDING = ".mqtool-pending.json"
-BACKUP_DIR = ".mqtool-backup"
-STAGE_PREFIX = ".mqtool-stage-"
 WHERE_SUFFIX = ".where.json"
 STORE_NOTE = "store.json"
 CHUNK = 1 << 20
@@ -753,19 +752,7 @@ def _undo(backup_dir: Path, manifest: dict, store_root: Path, *, force: bool,
         return report
     ops = manifest["ops"]
     states = [_current_state(store_root, op) for op in ops]
-    # a path touched by several operations (pad, then zero a tail) is judged by its last one
-    final_state: dict[str, str] = {}
-    for op, state in zip(ops, states):
-        final_state[op["path"]] = state
-    for op, state in zip(ops, states):
-        created = op["op"] == "write" and op.get("old_size") is None
-        if state == "other" and final_state[op["path"]] == "other":
-            report.conflicts.append(op["path"])
-        elif created and state == "absent":
-            continue
-        elif not created and state == "absent" and op["op"] != "delete":
-            report.conflicts.append(op["path"])
-    report.conflicts = sorted(set(report.conflicts))
+    report.conflicts = _undo_conflicts(ops, states)
     if report.conflicts and not force:
         raise BackupError(f"{len(report.conflicts)} file(s) changed since the repair (first: "
                           f"{report.conflicts[0]}); nothing restored (use --force to restore "
@@ -773,57 +760,89 @@ def _undo(backup_dir: Path, manifest: dict, store_root: Path, *, force: bool,
     if not dry_run:
         _check_room(backup_dir, manifest)
     for op, state in reversed(list(zip(ops, states))):
-        path = store_root / op["path"]
-        kind = op["op"]
-        if kind == "write" and op.get("old_size") is None:
-            if path.exists():
-                report.removed.append(op["path"])
-                if not dry_run:
-                    path.unlink()
-                    fsync_dir(path.parent)
-            continue
-        if state == "old":
-            report.unchanged.append(op["path"])
-            continue
-        report.restored.append(op["path"])
-        if dry_run:
-            continue
-        if op.get("changed") is not None:
-            if not path.exists():
-                raise BackupError(f"{path}: gone; its backup holds only the bytes the repair "
-                                  "changed, so it cannot be restored")
-            restore_changes(path, op["old_size"], op["changed"], op["saved"], backup_dir)
-        elif kind == "edit":
-            if not path.exists():
-                restore_file(path, op["old_size"], op["saved"], backup_dir)
-            else:
-                restore_in_place(path, op["old_size"], op["saved"], backup_dir, op["start"],
-                                 op["end"])
-        else:
-            restore_file(path, op["old_size"], op["saved"], backup_dir)
-        if op.get("mode") is not None:
-            os.chmod(path, op["mode"])
+        _undo_op(op, state, store_root, backup_dir, report, dry_run)
     if not dry_run:
-        for directory in sorted(manifest.get("dirs_created", []), key=len, reverse=True):
-            d = store_root / directory
-            try:
-                d.rmdir()
-            except OSError as err:
-                if err.errno not in (errno.ENOENT, errno.ENOTEMPTY, errno.EEXIST):
-                    raise
-        stage = manifest.get("stage")
-        if stage and Path(stage).is_dir():
-            shutil.rmtree(stage, ignore_errors=True)
-        clear_pending(store_root)
-        report.leftovers = remove_leftovers(store_root)
-        manifest["status"] = "undone"
-        manifest["undone"] = utc_stamp()
-        write_json_atomically(backup_dir / MANIFEST, manifest)
-        # the store is as before the repair: nothing of it names that backup any more
-        forget_backup_place(store_root, backup_dir)
+        _finish_undo(backup_dir, manifest, store_root, report)
     report.restored = sorted(set(report.restored))
     report.unchanged = sorted(set(report.unchanged) - set(report.restored))
     return report
+
+
+def _undo_conflicts(ops: list[dict], states: list[str]) -> list[str]:
+    """The paths changed since the repair (undo refuses them unless forced)."""
+    conflicts = []
+    # a path touched by several operations (pad, then zero a tail) is judged by its last one
+    final_state: dict[str, str] = {}
+    for op, state in zip(ops, states):
+        final_state[op["path"]] = state
+    for op, state in zip(ops, states):
+        created = op["op"] == "write" and op.get("old_size") is None
+        if state == "other" and final_state[op["path"]] == "other":
+            conflicts.append(op["path"])
+        elif created and state == "absent":
+            continue
+        elif not created and state == "absent" and op["op"] != "delete":
+            conflicts.append(op["path"])
+    return sorted(set(conflicts))
+
+
+def _undo_op(op: dict, state: str, store_root: Path, backup_dir: Path, report: UndoReport,
+             dry_run: bool) -> None:
+    """One operation undone: a file the repair created removed, a changed one restored from
+    the backup (unless it still holds its old bytes)."""
+    path = store_root / op["path"]
+    kind = op["op"]
+    if kind == "write" and op.get("old_size") is None:
+        if path.exists():
+            report.removed.append(op["path"])
+            if not dry_run:
+                path.unlink()
+                fsync_dir(path.parent)
+        return
+    if state == "old":
+        report.unchanged.append(op["path"])
+        return
+    report.restored.append(op["path"])
+    if dry_run:
+        return
+    if op.get("changed") is not None:
+        if not path.exists():
+            raise BackupError(f"{path}: gone; its backup holds only the bytes the repair "
+                              "changed, so it cannot be restored")
+        restore_changes(path, op["old_size"], op["changed"], op["saved"], backup_dir)
+    elif kind == "edit":
+        if not path.exists():
+            restore_file(path, op["old_size"], op["saved"], backup_dir)
+        else:
+            restore_in_place(path, op["old_size"], op["saved"], backup_dir, op["start"],
+                             op["end"])
+    else:
+        restore_file(path, op["old_size"], op["saved"], backup_dir)
+    if op.get("mode") is not None:
+        os.chmod(path, op["mode"])
+
+
+def _finish_undo(backup_dir: Path, manifest: dict, store_root: Path,
+                 report: UndoReport) -> None:
+    """The folders the repair created removed, its stage and pending marker gone, the backup
+    marked undone."""
+    for directory in sorted(manifest.get("dirs_created", []), key=len, reverse=True):
+        d = store_root / directory
+        try:
+            d.rmdir()
+        except OSError as err:
+            if err.errno not in (errno.ENOENT, errno.ENOTEMPTY, errno.EEXIST):
+                raise
+    stage = manifest.get("stage")
+    if stage and Path(stage).is_dir():
+        shutil.rmtree(stage, ignore_errors=True)
+    clear_pending(store_root)
+    report.leftovers = remove_leftovers(store_root)
+    manifest["status"] = "undone"
+    manifest["undone"] = utc_stamp()
+    write_json_atomically(backup_dir / MANIFEST, manifest)
+    # the store is as before the repair: nothing of it names that backup any more
+    forget_backup_place(store_root, backup_dir)
 
 
 __all__ = ["BackupError", "UndoReport", "undo_backup", "load_manifest", "read_pending",

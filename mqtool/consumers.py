@@ -31,6 +31,7 @@ import numpy as np
 
 from . import config as cfg
 from .errors import MqtoolError, OptionalDependencyError, ParseError
+from .finding import Finding
 from .formats import codecs
 from .formats import commitlog as cl_fmt
 from .formats import consumequeue as cq_fmt
@@ -718,10 +719,8 @@ def consumer_findings(store: Store, plan: RecoveryPlan,
                       configs: cfg.StoreConfigs | None = None,
                       report: ConsumerReport | None = None) -> list:
     """verify's findings about config files, consumer and delay offsets (codes in
-    :data:`CONSUMER_CODES`), as :class:`mqtool.verify.Finding` objects. Every config file whose
+    :data:`CONSUMER_CODES`), as :class:`mqtool.finding.Finding` objects. Every config file whose
     failed load stops the broker (:data:`mqtool.config.STARTUP_CONFIGS`) is checked."""
-    from .verify import Finding   # verify imports this module; import on use
-
     configs = configs or cfg.read_store_configs(store.root, cfg.STARTUP_CONFIGS,
                                                 family=_family(plan))
     report = report or consumer_report(store, plan, configs)

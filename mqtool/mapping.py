@@ -113,7 +113,6 @@ def read_units(path, dtype, limit_units: int | None = None):
     with a few units therefore costs a few bytes of memory, not 2 GiB. Read with ``pread`` in
     bounded chunks, never through a map."""
     import numpy as np
-    from .store import written_extent
     itemsize = np.dtype(dtype).itemsize
     with open(path, "rb") as fh:
         fd = fh.fileno()
@@ -146,7 +145,6 @@ def iter_units(path, dtype, limit_units: int | None = None, chunk_units: int | N
     and is not read. Memory is one chunk whatever the file's size; rules that look at
     neighbouring units carry their state from one chunk to the next."""
     import numpy as np
-    from .store import written_extent
     itemsize = np.dtype(dtype).itemsize
     step = max(1, chunk_units or QUEUE_CHUNK_UNITS)
     with open(path, "rb") as fh:
@@ -220,4 +218,17 @@ def iter_unit_chunks(path, dtype, chunk_units: int = 1 << 16, first_unit: int = 
 
 
 __all__ = ["map_readonly", "holes", "holds_data", "read_units", "iter_units", "iter_unit_chunks",
-           "QUEUE_CHUNK_UNITS"]
+           "written_extent", "QUEUE_CHUNK_UNITS"]
+
+
+def written_extent(fd: int, size: int) -> int:
+    """End of the last extent holding data (SEEK_DATA/SEEK_HOLE); ``size`` when the file
+    system cannot tell."""
+    end = 0
+    try:
+        for _, end in data_runs(fd):
+            if end >= size:
+                break
+    except (OSError, AttributeError):
+        return size
+    return min(size, end)

@@ -1,17 +1,30 @@
 """What the broker's next start will do to a store (spec §7), predicted without starting one.
 
-:func:`predict_recovery` follows ``DefaultMessageStore.load/recover`` step by step:
+:func:`predict_recovery` is ``DefaultMessageStore.load`` + ``recover`` as a sequence of named
+phases, each a function from plain data to a small dataclass (the broker method it mirrors in
+its docstring), read in this order:
 
-1. ``lastExitOK`` = no ``abort`` file (``mode`` can force either branch);
-2. ``ConsumeQueue.recover`` per queue (:mod:`mqtool.queue_recovery`), from its third-to-last
-   file: units are valid while offset >= 0 and size > 0; maxPhyOffsetOfConsumeQueue = max over
-   queues of offset+size of the last valid unit (-1 when there is none);
-3. the CommitLog start file (``recoverNormally`` / ``recoverAbnormally``, per broker version);
-4. the scan, exactly as ``checkMessageAndReturnSize`` accepts records (:class:`FileJudge`, fed by
-   the shared scanner): a blank moves to the next file, anything else it refuses ends recovery;
-5. ``truncateDirtyFiles(processOffset)`` and, when the queues reach past processOffset,
-   ``truncateDirtyLogicFiles(processOffset)``;
-6. after an abnormal exit, ``IndexService.load`` deleting index files newer than the checkpoint.
+1. :func:`start_setup` - ``lastExitOK = !abort`` (``mode`` can force either branch), the family's
+   rules (:class:`BrokerRules`) and the checkpoint;
+2. :func:`load_files` - ``CommitLog.load`` / ``loadConsumeQueue``: file sizes (5.1.3+ deletes an
+   empty last file);
+3. :func:`load_index` - ``IndexService.load(lastExitOK)``: after a crash the IndexFiles newer
+   than the checkpoint are deleted;
+4. :func:`recover_queues` - ``ConsumeQueue.recover`` per queue (:mod:`mqtool.queue_recovery`),
+   from its third-to-last file: maxPhyOffsetOfConsumeQueue (RocksDB: its CQ checkpoint);
+5. :func:`choose_start_file` - the start file of ``recoverNormally`` / ``recoverAbnormally``,
+   per family (``isMappedFileMatchedRecover``);
+6. :func:`scan_commitlog` - their scan, exactly as ``checkMessageAndReturnSize`` accepts records
+   (:class:`FileJudge`, fed by the shared scanner): a blank moves to the next file, anything
+   else it refuses ends recovery at processOffset;
+7. :func:`truncate_dirty_files` - ``truncateDirtyFiles(processOffset)``, and what it loses;
+8. :func:`truncate_dirty_logic_files` - ``truncateDirtyLogicFiles(processOffset)``, when the
+   queues reach past processOffset (always after 5.3.3);
+9. :func:`redispatch_rule` - which records are dispatched again (abnormal recovery, 5.3.2+
+   normal recovery, 4.9's ``ReputMessageService`` in ``start()``).
+
+:func:`recovery_start` runs phases 1-5 and :func:`predict_from` the rest, so that ``recover``
+(:func:`mqtool.repair.planners.plan_recover`) plans its dispatch from the same results.
 
 The reference stores written by the real 4.9.8 and 5.3.3 brokers are the ground truth this module
 is tested against; where they and the spec differ, the stores win (see the comments).
@@ -512,34 +525,59 @@ def _index_entries_past(store: Store, names: list[str], offset: int) -> int:
     return count
 
 
-def predict_recovery(store: Store, *, mode: str = "auto", broker_version: str = "auto",
-                     check_crc: bool = True, message_index_safe: bool = False,
-                     force_verify_prop_crc: bool = False,
-                     file_verdicts: dict[int, FileVerdict] | None = None,
-                     crc_verified: bool = True, progress=None,
-                     workers: int = 1) -> RecoveryPlan:
-    """Predict the broker's startup recovery of ``store``.
+# --- the phases of the broker's start (spec §7), each a step on plain data ----------------------------
 
-    ``file_verdicts`` (base offset -> :class:`FileVerdict`) lets a caller that already scanned the
-    CommitLog with the same rules (``verify``) skip the second scan; files missing from it are
-    scanned here, by ``workers`` processes. ``crc_verified=False`` says those verdicts were made
-    without CRCs."""
+@dataclass(frozen=True)
+class RecoverySetup:
+    """What the broker starts with: its family's rules, the branch and the checkpoint."""
+
+    version: str
+    rules: BrokerRules
+    last_exit_ok: bool          # no abort file
+    branch: str                 # normal | abnormal
+    message_index_safe: bool
+    checkpoint: dict | None
+    notes: tuple[str, ...]
+
+
+def start_setup(store: Store, *, mode: str, broker_version: str, check_crc: bool,
+                message_index_safe: bool, force_verify_prop_crc: bool,
+                crc_verified: bool) -> RecoverySetup:
+    """``lastExitOK = !abort`` and the checkpoint as ``DefaultMessageStore.load`` opens it
+    (``StoreCheckpoint``): the inputs every later phase reads."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
     version = resolve_broker_version(store, broker_version)
-    rules = BrokerRules(version, check_crc, force_verify_prop_crc, crc_verified)
     last_exit_ok = not store.abort_exists
-    branch = mode if mode != "auto" else ("normal" if last_exit_ok else "abnormal")
-    notes: list[str] = []
+    notes = []
     if force_verify_prop_crc and version == VERSION_49:
         notes.append("forceVerifyPropCRC does not exist in 4.9; ignored")
     ckpt = _checkpoint_dict(store)
     if ckpt is None:
         notes.append("no readable checkpoint: the broker starts with a zeroed one (all timestamps 0)")
-    commitlog = store.commitlog
-    segments = commitlog.segments
-    file_size = commitlog.file_size
+    return RecoverySetup(version, BrokerRules(version, check_crc, force_verify_prop_crc,
+                                              crc_verified),
+                         last_exit_ok, mode if mode != "auto" else
+                         ("normal" if last_exit_ok else "abnormal"),
+                         message_index_safe, ckpt, tuple(notes))
 
+
+@dataclass
+class LoadedFiles:
+    """The CommitLog and queue files as the load leaves them."""
+
+    segments: list[Segment]     # CommitLog files (5.1.3+: an empty last file deleted)
+    queue_kinds: list           # (kind, queues, units per file), each queue as loaded
+    refuses: list[str]          # files of the wrong size: the broker does not start
+    notes: list[str]
+
+
+def load_files(store: Store, version: str) -> LoadedFiles:
+    """``CommitLog.load`` and ``loadConsumeQueue`` (``MappedFileQueue.load``/``doLoad``): every
+    file must have the configured size, except that 5.1.3+ deletes an empty last file."""
+    segments = store.commitlog.segments
+    file_size = store.commitlog.file_size
+    notes: list[str] = []
     refuses = [f"{s.store_path} is {s.length} bytes, not {file_size}" for s in segments
                if s.length != file_size and not deleted_on_load(segments, s, version)]
     for kind, queues, upf in queue_kinds(store):
@@ -554,119 +592,168 @@ def predict_recovery(store: Store, *, mode: str = "auto", broker_version: str = 
     if segments and deleted_on_load(segments, segments[-1], version):
         notes.append(f"5.1.3+ deletes the empty last file commitlog/{segments[-1].name} on load")
         segments = segments[:-1]
-    # the queues as the load leaves them
-    loaded_kinds = [(kind, [_as_loaded(q, version) for q in queues], upf)
-                    for kind, queues, upf in queue_kinds(store)]
+    loaded = [(kind, [_as_loaded(q, version) for q in queues], upf)
+              for kind, queues, upf in queue_kinds(store)]
+    return LoadedFiles(segments, loaded, refuses, notes)
 
-    queue_recoveries = [recover_consume_queue(q, upf, kind)
-                        for kind, queues, upf in loaded_kinds for q in queues]
-    max_phy_cq = max((q.max_physic_offset for q in queue_recoveries), default=-1)
-    dropped_by_recover = sum(q.dropped_units for q in queue_recoveries)
+
+@dataclass
+class IndexLoad:
+    """The IndexFiles after ``IndexService.load``."""
+
+    deleted: list[str]
+    kept: list[str]
+
+
+def load_index(store: Store, setup: RecoverySetup) -> IndexLoad:
+    """``IndexService.load(lastExitOK)``: after an abnormal exit every IndexFile whose
+    endTimestamp is past the checkpoint's indexMsgTimestamp is destroyed."""
+    headers = _index_headers(store)
+    deleted: list[str] = []
+    if setup.branch == "abnormal":
+        limit = setup.checkpoint["index_msg_timestamp"] if setup.checkpoint else 0
+        deleted = [name for name, header in headers
+                   if header is not None and header["end_timestamp"] > limit]
+    return IndexLoad(deleted, [name for name, _ in headers if name not in deleted])
+
+
+@dataclass
+class QueuePhase:
+    """The ConsumeQueues after their own recovery."""
+
+    recoveries: list[QueueRecovery]
+    max_phy_offset: int         # maxPhyOffsetOfConsumeQueue (HEAD: getDispatchFromPhyOffset)
+    dropped_units: int
+    rocks: object | None        # the RocksDB ConsumeQueue (mqtool.rocksdb_cq), when there is one
+    notes: list[str]
+
+
+def recover_queues(store: Store, loaded: LoadedFiles) -> QueuePhase:
+    """``ConsumeQueue.recover`` per queue (``recoverConsumeQueue``; 5.x
+    ``ConsumeQueueStore.recover``): valid units from each queue's third-to-last file, and
+    maxPhyOffsetOfConsumeQueue over them; with the queues in RocksDB, its CQ checkpoint
+    (``getMaxPhyOffsetInConsumeQueue``)."""
+    recoveries = [recover_consume_queue(q, upf, kind)
+                  for kind, queues, upf in loaded.queue_kinds for q in queues]
+    max_phy = max((q.max_physic_offset for q in recoveries), default=-1)
+    notes: list[str] = []
     rocks = None
     if store.queues_in_rocksdb:
         # the RocksDB ConsumeQueue: its CQ checkpoint (CHECKPOINT_TOPIC) is how far the queues
         # are built (getMaxPhyOffsetInConsumeQueue); an empty database has none
         from .rocksdb_cq import load_rocksdb_cq
         rocks = load_rocksdb_cq(store)
-        max_phy_cq = rocks.checkpoint if rocks.checkpoint is not None else 0   # getMaxPhyOffset
+        max_phy = rocks.checkpoint if rocks.checkpoint is not None else 0   # getMaxPhyOffset
         notes.append(f"ConsumeQueues in RocksDB ({rocks.folder}/): {rocks.unit_count:,} units, "
                      f"CQ checkpoint "
                      f"{rocks.checkpoint if rocks.checkpoint is not None else 'absent'}")
+    return QueuePhase(recoveries, max_phy, sum(q.dropped_units for q in recoveries), rocks, notes)
 
-    index_headers = _index_headers(store)
-    index_deleted: list[str] = []
-    if branch == "abnormal":
-        index_limit = ckpt["index_msg_timestamp"] if ckpt else 0
-        index_deleted = [name for name, header in index_headers
-                         if header is not None and header["end_timestamp"] > index_limit]
-    index_kept = [name for name, _ in index_headers if name not in index_deleted]
 
-    plan = RecoveryPlan(
-        broker_version=version, mode=branch, last_exit_ok=last_exit_ok, check_crc=check_crc,
-        force_verify_prop_crc=force_verify_prop_crc, message_index_safe=message_index_safe,
-        crc_verified=crc_verified, checkpoint=ckpt, max_phy_offset_of_consume_queue=max_phy_cq,
-        start_file=None, start_offset=0, start_reason="", process_offset=0, stop_file=None,
-        stop_position=0, stop_reason="", confirm_offset=None, commitlog_files_kept=[],
-        commitlog_files_deleted=[], cut_file=None, bytes_dropped=0, messages_lost=0,
-        first_lost_offset=None, cq_truncate_called=False, cq_units_truncated=0,
-        cq_truncations=[], cq_units_dropped_by_cq_recover=dropped_by_recover,
-        redispatch_from=None, redispatch_rule="", index_files_deleted=index_deleted,
-        index_files_kept=index_kept, index_entries_stale=0, refuses_to_start=refuses,
-        notes=notes, queue_recoveries=queue_recoveries)
+@dataclass(frozen=True)
+class StartFile:
+    """Where the CommitLog recovery starts."""
 
-    if store.dledger is not None:   # DLedger mode: DLedger's own recovery, beside these rules
-        from .dledger import predict_dledger_recovery
-        return predict_dledger_recovery(store, plan, loaded_kinds, progress)
-    if not segments:
-        # recoverNormally/Abnormally with no mapped file: flushedWhere = 0, every queue destroyed
-        plan.start_reason = "no CommitLog file"
-        plan.stop_reason = "no CommitLog file"
-        plan.cq_units_truncated = sum(scan_valid_prefix(seg.path, upf, kind)[1]
-                                      for kind, queues, upf in loaded_kinds
-                                      for q in queues for seg in q.segments)
-        plan.notes.append("no CommitLog files: the broker destroys every ConsumeQueue")
-        return plan
+    index: int                  # into LoadedFiles.segments
+    name: str
+    offset: int
+    reason: str
 
-    # -- start file
+
+def choose_start_file(segments: list[Segment], setup: RecoverySetup,
+                      queues: QueuePhase) -> StartFile:
+    """The start file of ``CommitLog.recoverNormally`` / ``recoverAbnormally``, per family:
+    normal 4.9-5.3.1 the third-to-last file, 5.3.2+ the last file at or before
+    maxPhyOffsetOfConsumeQueue; abnormal the newest file ``isMappedFileMatchedRecover`` accepts
+    (the RocksDB variant with a RocksDB ConsumeQueue); after 5.3.3 that test in both branches."""
+    version, branch, max_phy_cq = setup.version, setup.branch, queues.max_phy_offset
     if version == VERSION_534:
-        index, plan.start_reason = head_start_file(segments, rules, branch, max_phy_cq, ckpt,
-                                                   message_index_safe)
+        index, reason = head_start_file(segments, setup.rules, branch, max_phy_cq,
+                                        setup.checkpoint, setup.message_index_safe)
     elif branch == "normal":
-        if version == VERSION_532:
-            index = len(segments) - 1
-            while index > 0 and segments[index].base_offset > max_phy_cq:
-                index -= 1
-            plan.start_reason = (f"last file starting at or before maxPhyOffsetOfConsumeQueue "
-                                 f"{max_phy_cq} (5.3.2+)")
-        else:
-            index = max(0, len(segments) - 3)
-            plan.start_reason = "third-to-last file (recoverNormally)"
-    elif rocks is not None:
-        # 5.2-5.3.3 with the RocksDB CQ: the newest file whose first record's PHYSICALOFFSET is
-        # at or before the CQ checkpoint, else file 0
-        index, reason = 0, (f"no file's first record is at or before the RocksDB CQ checkpoint "
-                            f"{max_phy_cq}; file 0")
-        for i in range(len(segments) - 1, -1, -1):
-            ok, why = first_record_at_or_before(segments[i], max_phy_cq)
-            if ok:
-                index, reason = i, why
-                break
-        plan.start_reason = reason
+        index, reason = _normal_start_file(segments, version, max_phy_cq)
+    elif queues.rocks is not None:
+        index, reason = _rocksdb_start_file(segments, max_phy_cq)
     else:
-        limit = 0
-        if ckpt is not None:
-            limit = ckpt["min_timestamp_index"] if message_index_safe else ckpt["min_timestamp"]
-        index = -1
-        reason = ""
-        for i in range(len(segments) - 1, -1, -1):
-            ok, why = first_record_matches(segments[i], rules, limit)
-            if ok:
-                index, reason = i, why
-                break
-        if index < 0:
-            index = 0
-            reason = (f"no file's first record is at or before the checkpoint limit {limit} "
-                      f"(min(physic, logics) - 3000 ms{', indexMsgTimestamp' if message_index_safe else ''}); "
-                      f"file 0")
-        plan.start_reason = reason
-    start = segments[index]
-    plan.start_file, plan.start_offset = start.name, start.base_offset
+        index, reason = _abnormal_start_file(segments, setup)
+    return StartFile(index, segments[index].name, segments[index].base_offset, reason)
 
-    # -- the scan
-    verdicts = dict(file_verdicts or {})
-    if workers > 1:
-        # every file from the start file on is judged below (up to the stop, then for what the
-        # recovery loses past it): judged here at once, a file per process
-        verdicts.update(judge_segments([seg for seg in segments[index:]
-                                        if seg.base_offset not in verdicts],
-                                       rules, progress, workers))
 
-    def verdict_of(seg: Segment) -> FileVerdict:
-        if seg.base_offset not in verdicts:
-            verdicts[seg.base_offset] = judge_segment(seg, rules, progress)
-        return verdicts[seg.base_offset]
+def _normal_start_file(segments: list[Segment], version: str, max_phy_cq: int) -> tuple[int, str]:
+    if version == VERSION_532:
+        index = len(segments) - 1
+        while index > 0 and segments[index].base_offset > max_phy_cq:
+            index -= 1
+        return index, (f"last file starting at or before maxPhyOffsetOfConsumeQueue "
+                       f"{max_phy_cq} (5.3.2+)")
+    return max(0, len(segments) - 3), "third-to-last file (recoverNormally)"
 
-    stop_index = index
+
+def _rocksdb_start_file(segments: list[Segment], max_phy_cq: int) -> tuple[int, str]:
+    # 5.2-5.3.3 with the RocksDB CQ: the newest file whose first record's PHYSICALOFFSET is at
+    # or before the CQ checkpoint, else file 0
+    for i in range(len(segments) - 1, -1, -1):
+        ok, why = first_record_at_or_before(segments[i], max_phy_cq)
+        if ok:
+            return i, why
+    return 0, (f"no file's first record is at or before the RocksDB CQ checkpoint "
+               f"{max_phy_cq}; file 0")
+
+
+def _abnormal_start_file(segments: list[Segment], setup: RecoverySetup) -> tuple[int, str]:
+    ckpt, safe = setup.checkpoint, setup.message_index_safe
+    limit = 0
+    if ckpt is not None:
+        limit = ckpt["min_timestamp_index"] if safe else ckpt["min_timestamp"]
+    for i in range(len(segments) - 1, -1, -1):
+        ok, why = first_record_matches(segments[i], setup.rules, limit)
+        if ok:
+            return i, why
+    return 0, (f"no file's first record is at or before the checkpoint limit {limit} "
+               f"(min(physic, logics) - 3000 ms{', indexMsgTimestamp' if safe else ''}); "
+               f"file 0")
+
+
+class _Verdicts:
+    """Per-file verdicts: those a caller handed in, the rest judged here when first asked for."""
+
+    def __init__(self, given: dict[int, FileVerdict] | None, rules: BrokerRules, progress):
+        self.known = dict(given or {})
+        self.rules = rules
+        self.progress = progress
+
+    def judge_ahead(self, segments: list[Segment], workers: int) -> None:
+        if workers > 1:
+            self.known.update(judge_segments([seg for seg in segments
+                                              if seg.base_offset not in self.known],
+                                             self.rules, self.progress, workers))
+
+    def __call__(self, seg: Segment) -> FileVerdict:
+        if seg.base_offset not in self.known:
+            self.known[seg.base_offset] = judge_segment(seg, self.rules, self.progress)
+        return self.known[seg.base_offset]
+
+
+@dataclass
+class CommitLogScan:
+    """Where the scan of ``recoverNormally``/``recoverAbnormally`` ends."""
+
+    stop_index: int             # into LoadedFiles.segments
+    stop_file: str
+    process_offset: int
+    stop_position: int
+    stop_reason: str
+    confirm_offset: int | None  # 5.x: start of the last valid message
+    last: FileVerdict           # the stop file's verdict
+
+
+def scan_commitlog(segments: list[Segment], start: StartFile, setup: RecoverySetup,
+                   verdict_of: _Verdicts, file_size: int) -> CommitLogScan:
+    """The scan loop of ``CommitLog.recoverNormally`` / ``recoverAbnormally``:
+    ``checkMessageAndReturnSize`` record after record from the start file; a blank moves to
+    the next file, the first refusal ends it at processOffset. 5.x sets confirmOffset to the
+    start of the last valid message."""
+    stop_index = start.index
     while True:
         verdict = verdict_of(segments[stop_index])
         if verdict.continues and stop_index + 1 < len(segments):
@@ -674,101 +761,266 @@ def predict_recovery(store: Store, *, mode: str = "auto", broker_version: str = 
             continue
         break
     stop_seg = segments[stop_index]
-    process_offset = verdict.stop_offset
-    plan.process_offset = process_offset
-    plan.stop_file = stop_seg.name
-    plan.stop_position = process_offset - stop_seg.base_offset
-    plan.stop_reason = verdict.reason
-    if version != VERSION_49:
-        last_valid = None
-        for seg in reversed(segments[index:stop_index + 1]):
-            v = verdicts[seg.base_offset]
-            if v.last_accepted is not None:
-                last_valid = v.last_accepted
+    confirm = None
+    if setup.version != VERSION_49:
+        for seg in reversed(segments[start.index:stop_index + 1]):
+            if verdict_of(seg).last_accepted is not None:
+                confirm = verdict_of(seg).last_accepted
                 break
-        if last_valid is None:
+        if confirm is None:
             # no record accepted: the value recovery started from stays. Normal recovery starts
             # from getConfirmOffset(), which (ASYNC_FLUSH, no controller, no duplication) is the
             # CommitLog's max offset as loaded, every loaded file counted full (5.3.3 on
             # head-clean-damaged-firstrec: 4,194,304); abnormal recovery from the start file
-            last_valid = (segments[-1].base_offset + file_size if branch == "normal"
-                          else start.base_offset)
-        plan.confirm_offset = last_valid
+            confirm = (segments[-1].base_offset + file_size if setup.branch == "normal"
+                       else start.offset)
+    return CommitLogScan(stop_index, stop_seg.name, verdict.stop_offset,
+                         verdict.stop_offset - stop_seg.base_offset, verdict.reason, confirm,
+                         verdict)
 
-    # -- truncateDirtyFiles(processOffset). A file is deleted only when it starts past
-    # processOffset; the file holding processOffset is kept and cut there, even when that is its
-    # very first byte. The reference crash stores lose their preallocated all-zero next file
-    # (crash-small: 4 files -> 3, v5-crash: 5 -> 4) for exactly this reason: processOffset ends
-    # inside the previous file, so the zero file lies wholly past it. A zero file would survive
-    # if the previous file ended with a blank (processOffset = its first byte).
+
+@dataclass
+class DirtyTruncation:
+    """The CommitLog after ``truncateDirtyFiles(processOffset)`` and what it loses."""
+
+    kept: list[str]
+    deleted: list[str]
+    cut_file: str | None        # the kept file whose write position becomes processOffset
+    messages_lost: int          # plausible records at or past processOffset
+    first_lost_offset: int | None
+    bytes_dropped: int          # bytes of records/damage past processOffset
+
+
+def truncate_dirty_files(segments: list[Segment], scan: CommitLogScan, verdict_of: _Verdicts,
+                         file_size: int) -> DirtyTruncation:
+    """``MappedFileQueue.truncateDirtyFiles(processOffset)``: a file starting past processOffset
+    is deleted; the file holding it is kept and cut there, even at its very first byte. The
+    reference crash stores lose their preallocated all-zero next file (crash-small: 4 files ->
+    3, v5-crash: 5 -> 4) for exactly this reason: processOffset ends inside the previous file,
+    so the zero file lies wholly past it. A zero file would survive if the previous file ended
+    with a blank (processOffset = its first byte). Also counts what lies past processOffset:
+    the rest of the stop file and every later file."""
+    po = scan.process_offset
+    out = DirtyTruncation([], [], None, scan.last.after, scan.last.first_after,
+                          max(0, (scan.last.data_end or po) - po))
     for seg in segments:
-        if seg.base_offset + file_size <= process_offset:
-            plan.commitlog_files_kept.append(seg.name)
-        elif process_offset >= seg.base_offset:
-            plan.commitlog_files_kept.append(seg.name)
-            plan.cut_file = seg.name
+        if seg.base_offset + file_size <= po:
+            out.kept.append(seg.name)
+        elif po >= seg.base_offset:
+            out.kept.append(seg.name)
+            out.cut_file = seg.name
         else:
-            plan.commitlog_files_deleted.append(seg.name)
-
-    # -- what lies past processOffset: the rest of the stop file and every later file
-    lost = verdict.after
-    first_lost = verdict.first_after
-    dropped = max(0, (verdict.data_end or process_offset) - process_offset)
-    for seg in segments[stop_index + 1:]:
+            out.deleted.append(seg.name)
+    for seg in segments[scan.stop_index + 1:]:
         later = verdict_of(seg)
         count = later.accepted + later.after
-        lost += count
-        if first_lost is None and count:
-            first_lost = seg.base_offset if later.accepted else later.first_after
+        out.messages_lost += count
+        if out.first_lost_offset is None and count:
+            out.first_lost_offset = seg.base_offset if later.accepted else later.first_after
         if later.data_end is not None:
-            dropped += later.data_end - seg.base_offset
-    plan.messages_lost = lost
-    plan.first_lost_offset = first_lost
-    plan.bytes_dropped = dropped
+            out.bytes_dropped += later.data_end - seg.base_offset
+    return out
 
-    # -- ConsumeQueues: truncateDirtyLogicFiles only when they reach processOffset (4.9 - 5.3.3),
-    # always after 5.3.3 (which changes nothing when they do not reach it)
-    if max_phy_cq >= process_offset or version == VERSION_534:
-        plan.cq_truncate_called = True
-        plan.cq_truncations = [truncate_dirty_logic(q, process_offset, upf, kind)
-                               for kind, queues, upf in loaded_kinds for q in queues]
-        plan.cq_units_truncated = sum(t.units for t in plan.cq_truncations)
-        if rocks is not None:
-            # RocksDB truncateDirty: each queue's max entry goes back to its last unit before
-            # processOffset; the units past it stay in the database, stale
-            plan.cq_units_truncated = sum(
-                1 for q in rocks.queues.values() for u in q.served
-                if u.commitlog_offset + u.size > process_offset)
 
-    # -- what gets dispatched again
+@dataclass
+class LogicTruncation:
+    """The ConsumeQueues after ``truncateDirtyLogicFiles(processOffset)``."""
+
+    called: bool
+    truncations: list[QueueTruncation]
+    units_truncated: int
+
+
+def truncate_dirty_logic_files(loaded: LoadedFiles, queues: QueuePhase, process_offset: int,
+                               version: str) -> LogicTruncation:
+    """``truncateDirtyLogicFiles(processOffset)`` (HEAD: ``ConsumeQueueStore.truncateDirty``):
+    called only when the queues reach processOffset (4.9 - 5.3.3), always after 5.3.3 (which
+    changes nothing when they do not reach it); every unit at or past it goes."""
+    if not (queues.max_phy_offset >= process_offset or version == VERSION_534):
+        return LogicTruncation(False, [], 0)
+    truncations = [truncate_dirty_logic(q, process_offset, upf, kind)
+                   for kind, qs, upf in loaded.queue_kinds for q in qs]
+    units = sum(t.units for t in truncations)
+    if queues.rocks is not None:
+        # RocksDB truncateDirty: each queue's max entry goes back to its last unit before
+        # processOffset; the units past it stay in the database, stale
+        units = sum(1 for q in queues.rocks.queues.values() for u in q.served
+                    if u.commitlog_offset + u.size > process_offset)
+    return LogicTruncation(True, truncations, units)
+
+
+@dataclass
+class Redispatch:
+    """What is dispatched again into the ConsumeQueues and IndexFiles."""
+
+    start: int | None           # records from here to processOffset are dispatched again
+    rule: str
+    notes: list[str]
+
+
+def redispatch_rule(store: Store, setup: RecoverySetup, segments: list[Segment],
+                    start: StartFile, queues: QueuePhase, logic: LogicTruncation,
+                    process_offset: int) -> Redispatch:
+    """Which records the broker dispatches again: ``recoverAbnormally`` every record from the
+    start file; ``recoverNormally`` 5.3.2+ those past maxPhyOffsetOfConsumeQueue, 5.0-5.3.1
+    none; 4.9 ``ReputMessageService`` from the highest ConsumeQueue end (``start()``)."""
+    version = setup.version
     min_offset = segments[0].base_offset
-    if branch == "abnormal":
-        plan.redispatch_from = start.base_offset
-        plan.redispatch_rule = "abnormal recovery dispatches every record from the start file"
+    notes: list[str] = []
+    if setup.branch == "abnormal":
+        out = Redispatch(start.offset, "abnormal recovery dispatches every record from the "
+                         "start file", notes)
         if version == VERSION_49 and any(q.topic == "SCHEDULE_TOPIC_XXXX"
                                          for q in store.consume_queues):
             # crash-lost-small/recovered: 4.9 loads the schedule service only after recover(),
             # so the delay-queue units it rebuilds get the TAGS hash as their delivery time
-            plan.notes.append("delay messages whose SCHEDULE_TOPIC_XXXX units are rebuilt now get "
-                              "the TAGS hash as tagsCode and are delivered at once (4.9 loads the "
-                              "schedule service after recovery)")
+            notes.append("delay messages whose SCHEDULE_TOPIC_XXXX units are rebuilt now get "
+                         "the TAGS hash as tagsCode and are delivered at once (4.9 loads the "
+                         "schedule service after recovery)")
     elif version == VERSION_49:
-        if plan.cq_truncate_called:
-            cq_max = max((t.max_physic_offset for t in plan.cq_truncations), default=-1)
-        else:
-            cq_max = max_phy_cq
-        plan.redispatch_from = max(min_offset, cq_max)
-        plan.redispatch_rule = "4.9 start(): reput from the highest ConsumeQueue end"
+        cq_max = (max((t.max_physic_offset for t in logic.truncations), default=-1)
+                  if logic.called else queues.max_phy_offset)
+        out = Redispatch(max(min_offset, cq_max),
+                         "4.9 start(): reput from the highest ConsumeQueue end", notes)
     elif version in DISPATCHING_NORMAL_RECOVERY:
-        plan.redispatch_from = max(min_offset, max_phy_cq + 1)
-        plan.redispatch_rule = (f"{version} normal recovery dispatches records past "
-                                "maxPhyOffsetOfConsumeQueue")
+        out = Redispatch(max(min_offset, queues.max_phy_offset + 1),
+                         f"{version} normal recovery dispatches records past "
+                         "maxPhyOffsetOfConsumeQueue", notes)
     else:
-        plan.redispatch_from = None
-        plan.redispatch_rule = ("5.0-5.3.1 normal recovery dispatches nothing and reputs from "
-                                "the recovered end")
-    if plan.redispatch_from is not None and plan.redispatch_from >= process_offset:
-        plan.redispatch_rule += "; nothing left to dispatch"
+        out = Redispatch(None, "5.0-5.3.1 normal recovery dispatches nothing and reputs from "
+                         "the recovered end", notes)
+    if out.start is not None and out.start >= process_offset:
+        out.rule += "; nothing left to dispatch"
+    return out
 
-    plan.index_entries_stale = _index_entries_past(store, index_kept, process_offset)
+
+# --- the prediction: the phases in the broker's order ---------------------------------------------------
+
+@dataclass
+class RecoveryStart:
+    """The phases before the CommitLog scan: what ``recover`` plans its dispatch from."""
+
+    setup: RecoverySetup
+    loaded: LoadedFiles
+    index: IndexLoad
+    queues: QueuePhase
+    start: StartFile | None     # None without a CommitLog file
+
+
+def recovery_start(store: Store, *, mode: str = "auto", broker_version: str = "auto",
+                   check_crc: bool = True, message_index_safe: bool = False,
+                   force_verify_prop_crc: bool = False,
+                   crc_verified: bool = True) -> RecoveryStart:
+    """``DefaultMessageStore.load`` then ``recover`` up to the CommitLog scan (spec §7.1/§7.2):
+    the files loaded, the IndexFiles loaded, the ConsumeQueues recovered, the start file."""
+    setup = start_setup(store, mode=mode, broker_version=broker_version, check_crc=check_crc,
+                        message_index_safe=message_index_safe,
+                        force_verify_prop_crc=force_verify_prop_crc, crc_verified=crc_verified)
+    loaded = load_files(store, setup.version)
+    index = load_index(store, setup)
+    queues = recover_queues(store, loaded)
+    start = None
+    if loaded.segments and store.dledger is None:
+        start = choose_start_file(loaded.segments, setup, queues)
+    return RecoveryStart(setup, loaded, index, queues, start)
+
+
+def predict_recovery(store: Store, *, mode: str = "auto", broker_version: str = "auto",
+                     check_crc: bool = True, message_index_safe: bool = False,
+                     force_verify_prop_crc: bool = False,
+                     file_verdicts: dict[int, FileVerdict] | None = None,
+                     crc_verified: bool = True, progress=None,
+                     workers: int = 1) -> RecoveryPlan:
+    """Predict the broker's startup recovery of ``store``.
+
+    ``file_verdicts`` (base offset -> :class:`FileVerdict`) lets a caller that already scanned the
+    CommitLog with the same rules (``verify``) skip the second scan; files missing from it are
+    scanned here, by ``workers`` processes. ``crc_verified=False`` says those verdicts were made
+    without CRCs."""
+    begun = recovery_start(store, mode=mode, broker_version=broker_version, check_crc=check_crc,
+                           message_index_safe=message_index_safe,
+                           force_verify_prop_crc=force_verify_prop_crc,
+                           crc_verified=crc_verified)
+    return predict_from(store, begun, file_verdicts=file_verdicts, progress=progress,
+                        workers=workers)
+
+
+def predict_from(store: Store, begun: RecoveryStart, *,
+                 file_verdicts: dict[int, FileVerdict] | None = None, progress=None,
+                 workers: int = 1) -> RecoveryPlan:
+    """The rest of ``recover`` from :func:`recovery_start`'s phases: the CommitLog scan,
+    ``truncateDirtyFiles``, ``truncateDirtyLogicFiles``, the re-dispatch and the stale index
+    entries, as one :class:`RecoveryPlan`."""
+    plan = _plan_of(begun)
+    if store.dledger is not None:   # DLedger mode: DLedger's own recovery, beside these rules
+        from .dledger import predict_dledger_recovery
+        return predict_dledger_recovery(store, plan, begun.loaded.queue_kinds, progress)
+    if begun.start is None:
+        return _without_commitlog(plan, begun.loaded)
+    segments, setup, start = begun.loaded.segments, begun.setup, begun.start
+    file_size = store.commitlog.file_size
+    verdict_of = _Verdicts(file_verdicts, setup.rules, progress)
+    # every file from the start file on is judged (up to the stop, then for what the recovery
+    # loses past it): with workers, judged at once, a file per process
+    verdict_of.judge_ahead(segments[start.index:], workers)
+    scan = scan_commitlog(segments, start, setup, verdict_of, file_size)
+    dirty = truncate_dirty_files(segments, scan, verdict_of, file_size)
+    logic = truncate_dirty_logic_files(begun.loaded, begun.queues, scan.process_offset,
+                                       setup.version)
+    redispatch = redispatch_rule(store, setup, segments, start, begun.queues, logic,
+                                 scan.process_offset)
+    stale = _index_entries_past(store, begun.index.kept, scan.process_offset)
+    return _fill_plan(plan, start, scan, dirty, logic, redispatch, stale)
+
+
+def _plan_of(begun: RecoveryStart) -> RecoveryPlan:
+    """The plan with what the phases before the scan decided (the rest filled in later)."""
+    setup, loaded, queues = begun.setup, begun.loaded, begun.queues
+    rules = setup.rules
+    return RecoveryPlan(
+        broker_version=setup.version, mode=setup.branch, last_exit_ok=setup.last_exit_ok,
+        check_crc=rules.check_crc, force_verify_prop_crc=rules.force_verify_prop_crc,
+        message_index_safe=setup.message_index_safe, crc_verified=rules.crc_scanned,
+        checkpoint=setup.checkpoint, max_phy_offset_of_consume_queue=queues.max_phy_offset,
+        start_file=None, start_offset=0, start_reason="", process_offset=0, stop_file=None,
+        stop_position=0, stop_reason="", confirm_offset=None, commitlog_files_kept=[],
+        commitlog_files_deleted=[], cut_file=None, bytes_dropped=0, messages_lost=0,
+        first_lost_offset=None, cq_truncate_called=False, cq_units_truncated=0,
+        cq_truncations=[], cq_units_dropped_by_cq_recover=queues.dropped_units,
+        redispatch_from=None, redispatch_rule="", index_files_deleted=list(begun.index.deleted),
+        index_files_kept=list(begun.index.kept), index_entries_stale=0,
+        refuses_to_start=list(loaded.refuses),
+        notes=list(setup.notes) + loaded.notes + queues.notes,
+        queue_recoveries=queues.recoveries)
+
+
+def _without_commitlog(plan: RecoveryPlan, loaded: LoadedFiles) -> RecoveryPlan:
+    """recoverNormally/Abnormally with no mapped file: flushedWhere = 0, every queue destroyed
+    (``destroyLogics``; 5.x ``destroyConsumeQueueStore``)."""
+    plan.start_reason = "no CommitLog file"
+    plan.stop_reason = "no CommitLog file"
+    plan.cq_units_truncated = sum(scan_valid_prefix(seg.path, upf, kind)[1]
+                                  for kind, queues, upf in loaded.queue_kinds
+                                  for q in queues for seg in q.segments)
+    plan.notes.append("no CommitLog files: the broker destroys every ConsumeQueue")
+    return plan
+
+
+def _fill_plan(plan: RecoveryPlan, start: StartFile, scan: CommitLogScan,
+               dirty: DirtyTruncation, logic: LogicTruncation, redispatch: Redispatch,
+               stale: int) -> RecoveryPlan:
+    plan.start_file, plan.start_offset, plan.start_reason = start.name, start.offset, start.reason
+    plan.process_offset = scan.process_offset
+    plan.stop_file, plan.stop_position, plan.stop_reason = (scan.stop_file, scan.stop_position,
+                                                            scan.stop_reason)
+    plan.confirm_offset = scan.confirm_offset
+    plan.commitlog_files_kept, plan.commitlog_files_deleted = dirty.kept, dirty.deleted
+    plan.cut_file = dirty.cut_file
+    plan.messages_lost, plan.first_lost_offset = dirty.messages_lost, dirty.first_lost_offset
+    plan.bytes_dropped = dirty.bytes_dropped
+    plan.cq_truncate_called = logic.called
+    plan.cq_truncations, plan.cq_units_truncated = logic.truncations, logic.units_truncated
+    plan.redispatch_from, plan.redispatch_rule = redispatch.start, redispatch.rule
+    plan.notes.extend(redispatch.notes)
+    plan.index_entries_stale = stale
     return plan

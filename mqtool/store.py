@@ -30,13 +30,14 @@ import construct
 from .config import JAVA_INT_MAX, ROCKSDB_DIRS, parse_fastjson, read_config_bytes, text_keys
 from .errors import ParseError, StoreLayoutError, StoreNotFoundError
 from .lock import held_here
-from .mapping import data_runs, map_readonly
+from .mapping import data_runs, map_readonly, written_extent  # noqa: F401
 from .formats import checkpoint as ckpt_fmt
 from .formats import commitlog as cl_fmt
 from .formats import consumequeue as cq_fmt
 from .formats import dledger as dl_fmt
 from .formats import indexfile as idx_fmt
-from .vocabulary import DLEDGER_INDEX_KIND, DLEDGER_TEXT_KIND, FILE_KINDS  # noqa: F401
+from .vocabulary import (BACKUP_DIR, BACKUP_MANIFEST, DLEDGER_INDEX_KIND,  # noqa: F401
+                         DLEDGER_TEXT_KIND, FILE_KINDS, STAGE_PREFIX)  # noqa: F401
 
 OFFSET_NAME = re.compile(r"^\d{20}$")
 INDEX_NAME = re.compile(r"^\d{17}$")
@@ -185,19 +186,6 @@ def _queue_geometry(sizes: list[int], unit_size: int) -> int:
     if size % unit_size or size > JAVA_INT_MAX or sizes.count(size) < 2:
         return 0
     return size // unit_size
-
-
-def written_extent(fd: int, size: int) -> int:
-    """End of the last extent holding data (SEEK_DATA/SEEK_HOLE); ``size`` when the file
-    system cannot tell."""
-    end = 0
-    try:
-        for _, end in data_runs(fd):
-            if end >= size:
-                break
-    except (OSError, AttributeError):
-        return size
-    return min(size, end)
 
 
 UPGRADED_LAYOUT = "dledger-upgraded"   # plain commitlog/ below dividedCommitlogOffset, DLedger above
@@ -734,9 +722,8 @@ def _holds_data(path: Path) -> bool:
 
 def _is_mqtool_backup(path: Path) -> bool:
     """A folder of mqtool repair backups (--backup-dir may point inside the store root)."""
-    from .backup import MANIFEST
-    return (path / MANIFEST).is_file() or any(
-        (sub / MANIFEST).is_file() for sub in path.iterdir() if sub.is_dir())
+    return (path / BACKUP_MANIFEST).is_file() or any(
+        (sub / BACKUP_MANIFEST).is_file() for sub in path.iterdir() if sub.is_dir())
 
 
 # mutating commands that know a DLedger-mode store (one dledger-<id>/ with data/; no commitlog/,
@@ -791,7 +778,6 @@ def unexplained_layout(root: Path, command: str | None = None) -> list[str]:
 
     Files at the root that no broker reads (notes, scripts) are not findings: a repair neither
     reads nor changes them. Folders holding data are, unless mqtool knows what they are."""
-    from .backup import BACKUP_DIR, STAGE_PREFIX
     root = Path(root)
     if not root.is_dir():
         return []

@@ -1,5 +1,5 @@
-"""The names mqtool's library and command line share: broker versions, recovery modes, verify's
-finding codes and severities, forge's default topics.
+"""The names mqtool's library and command line share: broker versions, recovery modes, the repair
+backup's folder names, verify's finding codes and severities, forge's default topics.
 
 They live here, apart from the modules that use them (:mod:`mqtool.recovery`, :mod:`mqtool.verify`,
 :mod:`mqtool.forge`, which re-export them), because the CLI builds every command's help from them
@@ -30,6 +30,12 @@ DLEDGER_TEXT_KIND = "dledger-text"        # dledger-<id>/checkpoint, currterm (a
 FILE_KINDS = ("commitlog", "consumequeue", "batchconsumequeue", "index", "checkpoint", "abort",
               "lock", "config", "timerlog", "timerwheel", "timercheck", DLEDGER_INDEX_KIND,
               DLEDGER_TEXT_KIND)
+
+# --- repair backups (mqtool.backup; the store model knows them as folders no broker reads) ------
+
+BACKUP_DIR = ".mqtool-backup"             # STORE/.mqtool-backup/<UTC timestamp>/
+BACKUP_MANIFEST = "manifest.json"         # what a backup folder holds
+STAGE_PREFIX = ".mqtool-stage-"           # a repair's staging folder in the store root
 
 # --- verify's findings (mqtool.verify) -----------------------------------------------------------
 

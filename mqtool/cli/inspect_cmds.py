@@ -112,11 +112,26 @@ def dump_command(
 ):
     """Print the records of a store or a store file: messages (with filters), CQ units, index
     header/slots/entries, checkpoint fields. Read-only."""
+    body_mode = opt.body_mode(body, "base64" if json_output else "text")
+    options = _dump_options(
+        body_mode, json_output=json_output, max_body_bytes=max_body_bytes, limit=limit,
+        topic=topic, queue=queue, from_offset=from_offset, to_offset=to_offset, since=since,
+        until=until, key=key, uniq_key=uniq_key, no_decompress=no_decompress, resync=resync,
+        messages_only=messages_only, no_unwrap=no_unwrap, follow_slot=follow_slot, kind=kind,
+        commitlog_file_size=commitlog_file_size, commitlog_dirs=commitlog_dirs,
+        broker_config=broker_config, cq_units=cq_units, index_slots=index_slots,
+        index_entries=index_entries)
+    warn_if_live(path)
+    _report_dump(_dump_records(path, options, json_output, limit))
+
+
+def _dump_options(body_mode: str, *, json_output: bool, max_body_bytes, limit, topic, queue,
+                  from_offset, to_offset, since, until, key, uniq_key, no_decompress, resync,
+                  messages_only, no_unwrap, follow_slot, kind, commitlog_file_size,
+                  commitlog_dirs, broker_config, cq_units, index_slots, index_entries):
+    """dump's options checked (exit 2 on a bad one) and gathered into lib.DumpOptions."""
     from .. import inspect as lib
     from ..brokerconf import resolve_commitlog_dirs
-    from .inspect_view import TableRenderer
-
-    body_mode = opt.body_mode(body, "base64" if json_output else "text")
     opt.check_not_negative(max_body_bytes, "--max-body-bytes")
     opt.check_not_negative(limit, "--limit")
     for value, name in ((from_offset, "--from"), (to_offset, "--to"), (queue, "--queue"),
@@ -138,8 +153,14 @@ def dump_command(
         follow_slot=follow_slot, kind=kind, commitlog_file_size=commitlog_file_size,
         cq_units=cq_units, index_slots=index_slots, index_entries=index_entries,
         commitlog_dirs=resolve_commitlog_dirs(commitlog_dirs, broker_config))
+    return options
 
-    warn_if_live(path)
+
+def _dump_records(path: Path, options, json_output: bool, limit: int | None) -> Counter:
+    """Every record dump_path yields, as JSON lines or the table, up to ``limit``; the count
+    per record type."""
+    from .. import inspect as lib
+    from .inspect_view import TableRenderer
     counts: Counter = Counter()
     renderer = None if json_output else TableRenderer(stdout_console())
     with progress_bar(_scan_size(path), "dumping") as bar:
@@ -156,6 +177,12 @@ def dump_command(
                 renderer.add(record)
     if renderer is not None:
         renderer.flush()
+    return counts
+
+
+def _report_dump(counts: Counter) -> None:
+    """The summary line on stderr, and a warning where the input is damaged."""
+    from .. import inspect as lib
     flush_stdout()
     summary = ", ".join(f"{n} {kind_name}" for kind_name, n in counts.items()) or "no records"
     sys.stderr.write(f"mqtool: dumped {summary}\n")

@@ -104,7 +104,16 @@ def render_info(info: dict, console: Console, per_queue: bool) -> None:
         f"{geo['index_entries']:,} entries = {geo['index_file_size']:,} B "
         f"({geo['index_geometry_source']})", highlight=False)
     render_passport(info["passport"], console)
+    _render_commitlog(cl, console)
+    _render_queues(info, console, per_queue)
+    _render_index(info, console)
+    _render_checkpoint(info, console)
+    _render_abort_and_lock(info, console)
+    _render_config_and_rest(info, console)
 
+
+def _render_commitlog(cl: dict, console: Console) -> None:
+    """The CommitLog: totals, one row per file, corrupt regions, stray files."""
     tx = cl["by_transaction"]
     tx_text = ", ".join(f"{k} {v}" for k, v in tx.items() if v)
     extras = [f"{cl['compressed']} compressed"] if cl["compressed"] else []
@@ -142,6 +151,9 @@ def render_info(info: dict, console: Console, per_queue: bool) -> None:
     if cl["stray_files"]:
         console.print(f"  stray in commitlog/: {', '.join(cl['stray_files'])}", highlight=False)
 
+
+def _render_queues(info: dict, console: Console, per_queue: bool) -> None:
+    """The ConsumeQueues (files or RocksDB) and the topics, per topic or per queue."""
     cqs = info["consume_queues"]
     rocks = cqs.get("rocksdb")
     if rocks is not None:
@@ -186,6 +198,9 @@ def render_info(info: dict, console: Console, per_queue: bool) -> None:
     if info["batch_consume_queues"]:
         console.print(f"[bold]BatchConsumeQueue[/] {len(info['batch_consume_queues'])} queues")
 
+
+def _render_index(info: dict, console: Console) -> None:
+    """The IndexFiles, one row each."""
     index = info["index"]
     console.print(f"[bold]IndexFiles[/] {len(index['files'])}"
                   + (f"; stray: {', '.join(index['stray_files'])}" if index["stray_files"] else ""),
@@ -213,6 +228,9 @@ def render_info(info: dict, console: Console, per_queue: bool) -> None:
                           f"{f['entries_used']}" + (" full" if f["full"] else ""))
         console.print(table)
 
+
+def _render_checkpoint(info: dict, console: Console) -> None:
+    """The checkpoint's timestamps and 5.x offsets."""
     ckpt = info["checkpoint"]
     if ckpt is None:
         console.print("[bold]Checkpoint[/] absent")
@@ -229,6 +247,9 @@ def render_info(info: dict, console: Console, per_queue: bool) -> None:
             table.add_row(Text("file size", style="red"), "", str(ckpt["file_size"]))
         console.print(table)
 
+
+def _render_abort_and_lock(info: dict, console: Console) -> None:
+    """The abort file (the last shutdown) and the lock."""
     abort, lock = info["abort"], info["lock"]
     if abort["present"]:
         pid = f", PID {abort['pid']}" if abort["pid"] is not None else ""
@@ -242,6 +263,9 @@ def render_info(info: dict, console: Console, per_queue: bool) -> None:
     console.print(f"[bold]abort[/] {text}", highlight=False)
     console.print(f"[bold]lock[/] {lock_text}", highlight=False)
 
+
+def _render_config_and_rest(info: dict, console: Console) -> None:
+    """Config files, consumer groups, unknown entries, interrupted repairs."""
     if info["config"]:
         parts = []
         for name, entry in info["config"].items():

@@ -125,13 +125,33 @@ def query_command(
     """Find messages without a broker: by offsetMsgId, UNIQ_KEY, key, or queue offset/time.
     Read-only."""
     from .. import inspect as lib
-    from .. import query as q
-    from ..recovery import predict_recovery
-    from .inspect_view import TableRenderer
 
     mode = _query_mode(msg_id, uniq_key, key, offset, time)
     _check_version(broker_version)
     body_mode = opt.body_mode(body, "base64" if json_output else "text")
+    _check_query_options(mode, topic, queue, since, until, max_results, max_body_bytes,
+                         broker_compatible)
+    store = opt.open_store(store_path, commitlog_file_size, cq_units, index_slots, index_entries,
+                           commitlog_dirs=commitlog_dirs, broker_config=broker_config)
+    since_ms = lib.parse_time(since) if since is not None else None
+    until_ms = lib.parse_time(until) if until is not None else None
+    plan = _LazyPlan(store, broker_version, force_verify_prop_crc)
+    out = _QueryOutput(store, json_output, body_mode, max_body_bytes)
+    if broker_compatible:
+        _broker_compatible_query(store, out, plan, topic, key, uniq_key, since_ms, until_ms)
+        return
+    result = _run_query(store, mode, msg_id=msg_id, uniq_key=uniq_key, key=key, topic=topic,
+                        queue=queue, offset=offset, time=time, since_ms=since_ms,
+                        until_ms=until_ms, max_results=max_results, scan=scan)
+    for found in result.found:
+        out.show(found.record, found.annotations(), found.inner_position)
+    trace_found = _show_traces(store, out, result, uniq_key, trace_topic) if traces else []
+    _finish_query(store, out, result, plan if explain_flag else None, traces, trace_found)
+
+
+def _check_query_options(mode, topic, queue, since, until, max_results, max_body_bytes,
+                         broker_compatible) -> None:
+    """The option combinations query refuses (exit 2)."""
     opt.check_not_negative(max_body_bytes, "--max-body-bytes")
     opt.check_not_negative(max_results, "--max")
     if mode in ("--offset", "--time") and (topic is None or queue is None):
@@ -142,98 +162,130 @@ def query_command(
         raise MqtoolError("--since, --until and --max go with --key")
     if broker_compatible and (mode not in ("--key", "--uniq-key") or topic is None):
         raise MqtoolError("--broker-compatible needs --key or --uniq-key, and --topic")
-    store = opt.open_store(store_path, commitlog_file_size, cq_units, index_slots, index_entries,
-                           commitlog_dirs=commitlog_dirs, broker_config=broker_config)
-    since_ms = lib.parse_time(since) if since is not None else None
-    until_ms = lib.parse_time(until) if until is not None else None
-    plan = None
 
-    def recovery_plan():
-        nonlocal plan
-        if plan is None:
-            plan = predict_recovery(store, broker_version=broker_version,
-                                    force_verify_prop_crc=force_verify_prop_crc)
-        return plan
 
-    renderer = None if json_output else TableRenderer(stdout_console())
-    max_body = max_body_bytes if (json_output or body_mode == "none"
-                                  or max_body_bytes is not None) else 256
+class _LazyPlan:
+    """The recovery prediction, made the first time a query needs it."""
 
-    reader = q.RecordReader(store.commitlog)
+    def __init__(self, store, broker_version: str, force_verify_prop_crc: bool):
+        self.store, self.broker_version = store, broker_version
+        self.force_verify_prop_crc = force_verify_prop_crc
+        self.plan = None
 
-    def show(record, extra: dict, inner_position: int | None = None) -> None:
-        stored = reader.body(record)
-        seg = store.commitlog.segment_for(record.offset)
-        out = lib.message_to_dict(record, stored, file=store.relative(seg.path),
+    def __call__(self):
+        from ..recovery import predict_recovery
+        if self.plan is None:
+            self.plan = predict_recovery(self.store, broker_version=self.broker_version,
+                                         force_verify_prop_crc=self.force_verify_prop_crc)
+        return self.plan
+
+
+class _QueryOutput:
+    """Where the messages found go: JSON lines, or the table."""
+
+    def __init__(self, store, json_output: bool, body_mode: str, max_body_bytes: int | None):
+        from .. import query as q
+        from .inspect_view import TableRenderer
+        self.store, self.body_mode = store, body_mode
+        self.renderer = None if json_output else TableRenderer(stdout_console())
+        self.max_body = max_body_bytes if (json_output or body_mode == "none"
+                                           or max_body_bytes is not None) else 256
+        self.reader = q.RecordReader(store.commitlog)
+
+    def add(self, row: dict) -> None:
+        if self.renderer is None:
+            emit_json(row)
+        else:
+            self.renderer.add(row)
+
+    def show(self, record, extra: dict, inner_position: int | None = None) -> None:
+        from .. import inspect as lib
+        stored = self.reader.body(record)
+        seg = self.store.commitlog.segment_for(record.offset)
+        out = lib.message_to_dict(record, stored, file=self.store.relative(seg.path),
                                   file_offset=record.offset - seg.base_offset,
-                                  body_mode=body_mode, max_body_bytes=max_body)
+                                  body_mode=self.body_mode, max_body_bytes=self.max_body)
         if inner_position is not None:
-            out = next(d for d in lib.unwrap_message_dict(out, record, stored, body_mode=body_mode,
-                                                          max_body_bytes=max_body)
+            out = next(d for d in lib.unwrap_message_dict(out, record, stored,
+                                                          body_mode=self.body_mode,
+                                                          max_body_bytes=self.max_body)
                        if d.get("inner_batch", {}).get("position") == inner_position)
         out.update(extra)
-        if renderer is None:
-            emit_json(out)
+        self.add(out)
+
+    def flush(self) -> None:
+        if self.renderer is not None:
+            self.renderer.flush()
+
+
+def _broker_compatible_query(store, out: _QueryOutput, plan: _LazyPlan, topic, key, uniq_key,
+                             since_ms, until_ms) -> None:
+    """--broker-compatible: the offsets of the broker's own queryMessage, and their messages."""
+    from .. import query as q
+    value = key if key is not None else q.check_hex_id(uniq_key, "UNIQ_KEY")
+    begin = since_ms if since_ms is not None else 0
+    end = until_ms if until_ms is not None else q.JAVA_LONG_MAX
+    offsets = q.broker_query_message(store, topic, value, q.MAX_MSGS_NUM_BATCH, begin, end,
+                                     max_offset=plan().process_offset)
+    records = [(o,) + out.reader.at(o) for o in offsets]
+    for o, record, why in records:
+        if record is None:
+            out.add({"record_type": "query/unreadable", "commitlog_offset": o, "detail": why})
         else:
-            renderer.add(out)
+            out.show(record, {"found_by": "broker-compatible"})
+    out.flush()
+    summary = {"record_type": "query/summary", "query": {
+        "mode": "broker-compatible", "topic": topic, "key": value, "begin": begin,
+        "end": end}, "found": len(offsets), "offsets": offsets,
+        "readable_end": plan().process_offset}
+    if out.renderer is None:
+        emit_json(summary)
+    out.reader.close()
+    sys.stderr.write(f"mqtool: queryMessage({topic}, {value}) returns {len(offsets)} "
+                     f"offset(s)\n")
+    if not offsets:
+        raise typer.Exit(EXIT_FINDINGS)
 
-    if broker_compatible:
-        value = key if key is not None else q.check_hex_id(uniq_key, "UNIQ_KEY")
-        begin = since_ms if since_ms is not None else 0
-        end = until_ms if until_ms is not None else q.JAVA_LONG_MAX
-        offsets = q.broker_query_message(store, topic, value, q.MAX_MSGS_NUM_BATCH, begin, end,
-                                         max_offset=recovery_plan().process_offset)
-        records = [(o,) + reader.at(o) for o in offsets]
-        for o, record, why in records:
-            if record is None:
-                unreadable = {"record_type": "query/unreadable", "commitlog_offset": o,
-                              "detail": why}
-                emit_json(unreadable) if renderer is None else renderer.add(unreadable)
-            else:
-                show(record, {"found_by": "broker-compatible"})
-        if renderer is not None:
-            renderer.flush()
-        summary = {"record_type": "query/summary", "query": {
-            "mode": "broker-compatible", "topic": topic, "key": value, "begin": begin,
-            "end": end}, "found": len(offsets), "offsets": offsets,
-            "readable_end": recovery_plan().process_offset}
-        if renderer is None:
-            emit_json(summary)
-        reader.close()
-        sys.stderr.write(f"mqtool: queryMessage({topic}, {value}) returns {len(offsets)} "
-                         f"offset(s)\n")
-        if not offsets:
-            raise typer.Exit(EXIT_FINDINGS)
-        return
 
+def _run_query(store, mode: str, *, msg_id, uniq_key, key, topic, queue, offset, time,
+               since_ms, until_ms, max_results, scan):
+    """The query the mode asks for (mqtool.query)."""
+    from .. import inspect as lib
+    from .. import query as q
     if mode == "--msg-id":
-        result = q.query_msg_id(store, msg_id)
-    elif mode == "--uniq-key":
-        result = q.query_uniq_key(store, uniq_key, topic, use_index=not scan)
-    elif mode == "--key":
-        result = q.query_key(store, key, topic, since=since_ms, until=until_ms,
-                             max_results=max_results, use_index=not scan)
-    elif mode == "--offset":
-        result = q.query_queue_offset(store, topic, queue, offset)
-    else:
-        result = q.query_queue_time(store, topic, queue, lib.parse_time(time))
+        return q.query_msg_id(store, msg_id)
+    if mode == "--uniq-key":
+        return q.query_uniq_key(store, uniq_key, topic, use_index=not scan)
+    if mode == "--key":
+        return q.query_key(store, key, topic, since=since_ms, until=until_ms,
+                           max_results=max_results, use_index=not scan)
+    if mode == "--offset":
+        return q.query_queue_offset(store, topic, queue, offset)
+    return q.query_queue_time(store, topic, queue, lib.parse_time(time))
+
+
+def _show_traces(store, out: _QueryOutput, result, uniq_key, trace_topic) -> list:
+    """--traces: the trace records of the messages found, shown after them."""
+    from .. import query as q
+    ids = [uniq_key] if uniq_key else []
     for found in result.found:
-        show(found.record, found.annotations(), found.inner_position)
-    trace_found = []
-    if traces:
-        ids = [uniq_key] if uniq_key else []
-        for found in result.found:
-            if found.record.topic != trace_topic:
-                ids += q.trace_ids(found.record)
-        trace_found = q.query_traces(store, ids, trace_topic, reader)
-        for found in trace_found:
-            show(found.record, found.annotations())
-        result.details["traces"] = [f.record.offset for f in trace_found]
-    reader.close()
-    if renderer is not None:
-        renderer.flush()
-    explanation = q.explain(store, result, plan=recovery_plan()) if explain_flag else None
-    if renderer is None:
+        if found.record.topic != trace_topic:
+            ids += q.trace_ids(found.record)
+    trace_found = q.query_traces(store, ids, trace_topic, out.reader)
+    for found in trace_found:
+        out.show(found.record, found.annotations())
+    result.details["traces"] = [f.record.offset for f in trace_found]
+    return trace_found
+
+
+def _finish_query(store, out: _QueryOutput, result, plan: _LazyPlan | None, traces: bool,
+                  trace_found: list) -> None:
+    """The summary (and --explain's explanation), the notes, the exit status."""
+    from .. import query as q
+    out.reader.close()
+    out.flush()
+    explanation = q.explain(store, result, plan=plan()) if plan is not None else None
+    if out.renderer is None:
         emit_json({"record_type": "query/summary", **result.summary()})
         if explanation is not None:
             emit_json({"record_type": "query/explanation", **explanation})

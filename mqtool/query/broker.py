@@ -58,6 +58,13 @@ def broker_query_message(store: Store, topic: str, key: str, max_num: int = MAX_
 
 # --- explanations --------------------------------------------------------------------------------
 
+class _Reasons(list):
+    """The reasons found so far, in the order they are added."""
+
+    def add(self, reason: str, detail: str, offsets=()) -> None:
+        self.append({"reason": reason, "detail": detail, "offsets": sorted(set(offsets))})
+
+
 def explain(store: Store, result: QueryResult, *, plan: RecoveryPlan | None = None,
             now_ms: int | None = None, tz: _dt.tzinfo | None = None) -> dict:
     """Why the broker's own query (mqadmin queryMsgByKey / queryMsgByUniqueKey / queryMsgById on
@@ -67,37 +74,58 @@ def explain(store: Store, result: QueryResult, *, plan: RecoveryPlan | None = No
     "detail", "offsets"}], "recovery": the facts used}."""
     plan = plan or predict_recovery(store, broker_version="auto")
     process_offset = plan.process_offset
-    deleted = set(plan.index_files_deleted)
-    redispatch = plan.redispatch_from
     mode = result.query.get("mode")
-    reasons: list[dict] = []
-
-    def add(reason: str, detail: str, offsets=()) -> None:
-        reasons.append({"reason": reason, "detail": detail, "offsets": sorted(set(offsets))})
-
+    reasons = _Reasons()
     out = {"recovery": {"mode": plan.mode, "broker_version": plan.broker_version,
                         "process_offset": process_offset,
                         "index_files_deleted": plan.index_files_deleted,
-                        "redispatch_from": redispatch}}
-
+                        "redispatch_from": plan.redispatch_from}}
     if mode == "msg-id":
-        if result.found:
-            record = result.found[0].record
-            if record.offset >= process_offset:
-                add("beyond-truncation", f"the message lies at or past CommitLog offset "
-                    f"{process_offset}, where the broker's next start truncates: queryMsgById "
-                    f"finds nothing", [record.offset])
-        if "is_uniq_key_of" in result.details:
-            add("uniq-key-given-as-msg-id", "the id is a UNIQ_KEY (client message id), not an "
-                "offsetMsgId: queryMsgById decodes it as host+offset and reads garbage or "
-                "nothing; use queryMsgByUniqueKey", result.details["is_uniq_key_of"])
-        out["reasons"] = reasons
-        return out
+        _explain_msg_id(result, process_offset, reasons)
     if mode not in ("key", "uniq-key"):
-        out["reasons"] = reasons
+        out["reasons"] = list(reasons)
         return out
-
     value = result.query.get("key") if mode == "key" else result.query.get("uniq_key")
+    topics, begin, end = _query_window(result, mode, value, now_ms, tz, out)
+    broker, index_from, walk_problems = _broker_answer(store, result, plan, topics, value,
+                                                       begin, end, reasons)
+    out["broker_offsets"] = broker
+    out["indexed_on_start_from"] = index_from if index_from < process_offset else None
+    _index_reasons(result, walk_problems, process_offset, reasons)
+    missing = _why_not_found(result, broker, set(plan.index_files_deleted), process_offset,
+                             begin, end, reasons)
+    _missing_reasons(missing, plan, mode, begin, end, index_from, reasons)
+    if mode == "uniq-key" and "is_offset_msg_id_of" in result.details:
+        reasons.add("msg-id-given-as-uniq-key", "the id is an offsetMsgId, not a UNIQ_KEY: "
+                    "queryMsgByUniqueKey finds nothing; use queryMsgById",
+                    [result.details["is_offset_msg_id_of"]])
+    if mode == "uniq-key":
+        txn = _transaction_answer(result, broker, value, process_offset)
+        if txn is not None:
+            out["transaction"] = txn
+    out["reasons"] = list(reasons)
+    out["broker_finds_all"] = not any(missing.values())
+    return out
+
+
+def _explain_msg_id(result: QueryResult, process_offset: int, reasons: _Reasons) -> None:
+    """queryMsgById: the message past the recovered end, or the id a UNIQ_KEY."""
+    if result.found:
+        record = result.found[0].record
+        if record.offset >= process_offset:
+            reasons.add("beyond-truncation", f"the message lies at or past CommitLog offset "
+                        f"{process_offset}, where the broker's next start truncates: "
+                        f"queryMsgById finds nothing", [record.offset])
+    if "is_uniq_key_of" in result.details:
+        reasons.add("uniq-key-given-as-msg-id", "the id is a UNIQ_KEY (client message id), not "
+                    "an offsetMsgId: queryMsgById decodes it as host+offset and reads garbage "
+                    "or nothing; use queryMsgByUniqueKey", result.details["is_uniq_key_of"])
+
+
+def _query_window(result: QueryResult, mode: str, value: str, now_ms: int | None,
+                  tz: _dt.tzinfo | None, out: dict) -> tuple[list[str], int, int]:
+    """(the topics the broker is asked in, begin, end) as mqadmin asks: a UNIQ_KEY from the
+    id's approximate time (``out["mqadmin_begin"]``), a key within --since/--until."""
     found_topics = sorted({f.record.topic for f in result.found})
     topics = [result.query["topic"]] if result.query.get("topic") else found_topics
     if mode == "uniq-key" and not result.query.get("topic"):
@@ -115,6 +143,17 @@ def explain(store: Store, result: QueryResult, *, plan: RecoveryPlan | None = No
     if mode == "uniq-key":
         begin = max(0, mqadmin_uniq_key_begin(value, now_ms, tz))
         out["mqadmin_begin"] = begin
+    return topics, begin, end
+
+
+def _broker_answer(store: Store, result: QueryResult, plan: RecoveryPlan, topics: list[str],
+                   value: str, begin: int, end: int,
+                   reasons: _Reasons) -> tuple[dict[str, list[int]], int, list[ChainProblem]]:
+    """(queryMessage's offsets per topic on the started broker, where the start indexes again
+    from, the chain problems its walk meets): the IndexFiles the start keeps, plus what it
+    indexes again; the 64-entry cap as a reason."""
+    process_offset, deleted = plan.process_offset, set(plan.index_files_deleted)
+    redispatch = plan.redispatch_from
     low = store.commitlog.min_offset if store.commitlog.segments else 0
     broker: dict[str, list[int]] = {}
     walk_problems: list[ChainProblem] = []
@@ -132,9 +171,10 @@ def explain(store: Store, result: QueryResult, *, plan: RecoveryPlan | None = No
             raw_all, _ = index.broker_query_offset(topic, value, MAX_MSGS_NUM_BATCH, 0,
                                                    JAVA_LONG_MAX, skip=deleted)
             if len(raw_all) >= MAX_MSGS_NUM_BATCH:
-                add("result-cap", f"{topic}: the broker stops at {MAX_MSGS_NUM_BATCH} index "
-                    f"entries (maxMsgsNumBatch), newest first; mqtool found "
-                    f"{sum(1 for f in result.found if f.record.topic == topic)} messages")
+                reasons.add("result-cap", f"{topic}: the broker stops at {MAX_MSGS_NUM_BATCH} "
+                            f"index entries (maxMsgsNumBatch), newest first; mqtool found "
+                            f"{sum(1 for f in result.found if f.record.topic == topic)} "
+                            f"messages")
     # messages the start (re)indexes are found by the running broker too
     for f in result.found:
         if f.inner_position is not None:
@@ -145,72 +185,94 @@ def explain(store: Store, result: QueryResult, *, plan: RecoveryPlan | None = No
         if index_from <= offset < process_offset and f.record.topic in broker:
             if offset not in broker[f.record.topic]:
                 broker[f.record.topic] = sorted(broker[f.record.topic] + [offset])
-    out["broker_offsets"] = broker
-    out["indexed_on_start_from"] = index_from if index_from < process_offset else None
-    broker_seen = {o for offsets in broker.values() for o in offsets}
+    return broker, index_from, walk_problems
 
+
+def _index_reasons(result: QueryResult, walk_problems: list[ChainProblem], process_offset: int,
+                   reasons: _Reasons) -> None:
+    """What the IndexFiles themselves do to the answer: loops and damage in the chains, hash
+    collisions, stale entries past the recovered end."""
     for problem in walk_problems:
         if problem.kind == "loop":
-            add("index-chain-loops", f"IndexFile {problem.file}: {problem.detail}")
+            reasons.add("index-chain-loops", f"IndexFile {problem.file}: {problem.detail}")
     for problem in result.problems:
-        add("index-chain-damaged", f"IndexFile {problem.file}: {problem.detail}")
+        reasons.add("index-chain-damaged", f"IndexFile {problem.file}: {problem.detail}")
     if result.collisions:
-        add("hash-collision", f"{len(set(result.collisions))} index entries have the same hash "
-            f"but belong to other keys: the broker returns those messages too (the client drops "
-            f"them) and they count toward its {MAX_MSGS_NUM_BATCH}-entry cap",
-            result.collisions)
+        reasons.add("hash-collision", f"{len(set(result.collisions))} index entries have the "
+                    f"same hash but belong to other keys: the broker returns those messages too "
+                    f"(the client drops them) and they count toward its "
+                    f"{MAX_MSGS_NUM_BATCH}-entry cap", result.collisions)
     stale_past = [o for o in result.stale if o >= process_offset]
     if stale_past:
-        add("stale-index-entry", f"{len(set(stale_past))} index entries point at or past the "
-            f"recovered end {process_offset}: the broker skips them", stale_past)
+        reasons.add("stale-index-entry", f"{len(set(stale_past))} index entries point at or "
+                    f"past the recovered end {process_offset}: the broker skips them",
+                    stale_past)
 
-    beyond, unindexed, lost_index, outside_window, missing_other = [], [], [], [], []
-    misplaced: list = []
+
+def _why_not_found(result: QueryResult, broker: dict[str, list[int]], deleted: set[str],
+                   process_offset: int, begin: int, end: int, reasons: _Reasons) -> dict:
+    """The messages mqtool found that the broker does not return, by why: {"inner", "beyond",
+    "misplaced", "lost_index", "unindexed", "outside_window", "missing_other"}."""
+    broker_seen = {o for offsets in broker.values() for o in offsets}
+    missing = {"beyond": [], "unindexed": [], "lost_index": [], "outside_window": [],
+               "missing_other": [], "misplaced": []}
     inner = [f for f in result.found if f.inner_position is not None]
+    missing["inner"] = inner
     if inner:
-        add("inner-batch-message", f"{len(inner)} of the messages found lie inside inner "
-            f"batches (BatchCQ topic): the broker indexes only the outer record, so its "
-            f"queryMessage finds none of them by their own key or UNIQ_KEY",
-            [f.record.offset for f in inner])
+        reasons.add("inner-batch-message", f"{len(inner)} of the messages found lie inside "
+                    f"inner batches (BatchCQ topic): the broker indexes only the outer record, "
+                    f"so its queryMessage finds none of them by their own key or UNIQ_KEY",
+                    [f.record.offset for f in inner])
     for f in result.found:
         offset = f.record.offset
         if f.inner_position is not None:
             continue
         if offset >= process_offset:
-            beyond.append(offset)
+            missing["beyond"].append(offset)
             continue
         if offset in broker_seen:
             continue
         if not f.record.offset_ok:
-            misplaced.append(f.record)
+            missing["misplaced"].append(f.record)
             continue
         live_hits = [h for h in f.index_hits if h.file not in deleted]
         if f.index_hits and not live_hits:
-            lost_index.append(offset)
+            missing["lost_index"].append(offset)
         elif not f.index_hits:
-            unindexed.append(offset)
+            missing["unindexed"].append(offset)
         elif live_hits and not any(begin <= h.index_time <= end for h in live_hits):
-            outside_window.append(offset)
+            missing["outside_window"].append(offset)
         else:
-            missing_other.append(offset)
-    if misplaced:
-        stated = ", ".join(f"{r.offset} states {r.physical_offset}" for r in misplaced[:5])
-        add("damaged-physical-offset", f"the PHYSICALOFFSET field of these messages is damaged "
-            f"({stated}): the broker's dispatch indexes a message under the offset it states, "
-            f"where no such message starts, so queryMessage does not return it (mqtool found "
-            f"it where it really is)", [r.offset for r in misplaced])
-    if beyond:
-        add("beyond-truncation", f"the broker's next start truncates the CommitLog at "
-            f"{process_offset} ({plan.stop_reason}): these messages are gone for it", beyond)
-    if lost_index:
-        add("index-file-deleted-by-recovery", f"the next start is an abnormal recovery: it "
-            f"deletes IndexFile(s) {', '.join(sorted(deleted))} (endTimestamp after the "
-            f"checkpoint's indexMsgTimestamp) and indexes again only from CommitLog offset "
-            f"{index_from}", lost_index)
-    if unindexed:
-        add("not-indexed", "no IndexFile holds an entry for these messages (the index was lost "
-            "or stops short of them): the broker cannot find them by key", unindexed)
-    if outside_window:
+            missing["missing_other"].append(offset)
+    return missing
+
+
+def _missing_reasons(missing: dict, plan: RecoveryPlan, mode: str, begin: int, end: int,
+                     index_from: int, reasons: _Reasons) -> None:
+    """A reason for each kind of message the broker does not return."""
+    process_offset, deleted = plan.process_offset, set(plan.index_files_deleted)
+    if missing["misplaced"]:
+        stated = ", ".join(f"{r.offset} states {r.physical_offset}"
+                           for r in missing["misplaced"][:5])
+        reasons.add("damaged-physical-offset", f"the PHYSICALOFFSET field of these messages is "
+                    f"damaged ({stated}): the broker's dispatch indexes a message under the "
+                    f"offset it states, where no such message starts, so queryMessage does not "
+                    f"return it (mqtool found it where it really is)",
+                    [r.offset for r in missing["misplaced"]])
+    if missing["beyond"]:
+        reasons.add("beyond-truncation", f"the broker's next start truncates the CommitLog at "
+                    f"{process_offset} ({plan.stop_reason}): these messages are gone for it",
+                    missing["beyond"])
+    if missing["lost_index"]:
+        reasons.add("index-file-deleted-by-recovery", f"the next start is an abnormal recovery: "
+                    f"it deletes IndexFile(s) {', '.join(sorted(deleted))} (endTimestamp after "
+                    f"the checkpoint's indexMsgTimestamp) and indexes again only from CommitLog "
+                    f"offset {index_from}", missing["lost_index"])
+    if missing["unindexed"]:
+        reasons.add("not-indexed", "no IndexFile holds an entry for these messages (the index "
+                    "was lost or stops short of them): the broker cannot find them by key",
+                    missing["unindexed"])
+    if missing["outside_window"]:
         if mode == "uniq-key":
             detail = (f"mqadmin searches from the id's approximate time minus 1 s "
                       f"({begin}, read in this machine's zone and current month); these "
@@ -218,22 +280,10 @@ def explain(store: Store, result: QueryResult, *, plan: RecoveryPlan | None = No
         else:
             detail = (f"the index time (whole seconds from the file's beginTimestamp) is outside "
                       f"[{begin}, {end}] although the store time may be inside")
-        add("outside-time-window", detail, outside_window)
-    if missing_other:
-        add("not-returned", "the broker's walk stops before these entries (time order of the "
-            "chain or the 64-entry cap)", missing_other)
-    if mode == "uniq-key" and "is_offset_msg_id_of" in result.details:
-        add("msg-id-given-as-uniq-key", "the id is an offsetMsgId, not a UNIQ_KEY: "
-            "queryMsgByUniqueKey finds nothing; use queryMsgById",
-            [result.details["is_offset_msg_id_of"]])
-    if mode == "uniq-key":
-        txn = _transaction_answer(result, broker, value, process_offset)
-        if txn is not None:
-            out["transaction"] = txn
-    out["reasons"] = reasons
-    out["broker_finds_all"] = not (beyond or lost_index or unindexed or outside_window
-                                   or missing_other or inner or misplaced)
-    return out
+        reasons.add("outside-time-window", detail, missing["outside_window"])
+    if missing["missing_other"]:
+        reasons.add("not-returned", "the broker's walk stops before these entries (time order "
+                    "of the chain or the 64-entry cap)", missing["missing_other"])
 
 
 def _transaction_answer(result: QueryResult, broker: dict[str, list[int]], uniq_key: str,

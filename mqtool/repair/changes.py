@@ -20,6 +20,12 @@ from .transaction import FileOp, RepairPlan, Stage
 from .index import _written_entries
 
 
+def _recover_summary(rp: RecoveryPlan) -> dict:
+    return {"mode": rp.mode, "broker_version": rp.broker_version,
+            "process_offset": rp.process_offset, "start_file": rp.start_file,
+            "messages_removed": rp.messages_lost, "commitlog_bytes_dropped": rp.bytes_dropped}
+
+
 # --- turning the stage into a plan -------------------------------------------------------------------
 
 _QUEUE_KINDS = {k.directory: k for k in (CONSUME_QUEUE, BATCH_CONSUME_QUEUE)}

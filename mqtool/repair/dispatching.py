@@ -3,8 +3,8 @@ recovered end, judged with the broker's rules) and the ConsumeQueue units and in
 one makes, written through the staged writers."""
 from __future__ import annotations
 
+import contextlib
 import itertools
-import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,64 +18,40 @@ from ..scan import RecordBatch, TopicTable, scan_segment_batches
 from ..consumers import QueueEnds
 from ..store import Segment, Store
 from .writers import RepairIndexWriter, StagedBatchConsumeQueueWriter, StagedConsumeQueueWriter
-from .pipeline import ParallelJudgedRecords, index_keys, parse_properties, tags_codes
+from .pipeline import (ParallelJudgedRecords, _segment_batches, index_keys,  # noqa: F401
+                       parse_properties, tags_codes)
 
 
 _UNIT = cq_fmt.CQ_STORE_UNIT_SIZE
 _NOT, _COMMIT = cl_fmt.TRANSACTION_NOT_TYPE, cl_fmt.TRANSACTION_COMMIT_TYPE
 _ROLLBACK = cl_fmt.TRANSACTION_ROLLBACK_TYPE
 _TYPE_MASK = cl_fmt.TRANSACTION_TYPE_MASK
-_BLANK_MAGIC = cl_fmt.BLANK_MAGIC_CODE.to_bytes(4, "big")
+
+
+# --- progress ---------------------------------------------------------------------------------------
+
+def _bar(progress, desc: str, total: int):
+    """A progress bar from the caller's factory ``progress(desc, total)``, or a null context."""
+    if progress is None:
+        return contextlib.nullcontext(None)
+    return progress(desc, total)
+
+
+def _commitlog_bytes(store: Store, start: int = 0, stop: int | None = None) -> int:
+    total = 0
+    for seg in store.commitlog.segments:
+        lo = max(start, seg.base_offset)
+        hi = seg.base_offset + seg.length if stop is None else min(stop, seg.base_offset + seg.length)
+        total += max(0, hi - lo)
+    return total
+
+
+def _dispatch_with_bar(store: Store, start: int, stop: int, progress, **kwargs) -> DispatchStats:
+    with _bar(progress, "dispatch", _commitlog_bytes(store, start, stop)) as bar:
+        return dispatch(store, start, stop, progress=bar, **kwargs)
 
 
 # --- scanning records to dispatch ------------------------------------------------------------------
-
-def _segment_batches(seg: Segment, start: int, stop: int, topics: TopicTable):
-    """The message records of one segment whose offset is in [start, stop), in order, as the
-    scanner's record batches (each valid until the next is asked for); a blank, or anything
-    else that is not a record, ends the segment (the broker moves to the next file)."""
-    pos = max(0, start - seg.base_offset)
-    limit = min(seg.length, max(0, stop - seg.base_offset))
-    if pos >= limit:
-        return
-    if not pos:
-        yield from _walk_batches(seg, 0, limit, topics)
-        return
-    with open(seg.path, "rb") as fh:
-        head = os.pread(fh.fileno(), 8, pos)
-    if len(head) < 8 or head[4:8] == _BLANK_MAGIC or head == bytes(8):
-        return
-    walk = _walk_batches(seg, pos, limit, topics)
-    first = next(walk, None)
-    if first is None:
-        return
-    if first.start_offset != seg.base_offset + pos:
-        # the record at the start position failed the resynchronisation test (a damaged
-        # PHYSICALOFFSET): read the file from its start instead
-        walk.close()
-        for batch in _walk_batches(seg, 0, limit, topics):
-            skip = int(np.searchsorted(batch.position, pos))
-            if skip < len(batch):
-                yield batch.rows(skip, len(batch))
-        return
-    yield first
-    yield from walk
-
-
-def _walk_batches(seg: Segment, pos: int, limit: int, topics: TopicTable):
-    """Record batches from file position ``pos`` until the first event that is not a record or
-    the first record at or past ``limit``. No CRC: the reput dispatches what it reads."""
-    for event in scan_segment_batches(seg, seg.base_offset + pos, seg.base_offset + limit,
-                                      check_crc=False, resync=False, topics=topics):
-        if type(event) is not RecordBatch:
-            return
-        keep = int(np.searchsorted(event.position, limit))
-        if keep < len(event):
-            if keep:
-                yield event.head(keep)
-            return
-        yield event
-
 
 def reput_batches(store: Store, start: int, stop: int, topics: TopicTable, progress=None):
     """The records in [start, stop) the way the broker's recovery/reput walks them, as record
@@ -324,8 +300,27 @@ def _dispatch_queues(batch: RecordBatch, offsets: np.ndarray, props: _DispatchPr
     the offset its record states (PHYSICALOFFSET: the dispatch request's commitLogOffset), which
     only a damaged field makes differ from ``offsets``, the positions that say which records
     are dispatched."""
-    sizes, stamps = batch.total_size, batch.store_timestamp
-    stated = batch.physical_offset
+    to_bcq, to_cq = _dispatch_targets(batch, offsets, cq=cq, bcq=bcq, cq_from=cq_from,
+                                      queues=queues, batch_topics=batch_topics)
+    offered = np.flatnonzero(to_bcq | to_cq)
+    if len(offered) == 0:
+        return
+    # putMessagePositionInfoWrapper sets logicsMsgTimestamp even for a repeated unit
+    stats.last_cq_timestamp = int(batch.store_timestamp[offered[-1]])
+    rows = np.flatnonzero(_not_covered(batch, cq, to_bcq, to_cq, stats))
+    if len(rows) == 0:
+        return
+    _put_batch_units(batch, rows, to_bcq, props, bcq, stats)
+    rows = rows[to_cq[rows]]
+    if len(rows) == 0:
+        return
+    _put_queue_units(batch, rows, props, cq, stats, schedule_loaded)
+
+
+def _dispatch_targets(batch: RecordBatch, offsets: np.ndarray, *, cq, bcq, cq_from: int,
+                      queues, batch_topics) -> tuple[np.ndarray, np.ndarray]:
+    """(to the BatchConsumeQueue, to the ConsumeQueue) per record: normal and COMMIT records
+    at or past ``cq_from`` (of the selected ``queues``), by their topic's kind."""
     tran = batch.sys_flag & _TYPE_MASK
     names = batch.topics.names
     queued = (offsets >= cq_from) & ((tran == _NOT) | (tran == _COMMIT))
@@ -338,11 +333,15 @@ def _dispatch_queues(batch: RecordBatch, offsets: np.ndarray, props: _DispatchPr
     in_batch_topic = np.isin(batch.topic_id, batch_ids)
     to_bcq = queued & in_batch_topic if bcq is not None else np.zeros(len(batch), dtype=bool)
     to_cq = queued & ~in_batch_topic if cq is not None else np.zeros(len(batch), dtype=bool)
-    offered = np.flatnonzero(to_bcq | to_cq)
-    if len(offered) == 0:
-        return
-    # putMessagePositionInfoWrapper sets logicsMsgTimestamp even for a repeated unit
-    stats.last_cq_timestamp = int(stamps[offered[-1]])
+    return to_bcq, to_cq
+
+
+def _not_covered(batch: RecordBatch, cq, to_bcq: np.ndarray, to_cq: np.ndarray,
+                 stats: DispatchStats) -> np.ndarray:
+    """The records still to put: every BatchConsumeQueue one, and the ConsumeQueue ones their
+    queue does not already cover (its max physical offset or write position)."""
+    sizes, stated = batch.total_size, batch.physical_offset
+    names = batch.topics.names
     live = to_bcq
     cq_rows = np.flatnonzero(to_cq)
     if len(cq_rows):
@@ -367,10 +366,14 @@ def _dispatch_queues(batch: RecordBatch, offsets: np.ndarray, props: _DispatchPr
             has_pos[inverse] & (batch.queue_offset[cq_rows] * _UNIT < write_pos[inverse]))
         live = live.copy()
         live[cq_rows[~covered]] = True
-    rows = np.flatnonzero(live)
-    if len(rows) == 0:
-        return
-    schedule = batch.topics.find(codecs.SCHEDULE_TOPIC)
+    return live
+
+
+def _put_batch_units(batch: RecordBatch, rows: np.ndarray, to_bcq: np.ndarray,
+                     props: _DispatchProperties, bcq, stats: DispatchStats) -> None:
+    """BatchConsumeQueue units for the batch-topic records among ``rows``."""
+    sizes, stamps, stated = batch.total_size, batch.store_timestamp, batch.physical_offset
+    names = batch.topics.names
     for i in np.flatnonzero(to_bcq[rows]).tolist():
         i = int(rows[i])
         topic, stamp = names[batch.topic_id[i]], int(stamps[i])
@@ -379,9 +382,16 @@ def _dispatch_queues(batch: RecordBatch, offsets: np.ndarray, props: _DispatchPr
                    codecs.tags_code(topic, record_props, stamp), stamp,
                    *codecs.batch_position(record_props, int(batch.queue_offset[i]))):
             stats.cq_written += 1
-    rows = rows[to_cq[rows]]
-    if len(rows) == 0:
-        return
+
+
+def _put_queue_units(batch: RecordBatch, rows: np.ndarray, props: _DispatchProperties, cq,
+                     stats: DispatchStats, schedule_loaded: bool) -> None:
+    """ConsumeQueue units for ``rows``, a queue at a time, with their tagsCode (a delay
+    message's delivery time, or 4.9's TAGS hash when recovery runs before the schedule
+    service loads)."""
+    sizes, stamps, stated = batch.total_size, batch.store_timestamp, batch.physical_offset
+    names = batch.topics.names
+    schedule = batch.topics.find(codecs.SCHEDULE_TOPIC)
     codes = props.tags_hashes(rows).astype(np.int64)
     topic_ids = batch.topic_id[rows]
     for k in np.flatnonzero(topic_ids == schedule).tolist() if schedule is not None else ():

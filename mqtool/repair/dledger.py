@@ -40,19 +40,22 @@ from __future__ import annotations
 from ..dledger import _MIN_ENTRY_SIZE_EXCLUSIVE, walk_ledger
 from ..formats import dledger as dl_fmt
 from ..recovery import predict_recovery
-from ..scan import entry_header_at
+from ..scan import MessageRecord, entry_header_at, scan_buffer
 from ..store import MappedFile, Store, properties_int
+from ..writer import dledger_index_unit_bytes
+from .bookkeeping import _abort_op, _stage_bytes
+from .changes import _recover_summary, build_plan
+from .commitlog import _commitlog_ops
+from .dispatching import _dispatch_with_bar
+from .files import data_end
+from .index import _finish_index, _setup_index
+from .queues import _finish_queues, _recover_queues, _truncate_queues
+from .transaction import RepairError
 
 
 def plan_dledger_recover(store: Store, stage, *, mode: str = "auto", keep_stale: bool = False,
                          progress=None, options: dict | None = None):
     """The RepairPlan of ``recover`` on a DLedger-mode store (see the module docstring)."""
-    from .bookkeeping import _abort_op, _stage_bytes
-    from .changes import build_plan
-    from .commitlog import _commitlog_ops
-    from .planners import _recover_summary
-    from .queues import _finish_queues, _recover_queues, _truncate_queues
-    from .transaction import RepairError
 
     rp = predict_recovery(store, mode=mode)
     if rp.refuses_to_start:
@@ -133,7 +136,6 @@ _REASONS = {
 
 def _rewrite_index_units(stage, store: Store, units: list[tuple]) -> None:
     """Write DLedger index units (index, pos, size, magic, term) into the staged index files."""
-    from ..writer import dledger_index_unit_bytes
 
     dledger = store.dledger
     folder = store.relative(dledger.index_dir)
@@ -162,8 +164,6 @@ def resolve_dledger_cut(store: Store, offset: int) -> int:
     be an entry's pos, the commitLogOffset of the record inside it (pos + 48: the offset dump,
     query and the ConsumeQueues show), the end of the last entry before a blank or unwritten
     space, or a data file start. Raises RepairError anywhere else."""
-    from ..scan import MessageRecord, scan_buffer
-    from .transaction import RepairError
 
     log = store.commitlog
     seg = log.segment_for(offset)
@@ -224,7 +224,6 @@ def stage_dledger_truncate(stage, store: Store, cut: int) -> list[str]:
     index units of the entries kept that disagree with them rewritten, the units of every entry
     cut erased, the checkpoint's endIndex at the last entry kept (committedIndex not past it),
     the previous checkpoint in checkpoint.bak. Returns notes for the plan."""
-    from .bookkeeping import _stage_bytes
 
     dledger = store.dledger
     folder = store.relative(dledger.directory)
@@ -253,7 +252,6 @@ def stage_dledger_truncate(stage, store: Store, cut: int) -> list[str]:
 
 def _erase_index_units_after(stage, store: Store, last: int) -> list[str]:
     """Zero the DLedger index units of every entry after ``last`` (written extents only)."""
-    from .files import data_end
 
     dledger = store.dledger
     index_folder = store.relative(dledger.index_dir)
@@ -277,8 +275,6 @@ def _drop_index_entries_from(stage, store: Store, end: int, deleted: list[str],
     """IndexFiles holding entries at or past ``end`` rebuilt under their own names without them
     (the keys of the records before ``end`` indexed again, as the broker had); the files the
     abnormal start deletes stay deleted."""
-    from .index import _finish_index, _setup_index
-    from .planners import _dispatch_with_bar
 
     checkpoint = store.read_checkpoint() if store.checkpoint_path.is_file() else None
     setup = _setup_index(stage, store, deleted=list(deleted), cut=end, reindex_all=False,

@@ -28,7 +28,7 @@ from ..formats import commitlog as cl_fmt
 from ..cores import die_with_parent
 from ..recovery import FileJudge
 from ..scan import _COLUMNS, RecordBatch, TopicTable, scan_segment_batches
-from ..store import MappedFile
+from ..store import MappedFile, Segment
 from .transaction import RepairError
 
 # properties dispatch reads (see dispatching._DispatchProperties): the index keys of every
@@ -36,6 +36,7 @@ from .transaction import RepairError
 PARSED_PROPERTIES = ("TAGS", "UNIQ_KEY", "KEYS")
 INDEX_PROPERTIES = ("UNIQ_KEY", "KEYS")
 _KEY_SEPARATOR = ord(" ")
+_BLANK_MAGIC = cl_fmt.BLANK_MAGIC_CODE.to_bytes(4, "big")
 # what the dispatch reads of a batch sent by a worker (the other columns stay None there)
 DISPATCH_COLUMNS = ("position", "total_size", "sys_flag", "topic_id", "queue_id", "queue_offset",
                     "physical_offset", "store_timestamp", "properties_position",
@@ -123,11 +124,59 @@ def _send_batch(out, batch: RecordBatch, topics: TopicTable, sent: int) -> int:
     return len(topics.names)
 
 
+# --- scanning records to dispatch (the one-process dispatch reads them here too) --------------
+
+def _segment_batches(seg: Segment, start: int, stop: int, topics: TopicTable):
+    """The message records of one segment whose offset is in [start, stop), in order, as the
+    scanner's record batches (each valid until the next is asked for); a blank, or anything
+    else that is not a record, ends the segment (the broker moves to the next file)."""
+    pos = max(0, start - seg.base_offset)
+    limit = min(seg.length, max(0, stop - seg.base_offset))
+    if pos >= limit:
+        return
+    if not pos:
+        yield from _walk_batches(seg, 0, limit, topics)
+        return
+    with open(seg.path, "rb") as fh:
+        head = os.pread(fh.fileno(), 8, pos)
+    if len(head) < 8 or head[4:8] == _BLANK_MAGIC or head == bytes(8):
+        return
+    walk = _walk_batches(seg, pos, limit, topics)
+    first = next(walk, None)
+    if first is None:
+        return
+    if first.start_offset != seg.base_offset + pos:
+        # the record at the start position failed the resynchronisation test (a damaged
+        # PHYSICALOFFSET): read the file from its start instead
+        walk.close()
+        for batch in _walk_batches(seg, 0, limit, topics):
+            skip = int(np.searchsorted(batch.position, pos))
+            if skip < len(batch):
+                yield batch.rows(skip, len(batch))
+        return
+    yield first
+    yield from walk
+
+
+def _walk_batches(seg: Segment, pos: int, limit: int, topics: TopicTable):
+    """Record batches from file position ``pos`` until the first event that is not a record or
+    the first record at or past ``limit``. No CRC: the reput dispatches what it reads."""
+    for event in scan_segment_batches(seg, seg.base_offset + pos, seg.base_offset + limit,
+                                      check_crc=False, resync=False, topics=topics):
+        if type(event) is not RecordBatch:
+            return
+        keep = int(np.searchsorted(event.position, limit))
+        if keep < len(event):
+            if keep:
+                yield event.head(keep)
+            return
+        yield event
+
+
 def _reput_files(segments, start: int, stop: int, out, first: int, step: int) -> None:
     """Worker: the records :func:`~mqtool.repair.dispatching.iter_records` walks in
     segments[first::step] (the same per-file walk), sent as batches; a file's end is sent as
     ("file", None): the walk goes on to the next file whatever ended this one."""
-    from .dispatching import _segment_batches
     try:
         topics = TopicTable()
         sent = 0

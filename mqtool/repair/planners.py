@@ -2,47 +2,34 @@
 with the files the command produces and return the plan; nothing in the store is touched."""
 from __future__ import annotations
 
-import contextlib
 import itertools
+from dataclasses import dataclass
 
 from ..cores import available_cores
 from ..queue_recovery import BATCH_CONSUME_QUEUE, queue_kinds
 from ..recovery import (DISPATCHING_NORMAL_RECOVERY, VERSION_49, VERSION_534, BrokerRules,
-                        FileVerdict, RecoveryPlan, predict_recovery)
+                        FileVerdict, RecoveryPlan, RecoveryStart, predict_from, predict_recovery,
+                        recovery_start)
+from ..rocksdb_recovery import UnitSink, next_start_after_recover
 from ..passport import store_passport
 from ..scan import MessageRecord, scan_buffer
-from ..store import MappedFile, Segment, Store
+from ..store import MappedFile, Store
 from .files import _queue_rel
 from .transaction import RepairError, RepairPlan, Stage
 from .writers import StagedBatchConsumeQueueWriter, StagedConsumeQueueWriter
-from .dispatching import (DispatchStats, RecordHints, dispatch, iter_records, judged_records,
-                          last_record_before)
+from .dispatching import (DispatchStats, RecordHints, _bar, _commitlog_bytes, _dispatch_with_bar,
+                          dispatch, iter_records, judged_records, last_record_before)
 from .pipeline import ParallelJudgedRecords
 from .index import (_count_entries, _finish_index, _last_full_end_timestamp, read_index_states,
                     _setup_index)
 from .queues import (_finish_queues, _fix_queue_file_sizes, _queue_view, queues_with_holes,
                      _recover_queues, _seed_writers, _settle_queues, _truncate_queues)
 from .commitlog import commitlog_gaps, _commitlog_ops
-from .dledger import dledger_op_reasons, resolve_dledger_cut, stage_dledger_truncate
+from .dledger import (dledger_op_reasons, plan_dledger_recover, resolve_dledger_cut,
+                      stage_dledger_truncate)
 from .bookkeeping import (_abort_op, _consumer_offsets, _stage_5x_service_files,
                           _stage_checkpoint)
-from .changes import build_plan, _file_counts
-
-
-def _bar(progress, desc: str, total: int):
-    """A progress bar from the caller's factory ``progress(desc, total)``, or a null context."""
-    if progress is None:
-        return contextlib.nullcontext(None)
-    return progress(desc, total)
-
-
-def _commitlog_bytes(store: Store, start: int = 0, stop: int | None = None) -> int:
-    total = 0
-    for seg in store.commitlog.segments:
-        lo = max(start, seg.base_offset)
-        hi = seg.base_offset + seg.length if stop is None else min(stop, seg.base_offset + seg.length)
-        total += max(0, hi - lo)
-    return total
+from .changes import build_plan, _file_counts, _recover_summary
 
 
 def _predict(store: Store, progress, workers: int | None = None, **kwargs) -> RecoveryPlan:
@@ -52,17 +39,7 @@ def _predict(store: Store, progress, workers: int | None = None, **kwargs) -> Re
                                 workers=available_cores() if workers is None else workers)
 
 
-def _dispatch_with_bar(store: Store, start: int, stop: int, progress, **kwargs) -> "DispatchStats":
-    with _bar(progress, "dispatch", _commitlog_bytes(store, start, stop)) as bar:
-        return dispatch(store, start, stop, progress=bar, **kwargs)
-
-
 # --- recover ------------------------------------------------------------------------------------------
-
-def _unscanned(segment: Segment) -> FileVerdict:
-    """A placeholder verdict: lets predict_recovery choose the start file without scanning."""
-    return FileVerdict(segment.base_offset, segment.name, segment.base_offset, "end-of-file")
-
 
 def plan_recover(store: Store, stage: Stage, *, mode: str = "auto", broker_version: str = "auto",
                  check_crc: bool = True, message_index_safe: bool = False,
@@ -72,165 +49,269 @@ def plan_recover(store: Store, stage: Stage, *, mode: str = "auto", broker_versi
                  progress=None) -> RepairPlan:
     """The broker's startup recovery (spec §7), offline: see the module docstring.
 
-    Abnormal recovery dispatches every record its scan accepts, so there the scan and the
-    dispatch are one pass (:func:`judged_records`); normal recovery first predicts where the scan
-    ends, then dispatches the (usually short) range the broker re-dispatches. With ``workers``
-    > 1 (default: the cores) the abnormal scan runs in worker processes ahead of the dispatch
+    The phases before the CommitLog scan are :func:`mqtool.recovery.recovery_start`'s (load,
+    IndexFile load, queue recovery, start file); the scan and what follows are
+    :func:`mqtool.recovery.predict_from`'s, on the same results. Abnormal recovery dispatches
+    every record its scan accepts, so there the scan and the dispatch are one pass
+    (:func:`judged_records`); normal recovery first predicts where the scan ends, then
+    dispatches the (usually short) range the broker re-dispatches. With ``workers`` > 1
+    (default: the cores) the abnormal scan runs in worker processes ahead of the dispatch
     (:mod:`.pipeline`); the result is the same byte for byte."""
     rules_options = dict(mode=mode, broker_version=broker_version, check_crc=check_crc,
                          message_index_safe=message_index_safe,
                          force_verify_prop_crc=force_verify_prop_crc)
     if store.dledger is not None:   # DLedger mode: DLedger's own recovery (repair/dledger.py)
-        from .dledger import plan_dledger_recover
         return plan_dledger_recover(store, stage, mode=mode, keep_stale=keep_stale,
                                     progress=progress, options=rules_options)
-    segments = store.commitlog.segments
     passport = store_passport(store)
     if broker_version == "auto":
         rules_options["broker_version"] = passport["recovery_rules"]
-    first = predict_recovery(store, file_verdicts={s.base_offset: _unscanned(s) for s in segments},
-                             **rules_options)
-    version = first.broker_version
-    abnormal = first.mode == "abnormal"
-    upf = store.cq_units_per_file
+    begun = recovery_start(store, **rules_options)
+    version = begun.setup.version
     notes: list[str] = []
-    lost: list[str] = []
     options = {**rules_options, "broker_version": version, "reindex_all": reindex_all,
                "keep_stale": keep_stale,
                "broker_version_from": "passport" if broker_version == "auto"
                else "--broker-version"}
     _fix_queue_file_sizes(stage, store, version, notes)
-    if not segments:
-        plan = _recover_without_commitlog(store, stage, first, notes, options)
+    if not store.commitlog.segments:
+        plan = _recover_without_commitlog(store, stage, predict_from(store, begun), notes,
+                                          options)
         plan.passport = passport
         return plan
-
+    queues = _StagedQueues.recover(stage, store, begun)
     ckpt = store.read_checkpoint() if store.checkpoint_path.is_file() else None
-    index_ts = ckpt.index_msg_timestamp if ckpt is not None else 0
-    min_offset = store.commitlog.min_offset
-    states, max_phy_cq = _recover_queues(stage, store, upf)
-    cq_writer = StagedConsumeQueueWriter(stage, upf)
-    rocks = store.queues_in_rocksdb
-    if rocks:
-        # the ConsumeQueues live in RocksDB, which mqtool never writes: the dispatch runs for
-        # the index only, the broker's next start fills RocksDB (see _rocksdb_next_start)
-        from ..rocksdb_recovery import UnitSink
-        max_phy_cq = first.max_phy_offset_of_consume_queue
-        cq_writer = UnitSink()
-    bupf = store.bcq_units_per_file
-    batch_states, max_phy_bcq = _recover_queues(stage, store, bupf, BATCH_CONSUME_QUEUE)
-    # getMaxPhyOffsetInConsumeQueue spans both kinds (a BatchConsumeQueue's is a record start)
-    max_phy_cq = max(max_phy_cq, max_phy_bcq)
-    bcq_writer = StagedBatchConsumeQueueWriter(stage, bupf,
-                                               {q.topic for q in store.batch_consume_queues})
-    stats = DispatchStats()
-    schedule_loaded = not (abnormal and version == VERSION_49)
-    setup = None
-    if abnormal:
-        # every record accepted from the start file on is dispatched, before the ConsumeQueue
-        # truncation; the index goes in the same pass unless a kept IndexFile may reach past
-        # the recovered end (then it is rebuilt under its name once that end is known)
-        cq_from = index_from = first.start_offset
-        kept = [s for s in read_index_states(store) if s.name not in first.index_files_deleted]
-        index_inline = keep_stale or reindex_all or all(
-            s.index_count <= 1 or s.end_phy_offset < first.start_offset for s in kept)
-        if index_inline:
-            setup = _setup_index(stage, store, deleted=list(first.index_files_deleted), cut=None,
-                                 reindex_all=reindex_all, index_msg_timestamp=index_ts)
-            if setup.dispatch_from is not None:
-                index_from = min(index_from, setup.dispatch_from)
-        _seed_writers(cq_writer, states, bcq_writer, batch_states)
-        usable = segments[:-1] if (version != VERSION_49 and segments[-1].length == 0) \
-            else segments
-        start_index = next(i for i, seg in enumerate(usable) if seg.name == first.start_file)
-        rules = BrokerRules(version, check_crc, force_verify_prop_crc, True)
+    run = _RecoverRun(store, stage, begun, queues, reindex_all=reindex_all, keep_stale=keep_stale,
+                      index_ts=ckpt.index_msg_timestamp if ckpt is not None else 0,
+                      workers=available_cores() if workers is None else workers,
+                      progress=progress)
+    if begun.setup.branch == "abnormal":
+        run.scan_and_dispatch()
+    else:
+        run.predict_and_dispatch()
+    notes[:0] = run.rp.notes
+    if run.rp.refuses_to_start:
+        notes.append("the broker would refuse to start (" + "; ".join(run.rp.refuses_to_start)
+                     + "); mqtool resizes those files first")
+    plan = _finish_recover(run, notes, options, consumer_offsets)
+    plan.passport = passport
+    return plan
+
+
+@dataclass
+class _StagedQueues:
+    """The ConsumeQueues (and BatchConsumeQueues) recovered in the stage, as the broker's
+    ``ConsumeQueue.recover`` leaves them on disk, and the writers the dispatch fills."""
+
+    states: dict
+    batch_states: dict
+    max_phy: int                # maxPhyOffsetOfConsumeQueue over both kinds (RocksDB: its own)
+    cq_writer: object           # StagedConsumeQueueWriter, or a UnitSink with RocksDB
+    bcq_writer: StagedBatchConsumeQueueWriter
+    rocks: bool
+
+    @classmethod
+    def recover(cls, stage: Stage, store: Store, begun: RecoveryStart) -> "_StagedQueues":
+        states, max_phy = _recover_queues(stage, store, store.cq_units_per_file)
+        cq_writer = StagedConsumeQueueWriter(stage, store.cq_units_per_file)
+        rocks = store.queues_in_rocksdb
+        if rocks:
+            # the ConsumeQueues live in RocksDB, which mqtool never writes: the dispatch runs
+            # for the index only, the broker's next start fills RocksDB (see _rocksdb_next_start)
+            max_phy = begun.queues.max_phy_offset
+            cq_writer = UnitSink()
+        bupf = store.bcq_units_per_file
+        batch_states, max_phy_bcq = _recover_queues(stage, store, bupf, BATCH_CONSUME_QUEUE)
+        bcq_writer = StagedBatchConsumeQueueWriter(stage, bupf,
+                                                   {q.topic for q in store.batch_consume_queues})
+        # getMaxPhyOffsetInConsumeQueue spans both kinds (a BatchConsumeQueue's is a record start)
+        return cls(states, batch_states, max(max_phy, max_phy_bcq), cq_writer, bcq_writer, rocks)
+
+    def seed(self) -> None:
+        _seed_writers(self.cq_writer, self.states, self.bcq_writer, self.batch_states)
+
+
+class _RecoverRun:
+    """recover's dispatch: what it dispatches, and the prediction it ends with (``rp``)."""
+
+    def __init__(self, store: Store, stage: Stage, begun: RecoveryStart, queues: _StagedQueues,
+                 *, reindex_all: bool, keep_stale: bool, index_ts: int, workers: int, progress):
+        self.store, self.stage, self.begun, self.queues = store, stage, begun, queues
+        self.reindex_all, self.keep_stale, self.index_ts = reindex_all, keep_stale, index_ts
+        self.workers, self.progress = workers, progress
+        self.version = begun.setup.version
+        self.abnormal = begun.setup.branch == "abnormal"
+        self.stats = DispatchStats()
+        self.schedule_loaded = not (self.abnormal and self.version == VERSION_49)
+        self.setup = None               # the IndexFile setup (repair/index.py)
+        self.index_from = 0
+        self.rp: RecoveryPlan | None = None
+
+    @property
+    def po(self) -> int:
+        return self.rp.process_offset
+
+    def _predict(self, verdicts: dict[int, FileVerdict] | None = None) -> RecoveryPlan:
+        """predict_from on the phases already run, the files it has to judge itself judged
+        on every core."""
+        with _bar(self.progress, "scan", _commitlog_bytes(self.store)) as bar:
+            return predict_from(self.store, self.begun, file_verdicts=verdicts, progress=bar,
+                                workers=self.workers)
+
+    def _index_setup(self, deleted: list[str], cut: int | None):
+        return _setup_index(self.stage, self.store, deleted=list(deleted), cut=cut,
+                            reindex_all=self.reindex_all, index_msg_timestamp=self.index_ts)
+
+    def scan_and_dispatch(self) -> None:
+        """recoverAbnormally: every record accepted from the start file on is dispatched,
+        before the ConsumeQueue truncation; the index goes in the same pass unless a kept
+        IndexFile may reach past the recovered end (then it is rebuilt under its name once
+        that end is known)."""
+        store, begun = self.store, self.begun
+        start = begun.start
+        cq_from = self.index_from = start.offset
+        kept = [s for s in read_index_states(store) if s.name not in begun.index.deleted]
+        if self.keep_stale or self.reindex_all or all(
+                s.index_count <= 1 or s.end_phy_offset < start.offset for s in kept):
+            self.setup = self._index_setup(begun.index.deleted, None)
+            if self.setup.dispatch_from is not None:
+                self.index_from = min(self.index_from, self.setup.dispatch_from)
+        self.queues.seed()
         verdicts: dict[int, FileVerdict] = {}
-        early = index_from < first.start_offset
-        workers = available_cores() if workers is None else workers
-        with _bar(progress, "scan + dispatch", _commitlog_bytes(store, first.start_offset)) as bar:
-            hints = RecordHints(store)
-            if workers > 1 and not early and len(usable) - start_index > 1:
-                records = ParallelJudgedRecords(usable, start_index, rules, verdicts, workers,
-                                                hints)
-                records.progress = bar
-            else:
-                records = judged_records(store, usable, start_index, rules, verdicts, bar, hints)
-            if early:
-                # a full reindex starts before the start file: those records first
-                records = itertools.chain(iter_records(store, index_from, first.start_offset),
-                                          records)
+        with _bar(self.progress, "scan + dispatch", _commitlog_bytes(store, start.offset)) as bar:
+            records = self._judged_records(verdicts, bar)
             try:
-                stats = dispatch(store, 0, 0, cq=cq_writer, cq_from=cq_from,
-                                 index=setup.writer if setup else None, index_from=index_from,
-                                 schedule_loaded=schedule_loaded, records=records,
-                                 bcq=bcq_writer, queue_ends_from=first.start_offset)
+                self.stats = dispatch(store, 0, 0, cq=self.queues.cq_writer, cq_from=cq_from,
+                                      index=self.setup.writer if self.setup else None,
+                                      index_from=self.index_from,
+                                      schedule_loaded=self.schedule_loaded, records=records,
+                                      bcq=self.queues.bcq_writer, queue_ends_from=start.offset)
             finally:
                 if isinstance(records, ParallelJudgedRecords):
                     records.close()
-        rp = _predict(store, progress, workers, file_verdicts=verdicts, **rules_options)
-        po = rp.process_offset
+        self.rp = self._predict(verdicts)
+        po = self.po
         # the judged walk stops where the recovery does: its records are the re-dispatched ones
-        rp.redispatched_ends = stats.queue_ends.for_range(rp.redispatch_from, po)
-        if setup is None:
-            setup = _setup_index(stage, store, deleted=list(rp.index_files_deleted),
-                                 cut=None if keep_stale else po, reindex_all=reindex_all,
-                                 index_msg_timestamp=index_ts)
-            index_from = min(index_from, setup.dispatch_from if setup.dispatch_from is not None
-                             else po)
-            if index_from < po:
-                _dispatch_with_bar(store, index_from, po, progress, cq=None, cq_from=po,
-                                   index=setup.writer, index_from=index_from)
-    else:
-        rp = _predict(store, progress, workers, **rules_options)
-        po = rp.process_offset
-        # 4.9 and 5.0-5.3.1 truncate the queues before any dispatch (4.9 reputs in start());
-        # 5.3.2+ dispatches inside recoverNormally, before truncating
-        if max_phy_cq >= po and version not in DISPATCHING_NORMAL_RECOVERY:
-            _truncate_queues(stage, store, upf, po, states)
-            _truncate_queues(stage, store, bupf, po, batch_states, BATCH_CONSUME_QUEUE)
-        if version == VERSION_49:
-            cq_from = max([min_offset] + [s.max_physic for s in states.values()])
-        elif version in DISPATCHING_NORMAL_RECOVERY:
-            cq_from = max(min_offset, max_phy_cq + 1)
+        self.rp.redispatched_ends = self.stats.queue_ends.for_range(self.rp.redispatch_from, po)
+        if self.setup is None:
+            self.setup = self._index_setup(self.rp.index_files_deleted,
+                                           None if self.keep_stale else po)
+            self.index_from = min(self.index_from, self.setup.dispatch_from
+                                  if self.setup.dispatch_from is not None else po)
+            if self.index_from < po:
+                _dispatch_with_bar(store, self.index_from, po, self.progress, cq=None,
+                                   cq_from=po, index=self.setup.writer,
+                                   index_from=self.index_from)
+
+    def _judged_records(self, verdicts: dict[int, FileVerdict], bar):
+        """The records the abnormal scan accepts from the start file on (in worker processes
+        when there are several files and workers), after the records before it a full reindex
+        wants."""
+        store, begun = self.store, self.begun
+        usable, start_index = begun.loaded.segments, begun.start.index
+        rules = BrokerRules(self.version, begun.setup.rules.check_crc,
+                            begun.setup.rules.force_verify_prop_crc, True)
+        early = self.index_from < begun.start.offset
+        hints = RecordHints(store)
+        if self.workers > 1 and not early and len(usable) - start_index > 1:
+            records = ParallelJudgedRecords(usable, start_index, rules, verdicts, self.workers,
+                                            hints)
+            records.progress = bar
+        else:
+            records = judged_records(store, usable, start_index, rules, verdicts, bar, hints)
+        if early:
+            # a full reindex starts before the start file: those records first
+            records = itertools.chain(iter_records(store, self.index_from, begun.start.offset),
+                                      records)
+        return records
+
+    def predict_and_dispatch(self) -> None:
+        """recoverNormally: the scan predicted, then the range the family dispatches again. 4.9
+        and 5.0-5.3.1 truncate the queues before any dispatch (4.9 reputs in start()); 5.3.2+
+        dispatches inside recoverNormally, before truncating."""
+        store, stage, queues = self.store, self.stage, self.queues
+        self.rp = self._predict()
+        po = self.po
+        upf, bupf = store.cq_units_per_file, store.bcq_units_per_file
+        if queues.max_phy >= po and self.version not in DISPATCHING_NORMAL_RECOVERY:
+            _truncate_queues(stage, store, upf, po, queues.states)
+            _truncate_queues(stage, store, bupf, po, queues.batch_states, BATCH_CONSUME_QUEUE)
+        min_offset = store.commitlog.min_offset
+        if self.version == VERSION_49:
+            cq_from = max([min_offset] + [s.max_physic for s in queues.states.values()])
+        elif self.version in DISPATCHING_NORMAL_RECOVERY:
+            cq_from = max(min_offset, queues.max_phy + 1)
         else:
             cq_from = po
         cq_from = min(cq_from, po)
-        setup = _setup_index(stage, store, deleted=list(rp.index_files_deleted),
-                             cut=None if keep_stale else po, reindex_all=reindex_all,
-                             index_msg_timestamp=index_ts)
-        index_from = cq_from
-        if setup.dispatch_from is not None:
-            index_from = min(index_from, setup.dispatch_from)
-        index_from = min(index_from, po)
-        _seed_writers(cq_writer, states, bcq_writer, batch_states)
-        start = min(cq_from, index_from)
+        self.setup = self._index_setup(self.rp.index_files_deleted,
+                                       None if self.keep_stale else po)
+        self.index_from = cq_from
+        if self.setup.dispatch_from is not None:
+            self.index_from = min(self.index_from, self.setup.dispatch_from)
+        self.index_from = min(self.index_from, po)
+        queues.seed()
+        start = min(cq_from, self.index_from)
         if start < po:
-            stats = _dispatch_with_bar(store, start, po, progress, cq=cq_writer, cq_from=cq_from,
-                                       index=setup.writer, index_from=index_from,
-                                       schedule_loaded=schedule_loaded, bcq=bcq_writer)
-    notes[:0] = rp.notes
-    if rp.refuses_to_start:
-        notes.append("the broker would refuse to start (" + "; ".join(rp.refuses_to_start)
-                     + "); mqtool resizes those files first")
+            self.stats = _dispatch_with_bar(store, start, po, self.progress,
+                                            cq=queues.cq_writer, cq_from=cq_from,
+                                            index=self.setup.writer, index_from=self.index_from,
+                                            schedule_loaded=self.schedule_loaded,
+                                            bcq=queues.bcq_writer)
 
+
+def _finish_recover(run: _RecoverRun, notes: list[str], options: dict,
+                    consumer_offsets: str) -> RepairPlan:
+    """After the dispatch: the CommitLog cut (truncateDirtyFiles), the queues settled
+    (truncateDirtyLogicFiles), the index finished, the checkpoint, what is lost."""
+    store, stage, rp, po = run.store, run.stage, run.rp, run.po
+    segments = store.commitlog.segments
     deleted_cl = list(rp.commitlog_files_deleted)
-    if version != VERSION_49 and segments[-1].length == 0 and segments[-1].name not in deleted_cl:
+    if run.version != VERSION_49 and segments[-1].length == 0 and \
+            segments[-1].name not in deleted_cl:
         deleted_cl.append(segments[-1].name)
-    cl_ops = _commitlog_ops(store, cut=po, delete_names=deleted_cl, erase_tail=not keep_stale,
+    cl_ops = _commitlog_ops(store, cut=po, delete_names=deleted_cl, erase_tail=not run.keep_stale,
                             pad=True, reason="recover")
+    regenerated = _settle_recovered_files(run, notes)
+    _stage_recovered_checkpoint(run, notes)
+    lost, data_loss, entries_lost = _recover_losses(run, deleted_cl, notes)
+    extra = _recover_summary(rp)
+    extra.update({"records_dispatched": run.stats.records,
+                  "cq_units_written": run.stats.cq_written, "queues_regenerated": regenerated,
+                  "index_entries_not_rebuilt": entries_lost,
+                  "index_files_rebuilt_in_place": run.setup.rebuilt})
+    service = _stage_5x_service_files(stage, store) if run.version != VERSION_49 else set()
+    notes.extend(_consumer_offsets(stage, store, rp, consumer_offsets))
+    options["consumer_offsets"] = consumer_offsets
+    # with the queues in RocksDB the abort file stays: only the broker's own (abnormal) start
+    # re-dispatches into RocksDB from the file holding the CQ checkpoint, as _rocksdb_next_start
+    # says; mqtool does not write RocksDB
+    plan = build_plan("recover", store, stage, cl_ops=cl_ops,
+                      extra_ops=[] if run.queues.rocks else _abort_op(store),
+                      lost=lost, notes=notes, data_loss=data_loss, recovery=rp, options=options,
+                      summary_extra=extra)
+    _drop_if_only(plan, service)
+    return plan
 
-    # abnormal recovery and 5.3.2+ truncate the queues after dispatching into them; after 5.3.3
-    # always (a no-op when they end before processOffset)
-    truncate_at = po if (max_phy_cq >= po and (abnormal or version in DISPATCHING_NORMAL_RECOVERY)
-                         or version == VERSION_534) else None
-    if not rocks:
-        _settle_queues(stage, store, cq_writer, states, upf, truncate_at, keep_stale)
-    _settle_queues(stage, store, bcq_writer, batch_states, bupf, truncate_at, keep_stale)
-    _finish_index(stage, store, setup.writer)
-    regenerated = [] if rocks else _regenerate_queues_with_holes(stage, store, upf, po, notes,
-                                                                 progress)
-    if rocks:
-        notes.append(_rocksdb_next_start(store, rp))
+
+def _settle_recovered_files(run: _RecoverRun, notes: list[str]) -> list[str]:
+    """The queues truncated where the broker truncates them after dispatching (abnormal
+    recovery and 5.3.2+; after 5.3.3 always, a no-op when they end before processOffset),
+    the index finished, queues with missing files regenerated; notes on gaps."""
+    store, stage, queues, po = run.store, run.stage, run.queues, run.po
+    truncate_at = po if (queues.max_phy >= po and (
+        run.abnormal or run.version in DISPATCHING_NORMAL_RECOVERY)
+        or run.version == VERSION_534) else None
+    if not queues.rocks:
+        _settle_queues(stage, store, queues.cq_writer, queues.states, store.cq_units_per_file,
+                       truncate_at, run.keep_stale)
+    _settle_queues(stage, store, queues.bcq_writer, queues.batch_states,
+                   store.bcq_units_per_file, truncate_at, run.keep_stale)
+    _finish_index(stage, store, run.setup.writer)
+    regenerated = [] if queues.rocks else _regenerate_queues_with_holes(
+        stage, store, store.cq_units_per_file, po, notes, run.progress)
+    if queues.rocks:
+        notes.append(_rocksdb_next_start(store, run.rp))
     for start_gap, end_gap in commitlog_gaps(store):
         if start_gap < po:
             notes.append(f"CommitLog files are missing between {start_gap:,} and {end_gap:,} "
@@ -238,21 +319,30 @@ def plan_recover(store: Store, stage: Stage, *, mode: str = "auto", broker_versi
                          "so ConsumeQueue units and index entries pointing into it stay "
                          f"dangling; 'mqtool truncate --to {start_gap}' cuts the store there "
                          "instead")
+    return regenerated
 
-    # the checkpoint the broker writes at shutdown
+
+def _stage_recovered_checkpoint(run: _RecoverRun, notes: list[str]) -> None:
+    """The checkpoint the broker writes at shutdown."""
+    store, setup = run.store, run.setup
     index_value = None
     if setup.writer.rolled:
         index_value = setup.writer.index_msg_timestamp
-    elif setup.rebuilt or reindex_all:
-        index_value = _last_full_end_timestamp(stage, store, setup.writer)
-    cap = None if keep_stale else _checkpoint_cap(store, stats, po, notes)
+    elif setup.rebuilt or run.reindex_all:
+        index_value = _last_full_end_timestamp(run.stage, store, setup.writer)
+    cap = None if run.keep_stale else _checkpoint_cap(store, run.stats, run.po, notes)
     # the RocksDB ConsumeQueue does not move logicsMsgTimestamp (rocks-* recovered/ keep it)
-    _stage_checkpoint(stage, store, version=version,
-                      logics=None if rocks else stats.last_cq_timestamp,
-                      index=index_value, confirm=rp.confirm_offset, physic_cap=cap,
+    _stage_checkpoint(run.stage, store, version=run.version,
+                      logics=None if run.queues.rocks else run.stats.last_cq_timestamp,
+                      index=index_value, confirm=run.rp.confirm_offset, physic_cap=cap,
                       logics_cap=cap, index_cap=cap)
 
-    # what is lost
+
+def _recover_losses(run: _RecoverRun, deleted_cl: list[str],
+                    notes: list[str]) -> tuple[list[str], bool, int]:
+    """(what is lost, data loss?, index entries not rebuilt), with the notes on what stays."""
+    store, rp, po = run.store, run.rp, run.po
+    lost: list[str] = []
     data_loss = False
     if rp.messages_lost or rp.bytes_dropped:
         data_loss = True
@@ -264,9 +354,10 @@ def plan_recover(store: Store, stage: Stage, *, mode: str = "auto", broker_versi
         # what these files held is counted in the messages above (a preallocated file is empty)
         notes.append(f"commitlog/{name} is deleted: it starts past processOffset {po:,}")
     entries_lost = 0
-    if setup.deleted and not reindex_all:
-        idx_low = min(index_from, po)
-        for name in setup.deleted:
+    if run.setup.deleted and not run.reindex_all:
+        idx_low = min(run.index_from, po)
+        min_offset = store.commitlog.min_offset
+        for name in run.setup.deleted:
             path = store.root / "index" / name
             if path.exists():
                 entries_lost += _count_entries(
@@ -275,38 +366,20 @@ def plan_recover(store: Store, stage: Stage, *, mode: str = "auto", broker_versi
     if entries_lost:
         data_loss = True
         lost.append(f"{entries_lost:,} index entr(y/ies) of the deleted IndexFile(s) point at "
-                    f"messages before the re-dispatch start {index_from:,} and are not rebuilt "
-                    "(--reindex-all rebuilds them)")
-    if keep_stale and rp.index_entries_stale:
+                    f"messages before the re-dispatch start {run.index_from:,} and are not "
+                    "rebuilt (--reindex-all rebuilds them)")
+    if run.keep_stale and rp.index_entries_stale:
         notes.append(f"{rp.index_entries_stale:,} index entr(y/ies) still point past processOffset "
                      "(--keep-stale; queryMessage skips them)")
-    if keep_stale:
+    if run.keep_stale:
         notes.append("--keep-stale: bytes past the recovered end are left as the broker leaves "
                      "them")
-    extra = _recover_summary(rp)
-    extra.update({"records_dispatched": stats.records, "cq_units_written": stats.cq_written,
-                  "queues_regenerated": regenerated,
-                  "index_entries_not_rebuilt": entries_lost,
-                  "index_files_rebuilt_in_place": setup.rebuilt})
-    service = _stage_5x_service_files(stage, store) if version != VERSION_49 else set()
-    notes.extend(_consumer_offsets(stage, store, rp, consumer_offsets))
-    options["consumer_offsets"] = consumer_offsets
-    # with the queues in RocksDB the abort file stays: only the broker's own (abnormal) start
-    # re-dispatches into RocksDB from the file holding the CQ checkpoint, as _rocksdb_next_start
-    # says; mqtool does not write RocksDB
-    plan = build_plan("recover", store, stage, cl_ops=cl_ops,
-                      extra_ops=[] if rocks else _abort_op(store),
-                      lost=lost, notes=notes, data_loss=data_loss, recovery=rp, options=options,
-                      summary_extra=extra)
-    plan.passport = passport
-    _drop_if_only(plan, service)
-    return plan
+    return lost, data_loss, entries_lost
 
 
 def _rocksdb_next_start(store: Store, rp: RecoveryPlan) -> str:
     """What the broker's next start (the same branch: recover leaves the abort file of a
     crashed RocksDB store) does to the RocksDB ConsumeQueue this recovery leaves as it is."""
-    from ..rocksdb_recovery import next_start_after_recover
     return next_start_after_recover(store, rp)
 
 
@@ -381,12 +454,6 @@ def _checkpoint_cap(store: Store, stats: DispatchStats, po: int, notes: list[str
     return last.store_timestamp
 
 
-def _recover_summary(rp: RecoveryPlan) -> dict:
-    return {"mode": rp.mode, "broker_version": rp.broker_version,
-            "process_offset": rp.process_offset, "start_file": rp.start_file,
-            "messages_removed": rp.messages_lost, "commitlog_bytes_dropped": rp.bytes_dropped}
-
-
 # --- truncate -----------------------------------------------------------------------------------------
 
 def record_boundaries_ok(store: Store, offset: int) -> tuple[bool, str]:
@@ -425,28 +492,7 @@ def plan_truncate(store: Store, stage: Stage, *, to: int | None = None,
     rp = _predict(store, progress, mode=mode, broker_version=broker_version, check_crc=check_crc,
                   force_verify_prop_crc=force_verify_prop_crc)
     po = rp.process_offset
-    cut = po if to is None else to
-    if cut < 0:
-        raise RepairError("--to must be >= 0")
-    if store.dledger is not None:
-        divided = store.commitlog.divided_offset
-        if divided is not None and cut < divided:
-            raise RepairError(
-                f"--to {cut:,} lies in the plain commitlog/ part of this upgraded store (below "
-                f"dividedCommitlogOffset {divided:,}); truncate cuts only the DLedger part: use "
-                f"an offset of {divided:,} or more")
-        # DLedger: the log is cut at an entry boundary (a record's offset names its entry)
-        cut = resolve_dledger_cut(store, cut)
-    if cut > po:
-        raise RepairError(f"--to {cut:,} is past the broker's recovered end {po:,}: the records "
-                          "there would be dropped anyway (run 'mqtool recover')")
-    if cut < store.commitlog.min_offset:
-        raise RepairError(f"--to {cut:,} is before the first CommitLog file "
-                          f"({store.commitlog.min_offset:,})")
-    if store.dledger is None:
-        ok, why = record_boundaries_ok(store, cut)
-        if not ok:
-            raise RepairError(why)
+    cut = _truncate_point(store, po, to)
     notes: list[str] = []
     lost: list[str] = []
     delete_names = [s.name for s in store.commitlog.segments if s.base_offset > cut]
@@ -466,27 +512,10 @@ def plan_truncate(store: Store, stage: Stage, *, to: int | None = None,
         last = last_record_before(store, cut)
         last_kept_ts = last.store_timestamp if last is not None else None
 
-    cq_units = 0
-    for kind, _, kind_upf in queue_kinds(store):
-        states, _ = _recover_queues(stage, store, kind_upf, kind)
-        cq_units += _truncate_queues(stage, store, kind_upf, cut, states, kind)
-        _finish_queues(stage, store, kind_upf, {k: s.end for k, s in states.items()},
-                       keep_stale=False, kind=kind)
-
-    ckpt = store.read_checkpoint() if store.checkpoint_path.is_file() else None
-    setup = _setup_index(stage, store, deleted=[], cut=cut, reindex_all=False,
-                         index_msg_timestamp=ckpt.index_msg_timestamp if ckpt else 0)
-    if setup.dispatch_from is not None and setup.dispatch_from < cut:
-        _dispatch_with_bar(store, setup.dispatch_from, cut, progress, cq=None, cq_from=cut,
-                           index=setup.writer, index_from=setup.dispatch_from)
-    _finish_index(stage, store, setup.writer)
-    index_value = None
-    if setup.rebuilt:
-        index_value = (setup.writer.index_msg_timestamp if setup.writer.rolled
-                       else _last_full_end_timestamp(stage, store, setup.writer))
+    cq_units, setup = _stage_truncated_queues_and_index(store, stage, cut, progress)
     cap = last_kept_ts if last_kept_ts is not None else 0
-    _stage_checkpoint(stage, store, version=rp.broker_version, index=index_value,
-                      physic_cap=cap, logics_cap=cap, index_cap=cap, create=False)
+    _stage_checkpoint(stage, store, version=rp.broker_version, index=_rebuilt_index_timestamp(
+        stage, store, setup), physic_cap=cap, logics_cap=cap, index_cap=cap, create=False)
     if removed:
         lost.append(f"{removed:,} message(s) in [{cut:,}, {po:,})")
     for seg in store.commitlog.segments:
@@ -512,6 +541,64 @@ def plan_truncate(store: Store, stage: Stage, *, to: int | None = None,
     if store.dledger is not None:
         dledger_op_reasons(plan, store, "truncate")
     return plan
+
+
+def _truncate_point(store: Store, po: int, to: int | None) -> int:
+    """Where truncate cuts: ``to`` (default processOffset), refused unless it is a record
+    boundary (DLedger: an entry boundary in the DLedger part) between the first CommitLog
+    offset and processOffset."""
+    cut = po if to is None else to
+    if cut < 0:
+        raise RepairError("--to must be >= 0")
+    if store.dledger is not None:
+        divided = store.commitlog.divided_offset
+        if divided is not None and cut < divided:
+            raise RepairError(
+                f"--to {cut:,} lies in the plain commitlog/ part of this upgraded store (below "
+                f"dividedCommitlogOffset {divided:,}); truncate cuts only the DLedger part: use "
+                f"an offset of {divided:,} or more")
+        # DLedger: the log is cut at an entry boundary (a record's offset names its entry)
+        cut = resolve_dledger_cut(store, cut)
+    if cut > po:
+        raise RepairError(f"--to {cut:,} is past the broker's recovered end {po:,}: the records "
+                          "there would be dropped anyway (run 'mqtool recover')")
+    if cut < store.commitlog.min_offset:
+        raise RepairError(f"--to {cut:,} is before the first CommitLog file "
+                          f"({store.commitlog.min_offset:,})")
+    if store.dledger is None:
+        ok, why = record_boundaries_ok(store, cut)
+        if not ok:
+            raise RepairError(why)
+    return cut
+
+
+def _stage_truncated_queues_and_index(store: Store, stage: Stage, cut: int, progress):
+    """(ConsumeQueue units removed, the IndexFile setup): every queue recovered and truncated at
+    ``cut``, IndexFiles holding entries at or past it rebuilt under their names."""
+    cq_units = 0
+    for kind, _, kind_upf in queue_kinds(store):
+        states, _ = _recover_queues(stage, store, kind_upf, kind)
+        cq_units += _truncate_queues(stage, store, kind_upf, cut, states, kind)
+        _finish_queues(stage, store, kind_upf, {k: s.end for k, s in states.items()},
+                       keep_stale=False, kind=kind)
+
+    ckpt = store.read_checkpoint() if store.checkpoint_path.is_file() else None
+    setup = _setup_index(stage, store, deleted=[], cut=cut, reindex_all=False,
+                         index_msg_timestamp=ckpt.index_msg_timestamp if ckpt else 0)
+    if setup.dispatch_from is not None and setup.dispatch_from < cut:
+        _dispatch_with_bar(store, setup.dispatch_from, cut, progress, cq=None, cq_from=cut,
+                           index=setup.writer, index_from=setup.dispatch_from)
+    _finish_index(stage, store, setup.writer)
+    return cq_units, setup
+
+
+def _rebuilt_index_timestamp(stage: Stage, store: Store, setup) -> int | None:
+    """indexMsgTimestamp for the checkpoint after IndexFiles were rebuilt (None: unchanged)."""
+    index_value = None
+    if setup.rebuilt:
+        index_value = (setup.writer.index_msg_timestamp if setup.writer.rolled
+                       else _last_full_end_timestamp(stage, store, setup.writer))
+    return index_value
 
 
 # --- rebuild-queues -----------------------------------------------------------------------------------

@@ -3,36 +3,12 @@ has, the :class:`VerifyReport` they end up in, and the sink the whole-file check
 from __future__ import annotations
 
 import collections
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
+from ..finding import Finding
 from ..recovery import RecoveryPlan
 # the codes are in mqtool.vocabulary so that the CLI's help can list them without importing numpy
 from ..vocabulary import CODES
-
-
-@dataclass
-class Finding:
-    """One problem, located by (code, file, offset): file relative to the store root, offset a
-    byte position in that file."""
-
-    code: str
-    severity: str
-    file: str
-    offset: int
-    message: str
-    commitlog_offset: int | None = None
-    topic: str | None = None
-    queue_id: int | None = None
-    queue_offset: int | None = None
-    count: int | None = None
-    details: dict | None = None
-
-    @property
-    def key(self) -> tuple[str, str, int]:
-        return (self.code, self.file, self.offset)
-
-    def to_dict(self) -> dict:
-        return {k: v for k, v in asdict(self).items() if v is not None}
 
 
 @dataclass

@@ -32,14 +32,23 @@ def _short_file_holes(queues: dict) -> dict:
 
 def _merge_results(store: Store, plan: RecoveryPlan, results: list[_SegmentResult], sink: _Sink,
                    deferred: list[Finding], holes: dict) -> None:
-    P = plan.process_offset
-    beyond_total = plan.messages_lost
-    stale = (beyond_total > 0 and plan.last_exit_ok and plan.cq_units_truncated == 0
+    stale = (plan.messages_lost > 0 and plan.last_exit_ok and plan.cq_units_truncated == 0
              and _matched_beyond(results, plan) == 0)
-    torn_tail = (not plan.last_exit_ok and beyond_total == 0)
-    deleted_index = {f"index/{name}" for name in plan.index_files_deleted}
+    _add_scan_findings(plan, results, sink, deferred, stale)
+    _add_queue_offset_gaps(store, plan, results, sink)
+    _add_missing_units(store, plan, results, sink, holes)
+    _add_past_the_end(store, plan, sink, stale)
+    _add_checkpoint_ahead(plan, results, sink)
 
-    # CommitLog and cross-checks from the scan
+
+def _add_scan_findings(plan: RecoveryPlan, results: list[_SegmentResult], sink: _Sink,
+                       deferred: list[Finding], stale: bool) -> None:
+    """The CommitLog findings and cross-checks of the scan, graded by what recovery does:
+    past the recovered end stale data is information and a crashed store's torn tail a
+    warning; findings in an IndexFile the broker deletes on start are warnings."""
+    P = plan.process_offset
+    torn_tail = (not plan.last_exit_ok and plan.messages_lost == 0)
+    deleted_index = {f"index/{name}" for name in plan.index_files_deleted}
     for r in results:
         for f in r.findings:
             cl_offset = f.commitlog_offset
@@ -67,7 +76,11 @@ def _merge_results(store: Store, plan: RecoveryPlan, results: list[_SegmentResul
             f.message += " (the broker deletes this index file on start and rebuilds it)"
         sink.add(f)
 
-    # queue offsets across files
+
+def _add_queue_offset_gaps(store: Store, plan: RecoveryPlan, results: list[_SegmentResult],
+                           sink: _Sink) -> None:
+    """CQ_QUEUE_GAP where a queue's offsets jump or repeat from one CommitLog file to the next."""
+    P = plan.process_offset
     last: dict = {}
     for r in results:
         for key, span in r.spans.items():
@@ -84,7 +97,12 @@ def _merge_results(store: Store, plan: RecoveryPlan, results: list[_SegmentResul
                                   commitlog_offset=first_offset, topic=key[0], queue_id=key[1],
                                   queue_offset=gap[0], details={"expected": gap[1]}))
 
-    # records without a ConsumeQueue unit
+
+def _add_missing_units(store: Store, plan: RecoveryPlan, results: list[_SegmentResult],
+                       sink: _Sink, holes: dict) -> None:
+    """CQ_MISSING: runs of records without a ConsumeQueue unit, graded by whether the broker's
+    recovery dispatches them again."""
+    P = plan.process_offset
     queue_ends = {(q.topic, q.queue_id): q.valid_end for q in plan.queue_recoveries}
     queue_ends.update({(t.topic, t.queue_id): t.new_end for t in plan.cq_truncations})
     for run in _joined_runs(results):
@@ -120,7 +138,12 @@ def _merge_results(store: Store, plan: RecoveryPlan, results: list[_SegmentResul
                           queue_id=run.queue_id, queue_offset=run.first_queue_offset,
                           count=run.count))
 
-    # what lies past the recovered end
+
+def _add_past_the_end(store: Store, plan: RecoveryPlan, sink: _Sink, stale: bool) -> None:
+    """What lies past the recovered end: stale records the broker ignores (CL_STALE_DATA) or
+    what recovery drops (RECOVERY_TRUNCATES)."""
+    P = plan.process_offset
+    beyond_total = plan.messages_lost
     if plan.stop_file is not None and (beyond_total or plan.cq_units_truncated or plan.bytes_dropped):
         rel = next((s.store_path for s in store.commitlog.segments if s.name == plan.stop_file),
                    f"commitlog/{plan.stop_file}")
@@ -150,7 +173,9 @@ def _merge_results(store: Store, plan: RecoveryPlan, results: list[_SegmentResul
                                        "files_deleted": plan.commitlog_files_deleted,
                                        "reason": plan.stop_reason}))
 
-    # checkpoint timestamps against the newest message on disk
+
+def _add_checkpoint_ahead(plan: RecoveryPlan, results: list[_SegmentResult], sink: _Sink) -> None:
+    """CKPT_AHEAD: checkpoint timestamps against the newest message on disk."""
     ckpt = plan.checkpoint
     newest = None
     for r in results:
