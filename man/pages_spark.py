@@ -55,8 +55,9 @@ With --out DIR, Parquet tables and a JSON summary:
 DIR/messages, partitioned by broker and store_date (UTC): one row per message with broker,
 file, file_offset, commitlog_offset, total_size, magic_version, topic, queue_id, queue_offset,
 physical_offset, sys_flag, transaction, born_timestamp, store_timestamp, reconsume_times,
-tags, keys, uniq_key, body_crc, body_crc_ok, prop_crc_ok, body_length and inner_num (hosts,
-properties and bodies are spark export's).
+tags, keys, uniq_key, body_crc, body_crc_ok, prop_crc_ok, body_length, inner_num,
+inner_position, outer_commitlog_offset and system (dump's decoded system object as JSON text;
+hosts, properties and bodies are spark export's).
 
 DIR/findings, partitioned by broker: broker, code, severity, file, offset, message,
 commitlog_offset, topic, queue_id, queue_offset, count, details (JSON).

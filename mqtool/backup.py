@@ -443,10 +443,13 @@ def note_backup_place(store_root: Path, backup_dir: Path) -> None:
 
 
 def forget_backup_place(store_root: Path, backup_dir: Path) -> None:
-    """Drop the store's note of an outside backup folder (its repair failed and removed it)."""
-    for stamp, path, note in _backup_folders(store_root, existing=False):
-        if note is not None and path == Path(backup_dir).absolute():
+    """Drop the store's note of an outside backup folder (its repair failed, or was undone)."""
+    home = Path(store_root) / BACKUP_DIR
+    for _, path, note in _backup_folders(store_root, existing=False):
+        if note is not None and path.resolve() == Path(backup_dir).resolve():
             note.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        home.rmdir()                    # only when the note was all it held
 
 
 def _backup_folders(store_root: Path, existing: bool = True) -> list[tuple[str, Path, Path | None]]:
@@ -816,6 +819,8 @@ def _undo(backup_dir: Path, manifest: dict, store_root: Path, *, force: bool,
         manifest["status"] = "undone"
         manifest["undone"] = utc_stamp()
         write_json_atomically(backup_dir / MANIFEST, manifest)
+        # the store is as before the repair: nothing of it names that backup any more
+        forget_backup_place(store_root, backup_dir)
     report.restored = sorted(set(report.restored))
     report.unchanged = sorted(set(report.unchanged) - set(report.restored))
     return report

@@ -20,6 +20,18 @@ def is_trace_topic(topic: str) -> bool:
     return topic == st.TRACE_TOPIC or topic.startswith(st.TRACE_TOPIC_PREFIX)
 
 
+#: the properties that give any message a ``system`` object (its origin, its priority)
+SYSTEM_PROPERTIES: tuple[str, ...] = (*st.ORIGIN_PROPERTIES, st.PRIORITY)
+
+
+def is_system_topic(topic: str) -> bool:
+    """True when :func:`system_fields` gives every message of ``topic`` a ``system`` object
+    (others get one only through :data:`SYSTEM_PROPERTIES`)."""
+    return (is_trace_topic(topic) or topic.startswith(st.REVIVE_TOPIC_PREFIX)
+            or topic in (st.SCHEDULE_TOPIC, st.TIMER_TOPIC)
+            or topic.startswith(st.RETRY_PREFIX) or topic.startswith(st.DLQ_PREFIX))
+
+
 def _convert(text: str, kind: str):
     if kind == "str":
         return text

@@ -226,13 +226,97 @@ def store_copy(tmp_path) -> Path:
     return dest
 
 
-def run_mqtool(*args, check_no_traceback: bool = True, env=None, **kwargs):
-    """Run the installed CLI in a real subprocess (``python -m mqtool``)."""
-    proc = subprocess.run([sys.executable, "-m", "mqtool", "--no-progress", *map(str, args)],
-                          capture_output=True, text=True, env=env, **kwargs)
+def run_mqtool(*args, check_no_traceback: bool = True, env=None, exec_python: bool = False,
+               **kwargs):
+    """Run the CLI in a child process: its own pid, file descriptors, exit status (a signal
+    that kills it is a negative return code) and working directory, as ``subprocess.run``.
+
+    The child is forked from this test process, which has imported the CLI already: a new
+    interpreter's start (~0.5 s of imports) is paid only with ``exec_python`` or an ``env``
+    (environment variables are read at import: MQTOOL_NATIVE, the kill points), where the child
+    runs ``python -m mqtool`` as a user's shell would."""
+    argv = ["--no-progress", *map(str, args)]
+    if exec_python or env is not None or set(kwargs) - {"cwd", "timeout", "input"}:
+        proc = subprocess.run([sys.executable, "-m", "mqtool", *argv], capture_output=True,
+                              text=True, env=env, **kwargs)
+    else:
+        proc = _forked_cli(argv, **kwargs)
     if check_no_traceback:
         assert "Traceback" not in proc.stderr, proc.stderr
     return proc
+
+
+@functools.cache
+def _warm_cli() -> None:
+    """What every command imports and builds at its start, done once before the forks (the
+    parts each command imports lazily too, Spark excepted)."""
+    import importlib
+    from mqtool.cli.main import command
+    command()
+    for name in ("numpy", "mqtool.scan", "mqtool.verify", "mqtool.repair", "mqtool.inspect",
+                 "mqtool.query", "mqtool.salvage", "mqtool.consumers", "mqtool.diff",
+                 "mqtool.transactions", "mqtool.failover", "mqtool.forge", "mqtool.rocksdb_cq"):
+        importlib.import_module(name)
+
+
+def _forked_cli(argv: list[str], cwd=None, timeout=None, input=None) -> subprocess.CompletedProcess:
+    import signal
+    import tempfile
+    import time
+    import traceback
+    from mqtool.cli.main import run
+    _warm_cli()
+
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
+            tempfile.TemporaryFile() as feed:
+        if input is not None:
+            feed.write(input.encode() if isinstance(input, str) else input)
+            feed.seek(0)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:                                          # the child: never returns
+            code = 1
+            try:
+                os.setpgid(0, 0)
+                os.dup2(feed.fileno() if input is not None else os.open(os.devnull, os.O_RDONLY), 0)
+                os.dup2(out.fileno(), 1)
+                os.dup2(err.fileno(), 2)
+                sys.stdin = open(0, "r", closefd=False)
+                sys.stdout = open(1, "w", closefd=False)
+                sys.stderr = open(2, "w", closefd=False)
+                signal.signal(signal.SIGINT, signal.SIG_DFL)
+                signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+                if cwd is not None:
+                    os.chdir(cwd)
+                try:
+                    run(argv)
+                    code = 0
+                except SystemExit as exc:
+                    code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+                except BaseException:                      # noqa: BLE001 - as python would
+                    traceback.print_exc()
+                    code = 1
+                sys.stdout.flush()
+                sys.stderr.flush()
+            finally:
+                os._exit(code)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            done, status = os.waitpid(pid, 0 if deadline is None else os.WNOHANG)
+            if done:
+                break
+            if time.monotonic() > deadline:
+                os.killpg(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                raise subprocess.TimeoutExpired(["mqtool", *argv], timeout)
+            time.sleep(0.01)
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(
+            ["mqtool", *argv], os.waitstatus_to_exitcode(status),
+            out.read().decode("utf-8", "surrogateescape"),
+            err.read().decode("utf-8", "surrogateescape"))
 
 
 @pytest.fixture

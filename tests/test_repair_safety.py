@@ -148,10 +148,13 @@ def test_backup_dir_option_and_manifest(tmp_path, crash_store):
         if op["old_size"] is not None:
             assert op["digest"] == "sha256-sparse/1"
             assert len(op["old_file_digest" if op["op"] == "edit" else "old_digest"]) == 64
-    assert not (crash_store / ".mqtool-backup").exists()
+    # the store notes where its backup went (so an interrupted repair is found), nothing more
+    assert [p.name[-len(".where.json"):] for p in (crash_store / ".mqtool-backup").iterdir()] \
+        == [".where.json"]
     assert_backup_holds_originals(chosen, original, crash_store)
     assert run_mqtool("undo", chosen).returncode == 0
     assert snapshot(crash_store) == snapshot(original)
+    assert not (crash_store / ".mqtool-backup").exists()
 
 
 def test_undo_refuses_when_the_store_moved_on(tmp_path):

@@ -28,7 +28,7 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from conftest import FIXTURE_STORE, REPO, run_mqtool  # noqa: E402
+from conftest import FIXTURE_STORE, REPO, SHARED_STORES, run_mqtool  # noqa: E402
 from mqtool import forge  # noqa: E402
 from mqtool.codec import BLANK_RECORD  # noqa: E402
 from mqtool.formats import commitlog as cl_fmt  # noqa: E402
@@ -942,6 +942,108 @@ def test_rocketmq_data_source_options(spark, stores, reference):
     with pytest.raises(Exception, match="checkCrc must be true or false"):
         spark.read.format("rocketmq").option("checkCrc", "maybe") \
             .load(str(stores["alpha"])).count()
+
+
+def _plan(frame) -> str:
+    return frame._jdf.queryExecution().optimizedPlan().toString()
+
+
+def test_rocketmq_data_source_reads_only_what_the_filters_need(spark, stores, reference):
+    """Filters on topic, queue, store time and UNIQ_KEY / KEYS reach the reader (they leave
+    Spark's plan), a UNIQ_KEY or key lookup reads only the splits its IndexFile entries point
+    into, and the rows are exactly dump's that match."""
+    import mqtool.spark
+
+    mqtool.spark.register(spark)
+    dump = reference["alpha"]["dump"]
+    frame = spark.read.format("rocketmq").option("splitSize", "64k").load(str(stores["alpha"]))
+    every = frame.rdd.getNumPartitions()
+    topic, queue = dump[len(dump) // 2]["topic"], dump[len(dump) // 2]["queue_id"]
+    since = sorted(d["store_timestamp"] for d in dump)[len(dump) // 3]
+    picked = frame.where(f"topic = '{topic}' AND queue_id = {queue} "
+                         f"AND store_timestamp >= {since}")
+    assert "Filter" not in _plan(picked), _plan(picked)     # the reader applied them all
+    assert sorted(r["commitlog_offset"] for r in picked.select("commitlog_offset").collect()) \
+        == [d["commitlog_offset"] for d in dump if d["topic"] == topic
+            and d["queue_id"] == queue and d["store_timestamp"] >= since]
+    # a filter the reader does not take stays Spark's
+    assert "Filter" in _plan(frame.where("body_length % 2 = 1"))
+
+    target = next(d for d in dump[len(dump) // 2:] if d["uniq_key"] and d["keys"])
+    files = {d["file"] for d in dump}
+    for column in ("uniq_key", "keys"):
+        value = target[column]
+        found = frame.where(f"{column} = '{value}'")
+        assert "Filter" not in _plan(found)
+        expected = [d["commitlog_offset"] for d in dump if d[column] == value]
+        assert sorted(r["commitlog_offset"] for r in found.collect()) == expected, column
+        # the IndexFile points at the records' splits: the other splits are never read
+        assert found.rdd.getNumPartitions() <= len(expected) < every, column
+    scanned = frame.where(f"uniq_key = '{target['uniq_key']}'")
+    assert scanned.rdd.getNumPartitions() < every
+    unindexed = spark.read.format("rocketmq").option("splitSize", "64k") \
+        .option("useIndex", "false").load(str(stores["alpha"])) \
+        .where(f"uniq_key = '{target['uniq_key']}'")
+    assert unindexed.rdd.getNumPartitions() == every and unindexed.count() == \
+        sum(d["uniq_key"] == target["uniq_key"] for d in dump)
+    assert len(files) >= 2
+
+
+# --- system topics: dump's ``system`` objects as a column ------------------------------------
+
+@pytest.fixture(scope="module")
+def system_stores(tmp_path_factory, unpack_shared) -> dict:
+    """The forged system-topics store (trace, pop, delayed, timer, DLQ/retry, priority) and the
+    broker-written transaction store (op bodies, half messages), with dump's ``system`` object
+    of every message (None where dump gives none)."""
+    from mqtool.forge.systopics import make_system_topic_store
+
+    forged = tmp_path_factory.mktemp("systopics") / "store"
+    make_system_topic_store(forged)
+    roots = {"system-topics": forged}
+    if (SHARED_STORES / "v5-txn-crash" / "store.tar.gz").is_file():
+        roots["v5-txn-crash"] = unpack_shared("v5-txn-crash")
+    return {name: (root, {d["commitlog_offset"]: d.get("system") for d in _dump_messages(root)})
+            for name, root in roots.items()}
+
+
+def test_system_column_is_dumps_system_object(system_stores):
+    """The executor's ``system`` column, split at 64 KiB and whole, without Spark."""
+    from mqtool.spark.arrow import split_batches
+
+    for name, (root, expected) in system_stores.items():
+        assert sum(v is not None for v in expected.values()) >= 8, name
+        for size in (SMALL_SPLIT, 1 << 30):
+            got = {}
+            for split in make_splits(resolve_inputs([str(root)]), size):
+                for batch in split_batches(split):
+                    rows = batch.to_pydict()
+                    got.update(zip(rows["commitlog_offset"], rows["system"]))
+            assert {k: json.loads(v) if v is not None else None
+                    for k, v in got.items()} == expected, (name, size)
+
+
+def test_rocketmq_data_source_system_column(spark, system_stores, tmp_path):
+    """The table a notebook reads, and ``spark export``'s rows, carry dump's ``system``."""
+    import mqtool.spark
+    from mqtool.spark.job import export
+
+    mqtool.spark.register(spark)
+    root, expected = system_stores["system-topics"]
+    rows = spark.read.format("rocketmq").load(str(root)) \
+        .select("commitlog_offset", "system").collect()
+    assert {r["commitlog_offset"]: json.loads(r["system"]) if r["system"] else None
+            for r in rows} == expected
+    # the user's SQL over the JSON text: the trace records' context types
+    kinds = spark.read.format("rocketmq").load(str(root)) \
+        .selectExpr("get_json_object(system, '$.kind') AS kind").where("kind IS NOT NULL") \
+        .distinct().collect()
+    assert {r["kind"] for r in kinds} == {v["kind"] for v in expected.values() if v}
+    out = tmp_path / "export"
+    export(spark, [str(root)], str(out), fmt="json")
+    exported = [json.loads(line) for f in out.rglob("*.json") for line in f.open()]
+    assert {d["commitlog_offset"]: json.loads(d["system"]) if d.get("system") else None
+            for d in exported} == expected
 
 
 # --- 5.x inner batches (BatchCQ) ---------------------------------------------------------------

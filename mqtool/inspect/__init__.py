@@ -33,7 +33,8 @@ from .records import (RT_ABORT, RT_BCQ_END, RT_BCQ_PARTIAL, RT_BCQ_UNIT, RT_BLAN
                       RT_UNWRITTEN, ms_to_iso, parse_time)
 from .messages import (BODY_MODES, MAX_DECOMPRESSED_BODY, DecodedBody, MessageFilter,
                        decompress_body, encode_body, inner_message_dicts, iter_commitlog_records,
-                       message_to_dict, unwrap_message_dict)
+                       may_have_system, message_to_dict, system_object, system_reads_body,
+                       unwrap_message_dict)
 from .queues import (BCQ_DTYPE, CQ_DTYPE, iter_batch_consume_queue_file, iter_consume_queue_file,
                      queue_summary)
 from .index import (INDEX_ENTRY_DTYPE, INDEX_SLOT_DTYPE, index_geometry, index_header_dict,
@@ -48,7 +49,8 @@ __all__ = ["RT_ABORT", "RT_BCQ_END", "RT_BCQ_PARTIAL", "RT_BCQ_UNIT", "RT_BLANK"
            "RT_RDB_CHECKPOINT", "RT_RDB_OFFSET", "RT_RDB_PROBLEM", "RT_RDB_UNIT", "RT_UNWRITTEN", "ms_to_iso", "parse_time", "BODY_MODES", "MAX_DECOMPRESSED_BODY",
            "DecodedBody", "MessageFilter", "decompress_body", "encode_body",
            "iter_commitlog_records", "message_to_dict", "inner_message_dicts",
-           "unwrap_message_dict", "BCQ_DTYPE", "CQ_DTYPE",
+           "unwrap_message_dict", "may_have_system", "system_object",
+           "system_reads_body", "BCQ_DTYPE", "CQ_DTYPE",
            "iter_batch_consume_queue_file", "iter_consume_queue_file", "queue_summary",
            "INDEX_ENTRY_DTYPE", "INDEX_SLOT_DTYPE", "index_geometry", "index_header_dict",
            "iter_index_file", "read_index_header", "CHECKPOINT_TIME_FIELDS", "checkpoint_dict",

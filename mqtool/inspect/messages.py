@@ -19,7 +19,7 @@ from ..formats import transaction as tx_fmt
 from ..scan import (BlankRecord, MessageRecord, Scanner, UnwrittenTail, entry_damage,
                     entry_fields, read_body)
 from ..store import CommitLog, MappedFile, Segment
-from ..systopics import needs_body, system_fields
+from ..systopics import is_system_topic, needs_body, system_fields
 from .records import RT_BLANK, RT_CORRUPT, RT_MESSAGE, RT_UNWRITTEN
 
 
@@ -204,9 +204,8 @@ def message_to_dict(record: MessageRecord, stored_body: bytes | None = None, *,
             error = decoded.error
         else:
             body, complete, decompressed = decoded.data, decoded.complete, True
-    system = system_fields(record.topic, props, _system_body(stored, body, decompressed,
-                                                             sys_flag, record.topic, props),
-                           record.store_timestamp, record.reconsume_times)
+    system = system_object(record.topic, props, stored, sys_flag, record.store_timestamp,
+                           record.reconsume_times, body=body, decompressed=decompressed)
     truncated = False
     if body is not None and max_body_bytes is not None and (len(body) > max_body_bytes
                                                             or not complete):
@@ -218,13 +217,39 @@ def message_to_dict(record: MessageRecord, stored_body: bytes | None = None, *,
     out["body_decompressed"] = decompressed
     out["body_decompress_error"] = error
     out["body_truncated"] = truncated
-    txn = transaction_decoded(record.topic, props, stored)
-    if txn is not None:   # a transaction record: its own fields, then any origin/priority
-        system = txn if system is None else {
-            **txn, **{k: v for k, v in system.items() if k != "kind"}}
     if system is not None:
         out["system"] = system
     return out
+
+
+def may_have_system(topic: str) -> bool:
+    """True when a message of ``topic`` has a ``system`` object whatever its properties (the
+    others have one only with an origin or priority property:
+    :data:`mqtool.systopics.SYSTEM_PROPERTIES`)."""
+    return is_system_topic(topic) or topic in (tx_fmt.TRANS_OP_HALF_TOPIC,
+                                               tx_fmt.TRANS_HALF_TOPIC)
+
+
+def system_reads_body(topic: str, props: dict[str, str]) -> bool:
+    """True when :func:`system_object` reads the stored body of a message of ``topic``."""
+    return needs_body(topic, props) or topic == tx_fmt.TRANS_OP_HALF_TOPIC
+
+
+def system_object(topic: str, props: dict[str, str], stored: bytes | None, sys_flag: int,
+                  store_timestamp: int, reconsume_times: int, *, body: bytes | None = None,
+                  decompressed: bool = False) -> dict | None:
+    """The ``system`` object of a message record (None when it has none): what its system
+    topic or system properties say (:func:`mqtool.systopics.system_fields`), a transaction
+    record's fields first. ``stored`` is the body as stored; ``body`` the inflated one when the
+    caller already inflated it. One rule for dump, query, export and the Spark tables."""
+    system = system_fields(topic, props, _system_body(stored, body, decompressed, sys_flag,
+                                                      topic, props),
+                           store_timestamp, reconsume_times)
+    txn = transaction_decoded(topic, props, stored)
+    if txn is not None:   # a transaction record: its own fields, then any origin/priority
+        system = txn if system is None else {
+            **txn, **{k: v for k, v in system.items() if k != "kind"}}
+    return system
 
 
 def _system_body(stored: bytes | None, body: bytes | None, decompressed: bool, sys_flag: int,

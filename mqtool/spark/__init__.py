@@ -79,5 +79,8 @@ def register(spark) -> None:
     from .source import RocketMQDataSource
 
     ship_code(spark)   # a cluster's executors import mqtool from the zip
+    # the reader takes a query's filters (mqtool.spark.pushdown); Spark refuses a reader that
+    # can while this is off
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
     check_executors(spark)    # one line naming PYSPARK_PYTHON, not a Java stack at load()
     spark.dataSource.register(RocketMQDataSource)

@@ -15,10 +15,12 @@ from typing import Iterator
 
 import numpy as np
 
+from .. import jsontext
 from ..errors import OptionalDependencyError
 from ..formats import codecs
 from ..formats import commitlog as cl_fmt
 from ..scan import FLAG_NONE, FLAG_TRUE, RecordBatch
+from ..systopics import SYSTEM_PROPERTIES
 from . import schema
 from .plan import Split
 
@@ -100,7 +102,14 @@ def _property_values(pa, pc, text, name: str):
     return values.take(pa.array(where, mask=where < 0))
 
 
-def _properties_columns(pa, pc, batch: RecordBatch) -> dict:
+#: a property that gives any message a ``system`` object, at the start of a segment
+_SYSTEM_PROPERTY = ("(?:^|" + codecs.PROPERTY_SEPARATOR + ")(?:" + "|".join(SYSTEM_PROPERTIES)
+                    + ")" + codecs.NAME_VALUE_SEPARATOR)
+
+
+def _properties_columns(pa, pc, batch: RecordBatch) -> tuple[dict, np.ndarray]:
+    """The TAGS, KEYS and UNIQ_KEY columns, and which rows may carry a system property (a
+    superset: :func:`_system_column` decides)."""
     buf, starts, ends = batch.properties_source()
     raw = _binary_column(pa, buf, np.asarray(starts, dtype=np.int64),
                          np.asarray(ends, dtype=np.int64))
@@ -110,9 +119,42 @@ def _properties_columns(pa, pc, batch: RecordBatch) -> dict:
         # not UTF-8 (damaged properties): decode as the single-process path does, with
         # replacement characters
         decoded = [codecs.decode_properties(v) if v else {} for v in raw.to_pylist()]
+        flagged = np.array([any(name in d for name in SYSTEM_PROPERTIES) for d in decoded],
+                           dtype=bool)
         return {column: pa.array([d.get(name) for d in decoded], pa.string())
-                for column, name in PROPERTY_COLUMNS}
-    return {column: _property_values(pa, pc, text, name) for column, name in PROPERTY_COLUMNS}
+                for column, name in PROPERTY_COLUMNS}, flagged
+    flagged = pc.match_substring_regex(text, _SYSTEM_PROPERTY).to_numpy(zero_copy_only=False)
+    return ({column: _property_values(pa, pc, text, name) for column, name in PROPERTY_COLUMNS},
+            flagged.astype(bool, copy=False))
+
+
+def _system_column(pa, batch: RecordBatch, flagged: np.ndarray, body_reader):
+    """``system``: dump's ``system`` object of each row as JSON text
+    (:func:`mqtool.inspect.system_object`, the one decoder), null where there is none. Only
+    rows of system topics or with a system property are decoded, one by one; a body is read
+    only where the decoder reads it."""
+    from ..inspect import may_have_system, system_object, system_reads_body
+
+    names = batch.topics.names
+    by_topic = np.fromiter((may_have_system(name) for name in names), dtype=bool,
+                           count=len(names))
+    rows = np.flatnonzero(flagged | by_topic[batch.topic_id]) if len(names) else \
+        np.flatnonzero(flagged)
+    if not len(rows):
+        return pa.nulls(len(batch), pa.string())
+    values: list = [None] * len(batch)
+    # the rows' fields as Python values once (not a MessageRecord per row)
+    fields = zip(rows.tolist(), batch.topic_id[rows].tolist(), batch.sys_flag[rows].tolist(),
+                 batch.store_timestamp[rows].tolist(), batch.reconsume_times[rows].tolist())
+    for i, topic_id, sys_flag, stored_at, reconsumed in fields:
+        topic = names[topic_id]
+        props = codecs.decode_properties(batch.properties_raw(i))
+        stored = _stored_body(batch, i, body_reader) if system_reads_body(topic, props) \
+            else None
+        system = system_object(topic, props, stored, sys_flag, stored_at, reconsumed)
+        if system is not None:
+            values[i] = jsontext.dumps(system, separators=(",", ":"))
+    return pa.array(values, pa.string())
 
 
 def _inner_num(pa, batch: RecordBatch):
@@ -185,7 +227,7 @@ def message_batch(split: Split, batch: RecordBatch, *, bodies: bool = False, bod
     for code, index in _VERSION_CODES.items():
         magic[batch.magic_code == code] = index
     body_ok, prop_ok = _crc_flags(pa, batch)
-    props = _properties_columns(pa, pc, batch)
+    props, flagged = _properties_columns(pa, pc, batch)
     int32 = pa.int32()
     columns = {
         "broker": pa.repeat(pa.scalar(split.broker, pa.string()), n),
@@ -212,6 +254,7 @@ def message_batch(split: Split, batch: RecordBatch, *, bodies: bool = False, bod
         "inner_num": _inner_num(pa, batch),
         "inner_position": pa.nulls(n, int32),
         "outer_commitlog_offset": pa.nulls(n, pa.int64()),
+        "system": _system_column(pa, batch, flagged, body_reader),
     }
     fields = list(schema.MESSAGE_COLUMNS)
     if bodies:
@@ -314,26 +357,40 @@ def _bodies(pa, batch: RecordBatch, body_reader):
 
 def split_batches(split: Split, *, check_crc: bool = True, bodies: bool = False,
                   side: dict | None = None, opener=None, store_date: bool = False,
-                  unwrap: bool = False, keep_records: bool = False) -> Iterator:
+                  unwrap: bool = False, keep_records: bool = False, row_filter=None,
+                  offsets: frozenset[int] | None = None) -> Iterator:
     """Arrow record batches of the messages one split owns (with ``unwrap``, the inner messages
     of inner-batch records instead of the records); with ``side``, what the driver needs
-    besides the rows is noted there (:func:`mqtool.spark.splits.new_side`)."""
+    besides the rows is noted there (:func:`mqtool.spark.splits.new_side`). With a
+    ``row_filter`` (:class:`mqtool.spark.pushdown.RowFilter`; ``offsets``: the only records a
+    key lookup allows), only matching rows, and records that cannot match are never decoded."""
+    from .pushdown import select
     from .splits import BodyReader, note_batch, note_event, split_events
 
-    reader = BodyReader(split, opener) if bodies or unwrap else None
+    reader = BodyReader(split, opener)     # opens the file only when a body is read
     try:
         for event in split_events(split, check_crc=check_crc, batches=True, opener=opener):
             if type(event) is RecordBatch:
                 if side is not None:
                     note_batch(side, event)
-                yield message_batch(split, event, bodies=bodies, body_reader=reader,
-                                    store_date=store_date, unwrap=unwrap,
-                                    keep_records=keep_records)
+                if row_filter is not None:
+                    keep = row_filter.keep_records(event, offsets)
+                    if keep is not None:
+                        if not keep.any():
+                            continue
+                        event = select(event, keep)
+                rows = message_batch(split, event, bodies=bodies, body_reader=reader,
+                                     store_date=store_date, unwrap=unwrap,
+                                     keep_records=keep_records)
+                if row_filter is not None:
+                    rows = row_filter.exact(rows)
+                    if not rows.num_rows:
+                        continue
+                yield rows
             elif side is not None:
                 note_event(side, event)
     finally:
-        if reader is not None:
-            reader.close()
+        reader.close()
 
 
 def count_opened(batch) -> int:

@@ -6,11 +6,10 @@ read) and folds them into a :class:`SplitPartial`: per queue, its counts, sums a
 the run of queue offsets it saw (the first record's queue offset and place, what the last record
 makes the next one expect, and the gaps inside the split). The driver merges the splits' partials
 in CommitLog order: a queue's gap across a split boundary is found there, from the previous
-split's expectation and the next one's first record. The result equals what the Spark SQL of
+split's expectation and the next one's first record. The rule is verify's, folded and merged
+by the same functions (:mod:`mqtool.queue_runs`); the result equals what the Spark SQL of
 :func:`mqtool.spark.job._queue_table` and :func:`mqtool.spark.job.queue_steps` compute over every
-row (the rule, in one place for both: a dispatched record, NOT or COMMIT, expects the queue
-offset the previous one of its queue had plus its INNER_NUM step; 64-bit arithmetic wraps as
-Spark's does with ANSI off).
+row.
 
 UNIQ_KEYs: each key's 64-bit hash (pandas' SipHash, the same in every process), bucketed by
 hash so that a shuffle brings equal hashes together; keys are compared exactly only inside a
@@ -22,6 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import queue_runs
 from ..formats import commitlog as cl_fmt
 
 _DISPATCHED = (cl_fmt.TRANSACTION_NAMES[cl_fmt.TRANSACTION_NOT_TYPE],
@@ -41,11 +41,6 @@ _EXTREMES = ("min_queue_offset", "max_queue_offset", "min_store_timestamp",
              "max_store_timestamp")
 #: gaps a split lists (with their places) for the findings of scan-checked brokers
 MAX_LISTED_GAPS = 100_000
-
-
-def _wrap(value: int) -> int:
-    """``value`` as a signed 64-bit integer (Spark's long arithmetic with ANSI off)."""
-    return ((value + (1 << 63)) & ((1 << 64) - 1)) - (1 << 63)
 
 
 def _filled(column, fill):
@@ -83,12 +78,11 @@ class SplitPartial:
                 self._keys.setdefault(bucket, []).append(payload)
 
     def queues(self) -> dict:
-        """{(topic, queue_id): figures}: sums, extremes, and the queue-offset run (``first``:
-        (queue offset, CommitLog offset, file offset) of its first dispatched record; ``next``
-        and ``last``: what its last one makes the next expect, and where it is; ``gaps``,
-        ``missing_offsets``, ``duplicates`` inside the split; ``gap_rows``, each gap's
-        (file, file offset, CommitLog offset, queue offset, expected, previous record's
-        offset))."""
+        """{(topic, queue_id): figures}: sums, extremes, and the queue-offset run (``run``:
+        its :class:`mqtool.queue_runs.Run`; ``first_file_offset``: where its first record
+        lies in its file; ``gaps``, ``missing_offsets``, ``duplicates`` inside the split;
+        ``gap_rows``, each gap's (file, file offset, CommitLog offset, queue offset, expected,
+        previous record's offset))."""
         return self._queues
 
     def record_problems(self) -> list[tuple]:
@@ -201,8 +195,8 @@ def _queue_figures(table, file: str, gap_rows: bool) -> dict:
         qid = int(np.int32(np.uint32(keys[g] & 0xFFFFFFFF)))
         out[(topic, qid)] = entry = {name: int(v[g]) for name, v in figures.items()}
         entry.update({name: None for name in _EXTREMES})
-        entry.update({"gaps": 0, "missing_offsets": 0, "duplicates": 0, "first": None,
-                      "next": None, "last": None, "gap_rows": []})
+        entry.update({"gaps": 0, "missing_offsets": 0, "duplicates": 0, "run": None,
+                      "first_file_offset": None, "gap_rows": []})
     for name, values in sums.items():
         per = np.zeros(n, dtype=object)
         np.add.at(per, group[record], values[record].astype(object))
@@ -210,25 +204,19 @@ def _queue_figures(table, file: str, gap_rows: bool) -> dict:
             entry[name] = int(per[g])
     _extremes(out, group, record, stored, "store_timestamp", n)
     _extremes(out, group, dispatched, qoff, "queue_offset", n)
-    # the queue-offset runs of dispatched records, each queue's in CommitLog order
+    # the queue-offset runs of dispatched records, each queue's in CommitLog order, folded by
+    # verify's rule (mqtool.queue_runs)
     rows = np.flatnonzero(dispatched)
     rows = rows[np.argsort(group[rows], kind="stable")]
     g = group[rows]
     if len(rows):
-        q, nxt = qoff[rows], qoff[rows] + step[rows]      # wraps as Spark's longs do
-        same = np.zeros(len(rows), dtype=bool)
-        same[1:] = g[1:] == g[:-1]
-        expected = np.empty(len(rows), dtype=np.int64)
-        expected[1:] = nxt[:-1]
-        off = same & (q != expected)
-        firsts = np.flatnonzero(~same)
-        lasts = np.append(firsts[1:] - 1, len(rows) - 1)
+        q, at, steps = qoff[rows], offset[rows], step[rows]
+        expected, off, firsts, lasts = queue_runs.fold(q, steps, g)
         entries = list(out.values())
         for a, b in zip(firsts.tolist(), lasts.tolist()):
             entry = entries[int(g[a])]
-            entry["first"] = (int(q[a]), int(offset[rows[a]]), int(file_offset[rows[a]]))
-            entry["next"] = int(nxt[b])
-            entry["last"] = int(offset[rows[b]])
+            entry["run"] = queue_runs.piece(q, at, steps, a, b)
+            entry["first_file_offset"] = int(file_offset[rows[a]])
         for i in np.flatnonzero(off).tolist():
             entry = entries[int(g[i])]
             _count_gap(entry, int(q[i]), int(expected[i]))
@@ -255,11 +243,10 @@ def _extremes(out: dict, group, mask, values, name: str, n: int) -> None:
 
 
 def _count_gap(entry: dict, queue_offset: int, expected: int) -> None:
-    if queue_offset > expected:
-        entry["gaps"] += 1
-        entry["missing_offsets"] += queue_offset - expected
-    else:
-        entry["duplicates"] += 1
+    gaps, missing, duplicates = queue_runs.counts(queue_offset, expected)
+    entry["gaps"] += gaps
+    entry["missing_offsets"] += missing
+    entry["duplicates"] += duplicates
 
 
 def _fold(total: dict, part: dict, file: str, gap_rows: bool = True) -> None:
@@ -271,18 +258,17 @@ def _fold(total: dict, part: dict, file: str, gap_rows: bool = True) -> None:
         pick = min if name.startswith("min_") else max
         if part[name] is not None:
             total[name] = part[name] if total[name] is None else pick(total[name], part[name])
-    if part["first"] is not None:
-        if total["next"] is None:
-            total["first"] = part["first"]
-        else:
-            expected = _wrap(total["next"])
-            first_qoff, first_offset, first_file_offset = part["first"]
-            if first_qoff != expected:
-                _count_gap(total, first_qoff, expected)
-                if gap_rows and len(total["gap_rows"]) < MAX_LISTED_GAPS:
-                    total["gap_rows"].append((file, first_file_offset, first_offset,
-                                              first_qoff, expected, total["last"]))
-        total["next"], total["last"] = part["next"], part["last"]
+    if part["run"] is not None:
+        if total["run"] is None:
+            total["first_file_offset"] = part["first_file_offset"]
+        total["run"], gap = queue_runs.merge(total["run"], part["run"])
+        if gap is not None:
+            first_qoff, expected, previous = gap
+            _count_gap(total, first_qoff, expected)
+            if gap_rows and len(total["gap_rows"]) < MAX_LISTED_GAPS:
+                total["gap_rows"].append((file, part["first_file_offset"],
+                                          part["run"].first_offset, first_qoff, expected,
+                                          previous))
     room = MAX_LISTED_GAPS - len(total["gap_rows"])
     if room > 0:
         total["gap_rows"] += part["gap_rows"][:room]

@@ -32,6 +32,9 @@ MESSAGE_COLUMNS: tuple[tuple[str, str], ...] = (
     # record's CommitLog offset; null for stored records
     ("inner_position", "int"),
     ("outer_commitlog_offset", "long"),
+    # dump's ``system`` object (trace, pop, delayed/timer, DLQ/retry origin, priority,
+    # transaction records: mqtool.inspect.system_object) as JSON text; null for others
+    ("system", "string"),
 )
 
 #: ``spark export``: ``dump``'s message record (``mqtool.inspect.message_to_dict``), body as
@@ -75,6 +78,7 @@ EXPORT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("body_truncated", "boolean"),
     ("inner_position", "int"),             # as in MESSAGE_COLUMNS
     ("outer_commitlog_offset", "long"),
+    ("system", "string"),                  # as in MESSAGE_COLUMNS
 )
 
 #: the ``findings`` table: ``verify``'s Finding plus the broker; details as JSON text

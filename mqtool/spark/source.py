@@ -20,7 +20,17 @@ plus ``body`` (the stored bytes) with ``bodies=true``. Options:
   topic) its own row, as ``mqtool dump`` does (``inner_position`` and
   ``outer_commitlog_offset`` say where it lies); ``false`` keeps the stored record;
 * ``brokerName``: the broker column's value for a single path (default: from the path);
+* ``useIndex``: ``true`` (default) answers ``uniq_key`` / ``keys`` equality filters through a
+  local store root's IndexFiles, as ``mqtool query`` does (records the broker never indexes,
+  such as transaction rollbacks, are then not found); ``false`` scans every record;
 * several paths: ``load(["/a/store", "/b/store"])``, one broker each.
+
+A query reads only what its filters need (Spark 4.1+; :func:`mqtool.spark.register` turns on
+``spark.sql.python.filterPushdown.enabled``): filters on ``topic``, ``queue_id``,
+``store_timestamp``, ``uniq_key`` and ``keys`` (``=``, ``IN``, ranges of the numbers) are
+applied by the reader (:mod:`mqtool.spark.pushdown`), records that cannot match are never
+decoded, and a key or UNIQ_KEY lookup reads only the splits holding its records. Spark's
+Python API has no column pruning: bodies are decoded only with ``bodies=true``.
 
 Each partition is a byte range of one CommitLog file, read by the executor that runs it with
 the shared scanner (:mod:`mqtool.spark.splits`). Unlike ``spark audit``, the reader does not
@@ -35,8 +45,9 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from ..errors import MqtoolError
 from . import schema
-from .plan import DEFAULT_SPLIT_SIZE, Split, is_local, make_splits, parse_split_size, \
-    resolve_inputs
+from .plan import DEFAULT_SPLIT_SIZE, Split, is_local, local_path, make_splits, \
+    parse_split_size, resolve_inputs
+from .pushdown import RowFilter
 
 NAME = "rocketmq"
 
@@ -100,10 +111,24 @@ class RocketMQReader(DataSourceReader):
         self.check_crc = _flag(options, "checkCrc", True)
         self.bodies = _flag(options, "bodies", False)
         self.unwrap = _flag(options, "unwrap", True)
+        self.use_index = _flag(options, "useIndex", True)
         name = options.get("brokerName", options.get("brokername"))
         if name is not None and len(self.paths) != 1:
             raise MqtoolError("option brokerName names the broker of a single path")
         self.names = [name] if name is not None else None
+        self.filters: list[tuple] = []     # pushed: mqtool.spark.pushdown's tuples
+        #: broker -> the CommitLog offsets a key lookup allows (set by partitions())
+        self.candidates: dict[str, frozenset[int]] = {}
+
+    def pushFilters(self, filters):
+        from .pushdown import as_tuple
+
+        for spark_filter in filters:
+            taken = as_tuple(spark_filter)
+            if taken is None:
+                yield spark_filter
+            else:
+                self.filters.append(taken)
 
     def partitions(self):
         lister = None
@@ -113,6 +138,16 @@ class RocketMQReader(DataSourceReader):
             lister = fsspec_lister()
         brokers = resolve_inputs(self.paths, self.names, lister)
         splits = make_splits(brokers, self.split_size)
+        wanted = RowFilter(self.filters).indexed_values() if self.use_index else {}
+        if wanted:
+            from .pushdown import holding, index_candidates
+
+            for broker in brokers:
+                if broker.local and not broker.bare:
+                    found = index_candidates(local_path(broker.root), wanted)
+                    if found is not None:
+                        self.candidates[broker.name] = found
+            splits = holding(splits, self.candidates)
         return [SplitPartition(s) for s in splits]
 
     def read(self, partition: SplitPartition):
@@ -121,5 +156,11 @@ class RocketMQReader(DataSourceReader):
         if not isinstance(partition, SplitPartition):
             return   # no CommitLog data at all: Spark still asks for one partition
 
-        yield from split_batches(partition.split, check_crc=self.check_crc, bodies=self.bodies,
-                                 unwrap=self.unwrap)
+        split = partition.split
+        row_filter = RowFilter(self.filters) if self.filters else None
+        offsets = self.candidates.get(split.broker)
+        if offsets is not None:
+            offsets = frozenset(o for o in offsets
+                                if split.start <= o - split.base_offset < split.end)
+        yield from split_batches(split, check_crc=self.check_crc, bodies=self.bodies,
+                                 unwrap=self.unwrap, row_filter=row_filter, offsets=offsets)

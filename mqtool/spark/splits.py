@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Iterator
 from urllib.parse import urlparse
 
+from .. import jsontext
 from ..errors import MqtoolError, OptionalDependencyError
 from ..mapping import map_readonly
 from ..formats import commitlog as cl_fmt
@@ -359,6 +360,8 @@ def export_rows(split: Split, rec: MessageRecord, buf_body: bytes, decompress: b
     for message in messages:
         body = message.get("body")
         message["body"] = base64.b64decode(body) if body is not None else None
+        if message.get("system") is not None:
+            message["system"] = jsontext.dumps(message["system"], separators=(",", ":"))
         where = message.get("inner_batch")
         if where is not None:
             message["inner_position"] = where["position"]

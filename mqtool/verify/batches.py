@@ -9,6 +9,7 @@ import itertools
 import numpy as np
 
 from .. import codec as _codec
+from .. import queue_runs
 from ..codec import CQ_DTYPE as CQ_UNIT_DTYPE
 from ..codec import CQ_UNIT as _CQ_STRUCT
 from ..codec import INDEX_ENTRY as _ENTRY_STRUCT
@@ -571,12 +572,13 @@ class _BatchChecker(_SegmentChecker):
         self.run_log.append(((self.seq + at, 0), run))
 
     def _queue_offsets(self, batch: RecordBatch, groups: list) -> None:
-        """_queue_offset over the live dispatchable records of every queue of the batch (``groups``:
-        (key, its records), in the order the reference meets the keys), all queues at once."""
-        members = _joined([group for _, group in groups], np.int64)
-        starts = np.cumsum([0] + [len(group) for _, group in groups])
-        qoffs = batch.queue_offset[members].astype(np.int64)
-        offsets = self.offsets[members].astype(np.int64)
+        """_queue_offset over the live dispatchable records of every queue of the batch
+        (``groups``: (key, its records), in the order the reference meets the keys), folded for
+        all queues at once (:mod:`mqtool.queue_runs`), each joined to its run so far."""
+        members = _joined([records for _, records in groups], np.int64)
+        group = np.repeat(np.arange(len(groups)), [len(records) for _, records in groups])
+        qoffs = batch.queue_offset[members]
+        offsets = self.offsets[members]
         steps = np.ones(len(members), dtype=np.int64)
         for k in np.flatnonzero(batch.sys_flag[members] & _INNER_BATCH).tolist():
             props = batch.record(int(members[k])).properties
@@ -584,39 +586,25 @@ class _BatchChecker(_SegmentChecker):
                 steps[k] = max(1, int(props.get("INNER_NUM", "1")))
             except ValueError:
                 steps[k] = 1
-        ends = qoffs + steps
-        expected = np.empty(len(members), dtype=np.int64)
-        expected[1:] = ends[:-1]
-        previous = np.empty(len(members), dtype=np.int64)
-        previous[1:] = offsets[:-1]
+        expected, gaps, firsts, lasts = queue_runs.fold(qoffs, steps, group)
         spans = self.result.spans
-        firsts = starts[:-1].tolist()
-        first_q, first_o = qoffs[firsts].tolist(), offsets[firsts].tolist()
-        first_end = ends[firsts].tolist()
-        held = []
-        for g, (key, _) in enumerate(groups):
+        found = []
+        for (key, _), first, last in zip(groups, firsts.tolist(), lasts.tolist()):
             span = spans.get(key)
-            if span is None:
-                # the queue's first record: nothing to compare it with
-                span = spans[key] = [first_q[g], first_o[g], first_end[g], first_o[g]]
-                expected[firsts[g]] = first_q[g]
-            else:
-                expected[firsts[g]] = span[2]
-                previous[firsts[g]] = span[3]
-            held.append(span)
-        odd = np.flatnonzero(qoffs != expected)
-        for k, g in zip(odd.tolist(), (np.searchsorted(starts, odd, side="right") - 1).tolist()):
-            key = groups[g][0]
-            qoff, exp = int(qoffs[k]), int(expected[k])
-            what = "repeats" if qoff < exp else "skips"
+            run, boundary = queue_runs.merge(
+                queue_runs.Run(*span) if span is not None else None,
+                queue_runs.piece(qoffs, offsets, steps, first, last))
+            spans[key] = list(run)
+            if boundary is not None:
+                found.append((first, *boundary))
+        found += [(k, int(qoffs[k]), int(expected[k]), int(offsets[k - 1]))
+                  for k in np.flatnonzero(gaps).tolist()]
+        for k, qoff, exp, previous in found:
+            key = groups[int(group[k])][0]
             self.ordered.append(((self.seq + int(members[k]), 6, 0, 0, 0), self._cl_finding(
                 "CQ_QUEUE_GAP", int(offsets[k]),
-                f"{key[0]!r} queue {key[1]}: queue offset {qoff} {what} (expected {exp} after "
-                f"the record at {int(previous[k])})", topic=key[0], queue_id=key[1],
-                queue_offset=qoff, details={"expected": exp})))
-        lasts = (starts[1:] - 1).tolist()
-        for span, end, offset in zip(held, ends[lasts].tolist(), offsets[lasts].tolist()):
-            span[2], span[3] = end, offset
+                queue_runs.message(key[0], key[1], qoff, exp, previous), topic=key[0],
+                queue_id=key[1], queue_offset=qoff, details={"expected": exp})))
 
     def _finish_queues(self) -> None:
         seg = self.segment

@@ -7,6 +7,7 @@ from __future__ import annotations
 import bisect
 import collections
 
+from .. import queue_runs
 from ..codec import CQ_UNIT as _CQ_STRUCT
 from ..codec import INDEX_ENTRY as _ENTRY_STRUCT
 from ..errors import ParseError
@@ -459,16 +460,12 @@ class _SegmentChecker:
             except ValueError:
                 step = 1
         span = spans.get(key)
-        if span is None:
-            spans[key] = [qoff, record.offset, qoff + step, record.offset]
-            return
-        expected = span[2]
-        if qoff != expected:
-            what = "repeats" if qoff < expected else "skips"
+        run, gap = queue_runs.merge(
+            queue_runs.Run(*span) if span is not None else None,
+            queue_runs.Run(qoff, record.offset, queue_runs.advance(qoff, step), record.offset))
+        spans[key] = list(run)
+        if gap is not None:
             self.cl("CQ_QUEUE_GAP", record.offset,
-                    f"{record.topic!r} queue {record.queue_id}: queue offset {qoff} {what} "
-                    f"(expected {expected} after the record at {span[3]})",
+                    queue_runs.message(record.topic, record.queue_id, *gap),
                     topic=record.topic, queue_id=record.queue_id, queue_offset=qoff,
-                    details={"expected": expected})
-        span[2] = qoff + step
-        span[3] = record.offset
+                    details={"expected": gap[1]})

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 
+from .. import queue_runs
 from ..recovery import RecoveryPlan
 from ..store import Store
 from ..vocabulary import ERROR, INFO, WARNING
@@ -69,21 +70,19 @@ def _merge_results(store: Store, plan: RecoveryPlan, results: list[_SegmentResul
     # queue offsets across files
     last: dict = {}
     for r in results:
-        for key, (first_qoff, first_offset, next_expected, last_offset) in r.spans.items():
-            if first_offset >= P:
+        for key, span in r.spans.items():
+            run = queue_runs.Run(*span)
+            if run.first_offset >= P:
                 continue
-            if key in last:
-                expected, previous_offset = last[key]
-                if first_qoff != expected:
-                    seg = store.commitlog.segment_for(first_offset)
-                    what = "repeats" if first_qoff < expected else "skips"
-                    sink.add(_finding("CQ_QUEUE_GAP", f"commitlog/{seg.name}" if seg else "commitlog",
-                                      first_offset - (seg.base_offset if seg else 0),
-                                      f"{key[0]!r} queue {key[1]}: queue offset {first_qoff} {what} "
-                                      f"(expected {expected} after the record at {previous_offset})",
-                                      commitlog_offset=first_offset, topic=key[0], queue_id=key[1],
-                                      queue_offset=first_qoff, details={"expected": expected}))
-            last[key] = (next_expected, last_offset)
+            last[key], gap = queue_runs.merge(last.get(key), run)
+            if gap is not None:
+                first_offset = run.first_offset
+                seg = store.commitlog.segment_for(first_offset)
+                sink.add(_finding("CQ_QUEUE_GAP", f"commitlog/{seg.name}" if seg else "commitlog",
+                                  first_offset - (seg.base_offset if seg else 0),
+                                  queue_runs.message(key[0], key[1], *gap),
+                                  commitlog_offset=first_offset, topic=key[0], queue_id=key[1],
+                                  queue_offset=gap[0], details={"expected": gap[1]}))
 
     # records without a ConsumeQueue unit
     queue_ends = {(q.topic, q.queue_id): q.valid_end for q in plan.queue_recoveries}
