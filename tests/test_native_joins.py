@@ -1,7 +1,8 @@
 """The native joins of verify (and of the reput's index keys) against the numpy code they stand
 in for, which stays the reference: the properties read straight from the CommitLog buffer
 (``property_spans``), the keys buildIndex puts (``index_key_spans``), the join of record offsets
-with ConsumeQueue units and index entries (``join_sorted``) and the IndexFile chain check's
+with ConsumeQueue units and index entries (``join_sorted``; ``join_groups`` for all queues of a
+batch at once) and the IndexFile chain check's
 usual answer (``index_chains_clean``). On every reference store, on forged IndexFile damage and
 on random input: the same answers, and no crash on absurd input."""
 from __future__ import annotations
@@ -134,6 +135,48 @@ def test_join_sorted_is_the_numpy_join():
                     native.core = saved
                 answers.append((j[hit].tolist(), hit.tolist(), after[~hit].tolist()))
             assert answers[0] == answers[1], (records, probes, first_only)
+
+
+@needs_native
+def test_join_groups_is_the_numpy_join_of_each_group():
+    """verify joins every queue of a batch at once (``join_groups``); numpy joins them one
+    at a time: the same answers, duplicates and units between records included."""
+    rng = random.Random(11)
+    saved = native.core
+    for _ in range(1500):
+        records, rstarts, probes, pstarts = [], [0], [], [0]
+        for _ in range(rng.randint(0, 6)):
+            group = np.unique(np.array([rng.randrange(80) for _ in range(rng.randint(1, 12))],
+                                       dtype=np.int64))
+            units = sorted(rng.randrange(-3, 85) for _ in range(rng.randint(0, 14)))
+            records.append(group)
+            probes.append(np.array(units, dtype=np.int64))
+            rstarts.append(rstarts[-1] + len(group))
+            pstarts.append(pstarts[-1] + len(units))
+        records = np.concatenate(records) if records else np.zeros(0, np.int64)
+        probes = np.concatenate(probes) if probes else np.zeros(0, np.int64)
+        rstarts, pstarts = np.array(rstarts, np.int64), np.array(pstarts, np.int64)
+        for first_only in (True, False):
+            answers = []
+            for core in (saved, None):
+                native.core = core
+                try:
+                    j, hit, after = verify_batches._join_groups(records, rstarts, probes,
+                                                                pstarts, first_only)
+                finally:
+                    native.core = saved
+                answers.append((j.tolist(), hit.tolist(), after.tolist()))
+            assert answers[0] == answers[1], (records, rstarts, probes, pstarts, first_only)
+
+
+@needs_native
+def test_join_groups_refuses_bounds_outside_its_arrays():
+    records = np.arange(5, dtype=np.int64)
+    for rstarts, pstarts in (([0, 9], [0, 2]), ([3, 1], [0, 2]), ([0, 5], [0, 3]),
+                             ([0, 5], [1, 2]), ([0, 5, 5], [0, 2]), ([], []), ([-1, 2], [0, 2])):
+        with pytest.raises(ValueError):
+            native.core.join_groups(records, np.array(rstarts, np.int64), records[:2],
+                                    np.array(pstarts, np.int64), True)
 
 
 # --- IndexFile chains -------------------------------------------------------------------------

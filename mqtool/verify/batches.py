@@ -159,6 +159,33 @@ def _join_sorted(records: np.ndarray, probes: np.ndarray, first_only: bool
     return j, hit, after
 
 
+def _join_groups(records: np.ndarray, rstarts: np.ndarray, probes: np.ndarray,
+                 pstarts: np.ndarray, first_only: bool
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_join_sorted` of every group g - ``records[rstarts[g]:rstarts[g+1]]`` with
+    ``probes[pstarts[g]:pstarts[g+1]]`` (a queue's records of a batch with its units) - with
+    answers that index ``records`` as a whole: (j, hit, after), j -1 where no hit, after -1
+    where one. The native core joins every group in one call; numpy (the reference) one group
+    at a time."""
+    core = native.core
+    if core is not None:
+        j, after = core.join_groups(np.ascontiguousarray(records, dtype=np.int64),
+                                    np.ascontiguousarray(rstarts, dtype=np.int64),
+                                    np.ascontiguousarray(probes, dtype=np.int64),
+                                    np.ascontiguousarray(pstarts, dtype=np.int64), first_only)
+        return j, j >= 0, after
+    js, hits, afters = [], [], []
+    for r0, r1, p0, p1 in zip(rstarts[:-1].tolist(), rstarts[1:].tolist(),
+                              pstarts[:-1].tolist(), pstarts[1:].tolist()):
+        if p1 == p0:
+            continue
+        j, hit, after = _join_sorted(records[r0:r1], probes[p0:p1], first_only)
+        js.append(np.where(hit, j + r0, -1))
+        hits.append(hit)
+        afters.append(np.where(hit, -1, after + r0))
+    return _joined(js, np.int64), _joined(hits, bool), _joined(afters, np.int64)
+
+
 def _joined(parts: list, dtype) -> np.ndarray:
     if not parts:
         return np.zeros(0, dtype)
@@ -329,6 +356,7 @@ class _BatchChecker(_SegmentChecker):
             first = np.flatnonzero(np.concatenate(([True], grouped[1:] != grouped[:-1])))
             last = np.append(first[1:], len(grouped))
             # keys in the order their first record comes, as the reference meets them
+            merged, every = [], []
             for k in np.argsort(order[first], kind="stable").tolist():
                 members = dispatched[order[first[k]:last[k]]]
                 i0 = int(members[0])
@@ -337,8 +365,10 @@ class _BatchChecker(_SegmentChecker):
                     self.result.batch_records.setdefault(key, []).extend(
                         offsets[members].tolist())
                 elif key not in self.ctx.unchecked_queues:
-                    self._merge_queue(batch, key, members, live)
-                self._queue_offsets(batch, key, members)
+                    merged.append((key, members))
+                every.append((key, members))
+            self._merge_queues(batch, merged, live)
+            self._queue_offsets(batch, every)
         if self.has_index:
             self._merge_index(batch, tx)
 
@@ -422,34 +452,64 @@ class _BatchChecker(_SegmentChecker):
         self.queue_cursors[key] = cursor
         return cursor
 
-    def _merge_queue(self, batch: RecordBatch, key, members: np.ndarray, live: np.ndarray) -> None:
-        """The units of one queue up to its last record in the batch, joined with its records."""
+    def _merge_queues(self, batch: RecordBatch, merged: list, live: np.ndarray) -> None:
+        """The units of every queue of the batch up to its last record in it, joined with the
+        queue's records: one join (one native call) and one comparison for all queues."""
+        if not merged:
+            return
         offsets = self.offsets
-        R = offsets[members]
+        member_parts, number_parts, unit_parts = [], [], []
+        mstarts, ustarts = [0], [0]
+        for key, group in merged:
+            member_parts.append(group)
+            mstarts.append(mstarts[-1] + len(group))
+            cursor = self._queue_cursor(key)
+            count = 0
+            if cursor is not None:
+                numbers, units = cursor.take_through(int(offsets[group[-1]]), all_equal=False)
+                count = len(units)
+                if count:
+                    number_parts.append(numbers)
+                    unit_parts.append(units)
+            ustarts.append(ustarts[-1] + count)
+        members = _joined(member_parts, np.int64)
         matched = np.zeros(len(members), dtype=bool)
-        cursor = self._queue_cursor(key)
-        if cursor is not None:
-            numbers, units = cursor.take_through(int(R[-1]), all_equal=False)
-            if len(units):
-                u = units["commitlog_offset"].astype(np.int64)
-                # a duplicate is left over, as the merge does
-                j, hit, after = _join_sorted(R, u, first_only=True)
-                seq = self.seq
-                for k in np.flatnonzero(~hit).tolist():
-                    at = members[int(after[k])]
-                    self.ordered.append(((seq + int(at), 4, int(numbers[k]), 0, 0),
-                                         self._leftover_unit_finding(key, int(numbers[k]),
-                                                                     int(u[k]))))
-                self._compare_units(batch, key, members[j[hit]], numbers[hit], units[hit])
-                matched[j[hit]] = True
-                hits = members[j[hit]]
-                alive = int(live[hits].sum())
-                self.result.matched_before_stop += alive
-                self.result.matched_after_stop += len(hits) - alive
-        self._missing_runs(batch, key, members, matched, live)
+        if unit_parts:
+            numbers = _joined(number_parts, np.int64)
+            units = _joined(unit_parts, CQ_UNIT_DTYPE)
+            u = units["commitlog_offset"].astype(np.int64)
+            ustarts = np.array(ustarts, dtype=np.int64)
+            # a duplicate is left over, as the merge does
+            j, hit, after = _join_groups(offsets[members], np.array(mstarts, dtype=np.int64), u,
+                                         ustarts, first_only=True)
+            seq = self.seq
+            left = np.flatnonzero(~hit)
+            for k, g in zip(left.tolist(), (np.searchsorted(ustarts, left, side="right") - 1
+                                            ).tolist()):
+                at = members[int(after[k])]
+                self.ordered.append(((seq + int(at), 4, int(numbers[k]), 0, 0),
+                                     self._leftover_unit_finding(merged[g][0], int(numbers[k]),
+                                                                 int(u[k]))))
+            took = np.flatnonzero(hit)
+            rows = j[took]
+            hits = members[rows]
+            self._compare_units(batch, merged, ustarts, took, hits, numbers[took], units[took])
+            matched[rows] = True
+            alive = int(live[hits].sum())
+            self.result.matched_before_stop += alive
+            self.result.matched_after_stop += len(hits) - alive
+        unmatched = np.add.reduceat((~matched).astype(np.int64), mstarts[:-1]).tolist()
+        for g, (key, group) in enumerate(merged):
+            if unmatched[g]:
+                self._missing_runs(batch, key, group, matched[mstarts[g]:mstarts[g + 1]], live)
+            elif key in self.runs:
+                self._log_run(self.runs.pop(key), int(group[0]))
 
-    def _compare_units(self, batch: RecordBatch, key, records: np.ndarray, numbers: np.ndarray,
+    def _compare_units(self, batch: RecordBatch, merged: list, ustarts: np.ndarray,
+                       took: np.ndarray, records: np.ndarray, numbers: np.ndarray,
                        units: np.ndarray) -> None:
+        """The matched units (their places ``took`` among all units, queue by ``ustarts``)
+        against their records: size, queue offset and tagsCode."""
         if len(records) == 0:
             return
         sizes = units["size"].astype(np.int64)
@@ -460,12 +520,14 @@ class _BatchChecker(_SegmentChecker):
             expected = self._properties(batch).tags_codes(batch, self.delays)
             suspect[plain] = tags[plain] != expected[records[plain]]
         seq = self.seq
-        for k in np.flatnonzero(suspect).tolist():
+        odd = np.flatnonzero(suspect)
+        for k, g in zip(odd.tolist(), (np.searchsorted(ustarts, took[odd], side="right") - 1
+                                       ).tolist()):
             i = int(records[k])
             rec = batch.record(i)
             finding = self._compare_unit_finding(
-                key, int(numbers[k]), (int(units["commitlog_offset"][k]), int(sizes[k]),
-                                       int(tags[k])), rec, rec.properties)
+                merged[g][0], int(numbers[k]), (int(units["commitlog_offset"][k]), int(sizes[k]),
+                                                int(tags[k])), rec, rec.properties)
             if finding is not None:
                 self.ordered.append(((seq + i, 5, 0, 0, 0), finding))
 
@@ -509,8 +571,12 @@ class _BatchChecker(_SegmentChecker):
     def _log_run(self, run: _MissingRun, at: int) -> None:
         self.run_log.append(((self.seq + at, 0), run))
 
-    def _queue_offsets(self, batch: RecordBatch, key, members: np.ndarray) -> None:
-        """_queue_offset over the live dispatchable records of one queue."""
+    def _queue_offsets(self, batch: RecordBatch, groups: list) -> None:
+        """_queue_offset over the live dispatchable records of every queue of the batch
+        (``groups``: (key, its records), in the order the reference meets the keys), folded for
+        all queues at once (:mod:`mqtool.queue_runs`), each joined to its run so far."""
+        members = _joined([records for _, records in groups], np.int64)
+        group = np.repeat(np.arange(len(groups)), [len(records) for _, records in groups])
         qoffs = batch.queue_offset[members]
         offsets = self.offsets[members]
         steps = np.ones(len(members), dtype=np.int64)
@@ -520,17 +586,21 @@ class _BatchChecker(_SegmentChecker):
                 steps[k] = max(1, int(props.get("INNER_NUM", "1")))
             except ValueError:
                 steps[k] = 1
+        expected, gaps, firsts, lasts = queue_runs.fold(qoffs, steps, group)
         spans = self.result.spans
-        span = spans.get(key)
-        run, boundary = queue_runs.merge(
-            queue_runs.Run(*span) if span is not None else None,
-            queue_runs.piece(qoffs, offsets, steps, 0, len(qoffs) - 1))
-        spans[key] = list(run)
-        expected, gaps, _, _ = queue_runs.fold(qoffs, steps)
-        found = [(0, *boundary)] if boundary is not None else []
+        found = []
+        for (key, _), first, last in zip(groups, firsts.tolist(), lasts.tolist()):
+            span = spans.get(key)
+            run, boundary = queue_runs.merge(
+                queue_runs.Run(*span) if span is not None else None,
+                queue_runs.piece(qoffs, offsets, steps, first, last))
+            spans[key] = list(run)
+            if boundary is not None:
+                found.append((first, *boundary))
         found += [(k, int(qoffs[k]), int(expected[k]), int(offsets[k - 1]))
                   for k in np.flatnonzero(gaps).tolist()]
         for k, qoff, exp, previous in found:
+            key = groups[int(group[k])][0]
             self.ordered.append(((self.seq + int(members[k]), 6, 0, 0, 0), self._cl_finding(
                 "CQ_QUEUE_GAP", int(offsets[k]),
                 queue_runs.message(key[0], key[1], qoff, exp, previous), topic=key[0],

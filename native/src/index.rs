@@ -105,3 +105,31 @@ pub fn join_sorted(records: &[i64], probes: &[i64], first_only: bool) -> (Vec<i6
     }
     (j, after)
 }
+
+/// `join_sorted` of many groups in one call: group `g` joins `records[rstarts[g]..rstarts[g+1]]`
+/// with `probes[pstarts[g]..pstarts[g+1]]` (a batch's records of one queue with that queue's
+/// units). Answers index `records` as a whole: (j, after), -1 where none. Bounds that are not
+/// ordered or run past their arrays are an error (None), never a read outside them.
+pub fn join_groups(records: &[i64], rstarts: &[i64], probes: &[i64], pstarts: &[i64],
+                   first_only: bool) -> Option<(Vec<i64>, Vec<i64>)> {
+    if rstarts.len() != pstarts.len() || rstarts.is_empty() {
+        return None;
+    }
+    let mut j = Vec::with_capacity(probes.len());
+    let mut after = Vec::with_capacity(probes.len());
+    for g in 0..rstarts.len() - 1 {
+        let (r0, r1, p0, p1) = (rstarts[g], rstarts[g + 1], pstarts[g], pstarts[g + 1]);
+        if r0 < 0 || r1 < r0 || r1 as u64 > records.len() as u64
+            || p0 < 0 || p1 < p0 || p1 as u64 > probes.len() as u64 || p0 as usize != j.len() {
+            return None;
+        }
+        let (rs, ps) = (&records[r0 as usize..r1 as usize], &probes[p0 as usize..p1 as usize]);
+        let (gj, gafter) = join_sorted(rs, ps, first_only);
+        j.extend(gj.iter().map(|&x| if x >= 0 { x + r0 } else { -1 }));
+        after.extend(gafter.iter().map(|&x| if x >= 0 { x + r0 } else { -1 }));
+    }
+    if j.len() != probes.len() {
+        return None;
+    }
+    Some((j, after))
+}

@@ -346,6 +346,26 @@ fn join_sorted<'py>(
     PyTuple::new(py, [j.into_pyarray(py).into_any(), after.into_pyarray(py).into_any()])
 }
 
+/// `index::join_groups` over numpy arrays: (j, after) int64 indexing `records` as a whole.
+#[pyfunction]
+#[pyo3(signature = (records, rstarts, probes, pstarts, first_only))]
+fn join_groups<'py>(
+    py: Python<'py>,
+    records: numpy::PyReadonlyArray1<'py, i64>,
+    rstarts: numpy::PyReadonlyArray1<'py, i64>,
+    probes: numpy::PyReadonlyArray1<'py, i64>,
+    pstarts: numpy::PyReadonlyArray1<'py, i64>,
+    first_only: bool,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let (records, rstarts) = (records.as_slice()?, rstarts.as_slice()?);
+    let (probes, pstarts) = (probes.as_slice()?, pstarts.as_slice()?);
+    let (j, after) = guarded("join_groups", || {
+        index::join_groups(records, rstarts, probes, pstarts, first_only)
+    })?
+    .ok_or_else(|| PyValueError::new_err("native join_groups: group bounds outside the arrays"))?;
+    PyTuple::new(py, [j.into_pyarray(py).into_any(), after.into_pyarray(py).into_any()])
+}
+
 /// The layout this module was written for, for Python to compare with the declarations.
 #[pyfunction]
 fn layout(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
@@ -387,6 +407,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(index_key_spans, m)?)?;
     m.add_function(wrap_pyfunction!(index_chains_clean, m)?)?;
     m.add_function(wrap_pyfunction!(join_sorted, m)?)?;
+    m.add_function(wrap_pyfunction!(join_groups, m)?)?;
     m.add_function(wrap_pyfunction!(_panic_for_test, m)?)?;
     m.add("MIN_MESSAGE_SIZE", walk::MIN_MESSAGE_SIZE)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
