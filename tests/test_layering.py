@@ -286,8 +286,6 @@ KNOWN_CIRCLES = {
     # codec's java_hashes/property_values ask the scanner's native.core at call time (tests
     # switch it there); the choice of core has to move below codec for the circle to go
     frozenset({"mqtool.codec", "mqtool.scan.native", "mqtool.scan.records"}): "mqtool/scan/native.py",
-    # spark.register imports session, which imports require_pyspark back from the package
-    frozenset({"mqtool.spark", "mqtool.spark.session"}): "mqtool/spark/",
 }
 
 

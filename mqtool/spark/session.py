@@ -20,7 +20,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from . import require_pyspark
+from .environment import require_pyspark
 from .plan import ListedEntry, Lister, is_local, local_path
 
 #: settings every mqtool session starts from; ``--conf`` overrides them
@@ -159,7 +159,7 @@ def choose_executor_python(master: str | None, settings: dict[str, str]) -> str 
     PySpark's driver reads the executors' Python from the PYSPARK_PYTHON environment variable
     when the context starts (``spark.pyspark.python`` alone does not reach it), so the choice
     is put there."""
-    from . import DEFAULTED_PYTHON
+    from .environment import DEFAULTED_PYTHON
 
     chosen = os.environ.get("PYSPARK_PYTHON")
     if chosen is not None and chosen == DEFAULTED_PYTHON and not (
