@@ -168,11 +168,7 @@ fn crc32_ranges<'py>(
     ends: numpy::PyReadonlyArray1<'py, i64>,
 ) -> PyResult<Bound<'py, PyArray1<i64>>> {
     let bytes = Bytes::get(buf)?;
-    let starts = starts.as_slice()?.to_vec();
-    let ends = ends.as_slice()?.to_vec();
-    if starts.len() != ends.len() {
-        return Err(PyValueError::new_err("starts and ends differ in length"));
-    }
+    let (starts, ends) = ranges(&starts, &ends)?;
     let data = bytes.slice();
     let out = py.detach(|| {
         guarded("crc32_ranges", || {
@@ -200,8 +196,7 @@ fn java_hashes<'py>(
     prefix: Option<numpy::PyReadonlyArray1<'py, u32>>,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let bytes = Bytes::get(data)?;
-    let starts = starts.as_slice()?.to_vec();
-    let ends = ends.as_slice()?.to_vec();
+    let (starts, ends) = (slice_of(&starts)?, slice_of(&ends)?);
     let prefix = match prefix {
         Some(p) => Some(p.as_slice()?.to_vec()),
         None => None,
@@ -237,7 +232,7 @@ fn property_values<'py>(
     patterns: Vec<Vec<u8>>,
 ) -> PyResult<Bound<'py, PyList>> {
     let bytes = Bytes::get(blob)?;
-    let begins = begins.as_slice()?.to_vec();
+    let begins = slice_of(&begins)?;
     let data = bytes.slice();
     let spans = py.detach(|| {
         guarded("property_values", || hashcode::property_values(data, &begins, &patterns))
@@ -253,6 +248,16 @@ fn slice_of<'py>(a: &numpy::PyReadonlyArray1<'py, i64>) -> PyResult<Vec<i64>> {
     Ok(a.as_slice()?.to_vec())
 }
 
+/// The (start, end) columns of byte ranges, copied out of Python, refused unless equally long.
+fn ranges<'py>(starts: &numpy::PyReadonlyArray1<'py, i64>,
+               ends: &numpy::PyReadonlyArray1<'py, i64>) -> PyResult<(Vec<i64>, Vec<i64>)> {
+    let (starts, ends) = (slice_of(starts)?, slice_of(ends)?);
+    if starts.len() != ends.len() {
+        return Err(PyValueError::new_err("starts and ends differ in length"));
+    }
+    Ok((starts, ends))
+}
+
 /// The properties `buf[starts[i]:ends[i]]` of many records copied into one blob, each between
 /// two separators, and the value span of each pattern's property per record (the contract of
 /// `codec.property_values` over `codec.property_blob`, without the blob's padding):
@@ -266,10 +271,7 @@ fn property_spans<'py>(
     patterns: Vec<Vec<u8>>,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let bytes = Bytes::get(buf)?;
-    let (starts, ends) = (slice_of(&starts)?, slice_of(&ends)?);
-    if starts.len() != ends.len() {
-        return Err(PyValueError::new_err("starts and ends differ in length"));
-    }
+    let (starts, ends) = ranges(&starts, &ends)?;
     let data = bytes.slice();
     let spans = py.detach(|| {
         guarded("property_spans", || props::property_spans(data, &starts, &ends, &patterns))
