@@ -319,14 +319,19 @@ def index_hashes_of(values: np.ndarray) -> np.ndarray:
     return np.where(signed == -(1 << 31), 0, np.abs(signed))
 
 
-def string_hash_codes(data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+def string_hash_codes(data: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                      hashed: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """String.hashCode (as Java ints) of the UTF-8 strings ``data[starts:ends]``, 0 where a
-    start is negative (an absent property): the tagsCode of a TAGS value."""
+    start is negative (an absent property): the tagsCode of a TAGS value. ``hashed``: the
+    :func:`java_hashes` (hashes, exact) of every row, when a pass over the bytes made them."""
     starts = np.asarray(starts, dtype=np.int64)
     codes = np.zeros(len(starts), dtype=np.int64)
     has = np.flatnonzero(starts >= 0)
     if len(has):
-        hashes, exact = java_hashes(data, starts[has], ends[has])
+        if hashed is None:
+            hashes, exact = java_hashes(data, starts[has], ends[has])
+        else:
+            hashes, exact = hashed[0][has], hashed[1][has]
         codes[has] = signed32(hashes)
         for k in np.flatnonzero(~exact).tolist():
             i = int(has[k])

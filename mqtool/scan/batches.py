@@ -132,10 +132,21 @@ class RecordBatch:
     :meth:`record` builds one row's MessageRecord; it reads host addresses and properties from
     the file's mapping, so it works while the scan is at this batch, not after."""
 
-    __slots__ = ("buf", "base", "topics", "_records") + _COLUMNS
+    __slots__ = ("buf", "base", "topics", "_records", "_parsed") + _COLUMNS
 
     def __len__(self) -> int:
         return len(self.position)
+
+    @property
+    def parsed(self) -> tuple | None:
+        """What the native pass parsed of the properties when the scan asked for ``properties``
+        (:func:`scan_buffer_batches`): ({name: (value starts, value ends)} as positions in
+        ``buf``, -1 where absent; the String.hashCode (uint32) of the ``hashed`` one's value and
+        whether each is exact), else None."""
+        try:
+            return self._parsed
+        except AttributeError:
+            return None
 
     @property
     def offsets(self) -> np.ndarray:
@@ -486,20 +497,28 @@ def _native_batch(buf, pos: int, stop: int, limit: int, base: int, check_crc: bo
                   topics: TopicTable, max_records: int = _NATIVE_BATCH_RECORDS,
                   max_bytes: int = _NATIVE_BATCH_BYTES,
                   hints: np.ndarray | None = None,
-                  layout: str = COMMITLOG_LAYOUT) -> RecordBatch | None:
+                  layout: str = COMMITLOG_LAYOUT, properties: tuple[str, ...] = (),
+                  hashed: str | None = None, threads: int = 1) -> RecordBatch | None:
     """:func:`_fast_batch` computed by the native core (:mod:`.native`): the same run, the same
-    columns (``hints`` are not needed: the compiled walk follows TOTALSIZE as fast)."""
+    columns (``hints`` are not needed: the compiled walk follows TOTALSIZE as fast); with
+    ``properties``, :attr:`RecordBatch.parsed` from the same pass, on ``threads`` threads."""
+    patterns = [(name + codecs.NAME_VALUE_SEPARATOR).encode("utf-8") for name in properties] \
+        if properties else None
     run = _native.core.scan_run(buf, pos, stop, limit, base, check_crc,
-                                layout == DLEDGER_LAYOUT, max_records, max_bytes)
+                                layout == DLEDGER_LAYOUT, max_records, max_bytes, patterns,
+                                properties.index(hashed) if hashed else None, max(1, threads))
     if run is None:
         return None
-    columns, topic_index, raw_topics = run
+    columns, topic_index, raw_topics = run[:3]
     batch = RecordBatch.__new__(RecordBatch)
     batch.buf, batch.base, batch.topics, batch._records = buf, base, topics, None
     for name, column in zip(_NATIVE_COLUMNS, columns):
         setattr(batch, name, column)
     ids = np.array([topics.intern_bytes(raw) for raw in raw_topics], dtype=np.int32)
     batch.topic_id = ids[topic_index]
+    if patterns is not None:
+        spans, hashes, exact = run[3]
+        batch._parsed = (dict(zip(properties, spans)), hashes, exact)
     return batch
 
 
@@ -511,13 +530,18 @@ def scan_buffer_batches(buf, base: int, *, name: str = "", start: int = 0,
                         stop: int | None = None, check_crc: bool = True, resync: bool = False,
                         topics: TopicTable | None = None, batch_records: int | None = None,
                         hints: np.ndarray | None = None,
-                        layout: str = COMMITLOG_LAYOUT) -> Iterator[RecordBatch | ScanEvent]:
+                        layout: str = COMMITLOG_LAYOUT, properties: tuple[str, ...] = (),
+                        hashed: str | None = None,
+                        threads: int = 1) -> Iterator[RecordBatch | ScanEvent]:
     """:func:`scan_buffer` with the message records grouped: the same events in the same order,
     except that every run of MessageRecords comes as :class:`RecordBatch` objects (never a
     MessageRecord). Batches are only valid until the next one is requested.
 
     ``hints``: sorted file positions where records probably start (ConsumeQueue units say where
-    most are); they spare the walk from record to record, and cannot change the result."""
+    most are); they spare the walk from record to record, and cannot change the result.
+    ``properties``/``hashed``/``threads``: on the native core, the batches also carry
+    :attr:`RecordBatch.parsed`, made in the same pass over the bytes on ``threads`` threads
+    (the numpy path ignores them: its batches' ``parsed`` is None)."""
     if hints is not None:
         # runs of sorted values (one per queue) merge fast in the stable sort (timsort)
         hints = np.sort(np.asarray(hints, dtype=np.int64), kind="stable")
@@ -529,12 +553,15 @@ def scan_buffer_batches(buf, base: int, *, name: str = "", start: int = 0,
     pos = start
     if start > 0:
         pos = find_sync_point(buf, start, limit, base, check_crc, layout)
-    fast_batch = _fast_batch if _native.core is None else _native_batch
+    fast_batch, extra = _fast_batch, {}
+    if _native.core is not None:
+        fast_batch = _native_batch
+        extra = {"properties": tuple(properties), "hashed": hashed, "threads": threads}
     if batch_records is None:
         batch_records = _BATCH_RECORDS if _native.core is None else _NATIVE_BATCH_RECORDS
     while pos < stop:
         batch = fast_batch(buf, pos, stop, limit, base, check_crc, topics, batch_records,
-                            hints=hints, layout=layout)
+                            hints=hints, layout=layout, **extra)
         if batch is not None:
             yield batch
             pos = int(batch.position[-1] + batch.total_size[-1])

@@ -41,7 +41,9 @@ def scan_segment(segment: Segment, start: int | None = None, end: int | None = N
 def scan_segment_batches(segment: Segment, start: int | None = None, end: int | None = None, *,
                          check_crc: bool = True, resync: bool = False, progress=None,
                          topics: TopicTable | None = None,
-                         hints: np.ndarray | None = None) -> Iterator[RecordBatch | ScanEvent]:
+                         hints: np.ndarray | None = None, properties: tuple[str, ...] = (),
+                         hashed: str | None = None,
+                         threads: int = 1) -> Iterator[RecordBatch | ScanEvent]:
     """:func:`scan_segment` with runs of records as :class:`RecordBatch` objects (see
     :func:`scan_buffer_batches`; ``hints`` are CommitLog offsets here); a batch is only valid
     until the next event is requested."""
@@ -49,7 +51,8 @@ def scan_segment_batches(segment: Segment, start: int | None = None, end: int | 
         hints = np.asarray(hints, dtype=np.int64) - segment.base_offset
     return _scan_mapped(segment, start, end, progress, scan_buffer_batches,
                         {"check_crc": check_crc, "resync": resync, "topics": topics,
-                         "hints": hints, "layout": segment.layout})
+                         "hints": hints, "layout": segment.layout, "properties": properties,
+                         "hashed": hashed, "threads": threads})
 
 
 def _scan_mapped(segment: Segment, start: int | None, end: int | None, progress, scan,

@@ -193,21 +193,35 @@ def _joined(parts: list, dtype) -> np.ndarray:
 
 
 class _BatchProperties:
-    """The properties of a batch's records, parsed only as far as the checks need them."""
+    """The properties of a batch's records, parsed only as far as the checks need them: by the
+    scanner's native pass (spans in the file's buffer, TAGS hashed on the way), else copied into
+    one blob and parsed here."""
 
     def __init__(self, batch: RecordBatch):
-        self.data, self.begins, self.values = _codec.property_spans(*batch.properties_source(),
-                                                                    _PROPERTY_NAMES)
-
+        parsed = batch.parsed
+        if parsed is not None and set(parsed[0]) >= set(_PROPERTY_NAMES):
+            self.source, self.blob = batch.buf, None
+            self.values, self.tag_hashes = parsed[0], parsed[1:]
+        else:
+            self.blob, _, self.values = _codec.property_spans(*batch.properties_source(),
+                                                              _PROPERTY_NAMES)
+            self.source, self.tag_hashes = self.blob, None
         self._tags_codes = None
 
+    @property
+    def data(self) -> np.ndarray:
+        """The bytes the spans index (uint8); a view of the file's mapping is only to be held
+        while the scan is at this batch (the mapping cannot close while it exists)."""
+        return self.blob if self.blob is not None else np.frombuffer(self.source, np.uint8)
+
     def raw(self, start: int, end: int) -> bytes:
-        return self.data[start:end].tobytes()
+        return bytes(self.source[start:end])
 
     def tags_codes(self, batch: RecordBatch, delays: dict) -> np.ndarray:
         """The tagsCode each record's ConsumeQueue unit should carry (codecs.tags_code)."""
         if self._tags_codes is None:
-            codes = _codec.string_hash_codes(self.data, *self.values["TAGS"])
+            codes = _codec.string_hash_codes(self.data, *self.values["TAGS"],
+                                             hashed=self.tag_hashes)
             schedule = batch.topics.find(codecs.SCHEDULE_TOPIC)
             if schedule is not None:
                 d_starts, d_ends = self.values["DELAY"]
@@ -260,7 +274,9 @@ class _BatchChecker(_SegmentChecker):
             if ctx.count_queue_ends else None
         try:
             for event in scan_segment_batches(seg, check_crc=ctx.check_crc, resync=True,
-                                              progress=self.progress, hints=self._hints()):
+                                              progress=self.progress, hints=self._hints(),
+                                              properties=_PROPERTY_NAMES, hashed="TAGS",
+                                              threads=ctx.threads):
                 if self.observe is not None:
                     self.observe(event)
                 if type(event) is RecordBatch:

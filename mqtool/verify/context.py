@@ -54,6 +54,8 @@ class _Context:
     count_queue_ends: bool = False
     # a multi-path CommitLog's other directories (storePathCommitLog, readOnly paths)
     extra_commitlog_dirs: tuple = ()
+    # threads of the native core's pass over each batch's bytes (the numpy path ignores it)
+    threads: int = 1
 
 
 @dataclass

@@ -22,7 +22,7 @@ mod index;
 mod props;
 mod walk;
 
-use walk::{Columns, Layout, RunParams};
+use walk::{Columns, Extras, Layout, RunParams};
 
 /// The bytes behind a Python buffer (mmap, bytes, bytearray, memoryview), held while in use.
 struct Bytes {
@@ -93,8 +93,15 @@ fn column<'py, T: numpy::Element>(py: Python<'py>, v: Vec<T>) -> Bound<'py, PyAr
 /// Returns (columns, topic_index, topics): `columns` is a tuple of arrays in the order of
 /// `mqtool.scan.batches._COLUMNS` without `topic_id` (int64, the two CRC flags int8),
 /// `topic_index` (int32) indexes `topics`, the distinct topic names' raw bytes of the run.
+///
+/// With `patterns` (property names + 0x01) the same pass parses each record's properties, and
+/// a fourth item follows: ([(starts, ends) int64 per pattern], hashes uint32, exact bool) -
+/// the value spans as positions in `buf` (-1 where absent, `codec.property_values`' rule) and
+/// String.hashCode of pattern `hash`'s value (`java_hashes`' contract; exact False where the
+/// value is absent). `threads` > 1 decodes the run's records in that many pieces at once.
 #[pyfunction]
-#[pyo3(signature = (buf, pos, stop, limit, base, check_crc, dledger, max_records, max_bytes))]
+#[pyo3(signature = (buf, pos, stop, limit, base, check_crc, dledger, max_records, max_bytes,
+                    patterns=None, hash=None, threads=1))]
 #[allow(clippy::too_many_arguments)]
 fn scan_run<'py>(
     py: Python<'py>,
@@ -107,6 +114,9 @@ fn scan_run<'py>(
     dledger: bool,
     max_records: i64,
     max_bytes: i64,
+    patterns: Option<Vec<Vec<u8>>>,
+    hash: Option<usize>,
+    threads: usize,
 ) -> PyResult<Option<Bound<'py, PyTuple>>> {
     let bytes = Bytes::get(buf)?;
     let params = RunParams {
@@ -119,11 +129,13 @@ fn scan_run<'py>(
         max_records,
         max_bytes,
     };
+    let extras = patterns.as_deref().map(|patterns| Extras { patterns, hash });
     let run: Option<Columns> = {
         let data = bytes.slice();
-        py.detach(|| guarded("record walk", || walk::run(data, &params)))?
+        py.detach(|| guarded("record walk", || walk::run(data, &params, extras.as_ref(), threads)))?
     };
-    let Some(cols) = run else { return Ok(None) };
+    let Some(mut cols) = run else { return Ok(None) };
+    let fused = cols.fused.take();
     let topics = PyList::empty(py);
     {
         let data = bytes.slice();
@@ -155,7 +167,16 @@ fn scan_run<'py>(
     ];
     let columns = PyTuple::new(py, arrays)?;
     let index = column(py, cols.topic_index).into_any();
-    Ok(Some(PyTuple::new(py, [columns.into_any(), index, topics.into_any()])?))
+    let mut items = vec![columns.into_any(), index, topics.into_any()];
+    if let Some(fused) = fused {
+        let values = PyList::empty(py);
+        for (s, e) in fused.values {
+            values.append((s.into_pyarray(py), e.into_pyarray(py)))?;
+        }
+        items.push(PyTuple::new(py, [values.into_any(), fused.hashes.into_pyarray(py).into_any(),
+                                     fused.exact.into_pyarray(py).into_any()])?.into_any());
+    }
+    Ok(Some(PyTuple::new(py, items)?))
 }
 
 /// CRC-32 (zlib's function) of `buf[starts[i]:ends[i]]` for every i, as int64; a range that is

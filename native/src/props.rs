@@ -24,9 +24,79 @@ pub struct Spans {
     pub values: Vec<(Vec<i64>, Vec<i64>)>,
 }
 
+/// Where the first property separator of `bytes` is, eight bytes at a time (the lowest byte
+/// that equals it is the lowest one the zero-byte test flags).
+fn find_separator(bytes: &[u8]) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let pattern = ONES * PROPERTY_SEPARATOR as u64;
+    let mut words = bytes.chunks_exact(8);
+    for (k, word) in words.by_ref().enumerate() {
+        let w = u64::from_le_bytes(word.try_into().expect("eight bytes")) ^ pattern;
+        let zero = w.wrapping_sub(ONES) & !w & HIGHS;
+        if zero != 0 {
+            return Some(k * 8 + (zero.trailing_zeros() / 8) as usize);
+        }
+    }
+    let done = bytes.len() - words.remainder().len();
+    words.remainder().iter().position(|&b| b == PROPERTY_SEPARATOR).map(|k| done + k)
+}
+
+/// Finds the value of each pattern (name + 0x01) in one record's properties: a segment (bytes
+/// between 0x02 separators) holds a pattern when it starts with it and is longer; a later
+/// segment wins (`codec.property_values`' rule).
+pub struct Matcher<'a> {
+    patterns: &'a [Vec<u8>],
+    /// which patterns a segment's first byte can start (most segments start none)
+    by_first: [u64; 256],
+    /// patterns the table cannot hold (empty ones, or past the 64th): checked on every segment
+    others: Vec<usize>,
+}
+
+impl<'a> Matcher<'a> {
+    pub fn new(patterns: &'a [Vec<u8>]) -> Self {
+        let mut by_first: [u64; 256] = [0; 256];
+        for (k, pattern) in patterns.iter().enumerate().take(64) {
+            if let Some(&b) = pattern.first() {
+                by_first[b as usize] |= 1 << k;
+            }
+        }
+        let others = (0..patterns.len()).filter(|&k| k >= 64 || patterns[k].is_empty()).collect();
+        Matcher { patterns, by_first, others }
+    }
+
+    /// Calls `found(k, start, end)` with the value span (in `bytes`) of every segment that holds
+    /// pattern k, in segment order (so the last call for a k is the value that wins).
+    pub fn each(&self, bytes: &[u8], mut found: impl FnMut(usize, usize, usize)) {
+        let mut seg = 0usize;
+        loop {
+            let end = find_separator(&bytes[seg..]).map_or(bytes.len(), |k| seg + k);
+            let segment = &bytes[seg..end];
+            let mut check = |k: usize| {
+                let pattern = &self.patterns[k];
+                if segment.len() > pattern.len() && segment.starts_with(pattern) {
+                    found(k, seg + pattern.len(), end);
+                }
+            };
+            let mut candidates = segment.first().map_or(0, |&b| self.by_first[b as usize]);
+            while candidates != 0 {
+                let k = candidates.trailing_zeros() as usize;
+                candidates &= candidates - 1;
+                check(k);
+            }
+            for &k in &self.others {
+                check(k);
+            }
+            if end >= bytes.len() {
+                break;
+            }
+            seg = end + 1;
+        }
+    }
+}
+
 /// `property_values(*property_blob(data, starts, ends))` in one pass: the properties of record
-/// i are `data[starts[i]..ends[i]]`; a segment (bytes between separators) holds a pattern
-/// (name + 0x01) when it starts with it and is longer; a later segment wins.
+/// i are `data[starts[i]..ends[i]]`, parsed by [`Matcher`].
 pub fn property_spans(data: &[u8], starts: &[i64], ends: &[i64], patterns: &[Vec<u8>]) -> Spans {
     let n = starts.len();
     let mut total = 1usize;
@@ -38,46 +108,16 @@ pub fn property_spans(data: &[u8], starts: &[i64], ends: &[i64], patterns: &[Vec
     let mut begins = Vec::with_capacity(n);
     let mut values: Vec<(Vec<i64>, Vec<i64>)> =
         patterns.iter().map(|_| (vec![-1i64; n], vec![-1i64; n])).collect();
-    // which patterns a segment's first byte can start (most segments start none)
-    let mut by_first: [u64; 256] = [0; 256];
-    for (k, pattern) in patterns.iter().enumerate().take(64) {
-        if let Some(&b) = pattern.first() {
-            by_first[b as usize] |= 1 << k;
-        }
-    }
-    let empty_patterns: Vec<usize> =
-        (0..patterns.len()).filter(|&k| k >= 64 || patterns[k].is_empty()).collect();
+    let matcher = Matcher::new(patterns);
     for i in 0..n {
         let bytes = clamped(data, starts[i], ends[i]);
         let begin = blob.len();
         begins.push(begin as i64);
         blob.extend_from_slice(bytes);
-        let mut seg = 0usize;
-        loop {
-            let end = bytes[seg..].iter().position(|&b| b == PROPERTY_SEPARATOR)
-                .map_or(bytes.len(), |k| seg + k);
-            let segment = &bytes[seg..end];
-            let mut candidates = segment.first().map_or(0, |&b| by_first[b as usize]);
-            let mut check = |k: usize| {
-                let pattern = &patterns[k];
-                if segment.len() > pattern.len() && segment.starts_with(pattern) {
-                    values[k].0[i] = (begin + seg + pattern.len()) as i64;
-                    values[k].1[i] = (begin + end) as i64;
-                }
-            };
-            while candidates != 0 {
-                let k = candidates.trailing_zeros() as usize;
-                candidates &= candidates - 1;
-                check(k);
-            }
-            for &k in &empty_patterns {
-                check(k);
-            }
-            if end >= bytes.len() {
-                break;
-            }
-            seg = end + 1;
-        }
+        matcher.each(bytes, |k, s, e| {
+            values[k].0[i] = (begin + s) as i64;
+            values[k].1[i] = (begin + e) as i64;
+        });
         blob.push(PROPERTY_SEPARATOR);
     }
     Spans { blob, begins, values }
@@ -116,4 +156,28 @@ pub fn index_key_spans(data: &[u8], uniq: (&[i64], &[i64]), keys: (&[i64], &[i64
         }
     }
     (owner, starts, ends)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::find_separator;
+
+    #[test]
+    fn find_separator_is_the_first_separator() {
+        let mut bytes = vec![0u8; 40];
+        for len in 0..40 {
+            for at in 0..len {
+                for fill in [0u8, 1, 3, 0x82, 0xFF] {
+                    bytes.iter_mut().for_each(|b| *b = fill);
+                    bytes[at] = 2;
+                    if at + 1 < len {
+                        bytes[at + 1] = 2;
+                    }
+                    assert_eq!(find_separator(&bytes[..len]), Some(at));
+                }
+            }
+            bytes.iter_mut().for_each(|b| *b = 3);
+            assert_eq!(find_separator(&bytes[..len]), None);
+        }
+    }
 }

@@ -6,6 +6,9 @@
 
 use std::collections::HashMap;
 
+use crate::hashcode::java_hash;
+use crate::props::Matcher;
+
 /// the magic codes, read as unsigned (the declaration's Int32ub)
 pub const MAGIC_V1: u32 = 0xDAA320A7;
 pub const MAGIC_V2: u32 = 0xDAA320AB;
@@ -120,6 +123,48 @@ pub struct Columns {
     pub topic_index: Vec<i32>,
     /// the distinct topics of the run: (start, length) of their first occurrence
     pub topics: Vec<(usize, usize)>,
+    /// each record's topic (start, length), until the run's topics are interned
+    topic_spans: Vec<(usize, usize)>,
+    /// what the fused pass adds (`Extras`), when asked
+    pub fused: Option<Fused>,
+}
+
+/// What one pass over the records can add to the columns: the value spans (buffer positions) of
+/// `patterns` in each record's properties (`props::Matcher`), and the String.hashCode of the
+/// value of pattern `hash` (`hashcode::java_hash`).
+pub struct Extras<'a> {
+    pub patterns: &'a [Vec<u8>],
+    pub hash: Option<usize>,
+}
+
+/// The fused columns: per pattern (starts, ends), -1 where absent; the hashes and whether each
+/// is exact (false also where the value is absent).
+#[derive(Default)]
+pub struct Fused {
+    pub values: Vec<(Vec<i64>, Vec<i64>)>,
+    pub hashes: Vec<u32>,
+    pub exact: Vec<bool>,
+}
+
+impl Columns {
+    /// `other`'s records after this one's (the topics are interned after the merge).
+    fn append(&mut self, mut other: Columns) {
+        macro_rules! extend {
+            ($($f:ident),*) => { $( self.$f.append(&mut other.$f); )* };
+        }
+        extend!(position, total_size, magic_code, body_crc, queue_id, flag, queue_offset,
+                physical_offset, sys_flag, born_timestamp, store_timestamp, reconsume_times,
+                prepared_transaction_offset, body_length, body_position, properties_position,
+                properties_length, body_crc_ok, prop_crc_ok, topic_spans);
+        if let (Some(mine), Some(theirs)) = (self.fused.as_mut(), other.fused.as_mut()) {
+            for (m, t) in mine.values.iter_mut().zip(theirs.values.iter_mut()) {
+                m.0.append(&mut t.0);
+                m.1.append(&mut t.1);
+            }
+            mine.hashes.append(&mut theirs.hashes);
+            mine.exact.append(&mut theirs.exact);
+        }
+    }
 }
 
 // --- checked big-endian reads: None outside the buffer ----------------------------------------
@@ -161,8 +206,8 @@ pub fn crc_of(data: &[u8], start: i64, end: i64) -> Option<u32> {
 // --- the walk ---------------------------------------------------------------------------------
 
 /// Record starts from `pos`, following TOTALSIZE while it is at least a minimal record
-/// (`batches._walk`).
-fn walk_plain(data: &[u8], pos: i64, walk_end: i64, max_records: i64) -> Vec<i64> {
+/// (`batches._walk`), and where the walk would go on.
+fn walk_plain(data: &[u8], pos: i64, walk_end: i64, max_records: i64) -> (Vec<i64>, i64) {
     let mut out = Vec::new();
     let mut p = pos;
     while (out.len() as i64) < max_records && p < walk_end {
@@ -174,13 +219,13 @@ fn walk_plain(data: &[u8], pos: i64, walk_end: i64, max_records: i64) -> Vec<i64
         out.push(p);
         p += size;
     }
-    out
+    (out, p)
 }
 
 /// The record starts (entry + 48) of the DLedger entries from `pos` that `entry_problem`
-/// accepts (`batches._walk_entries`).
+/// accepts (`batches._walk_entries`), and where the walk would go on.
 fn walk_entries(data: &[u8], pos: i64, walk_end: i64, limit: i64, max_records: i64, base: i64)
-    -> Vec<i64> {
+    -> (Vec<i64>, i64) {
     let mut out = Vec::new();
     let mut p = pos;
     while (out.len() as i64) < max_records {
@@ -209,7 +254,48 @@ fn walk_entries(data: &[u8], pos: i64, walk_end: i64, limit: i64, max_records: i
         out.push(p + DL_HEADER_SIZE);
         p += size;
     }
-    out
+    (out, p)
+}
+
+/// The walk of a run, a block of records at a time.
+struct Walk<'a> {
+    data: &'a [u8],
+    params: &'a RunParams,
+    limit: i64,
+    stop: i64,
+    walk_end: i64,
+    next: i64,
+    left: i64,
+    done: bool,
+}
+
+impl Walk<'_> {
+    /// The next (at most) `block` record starts; empty at the end of the walk.
+    fn block(&mut self, block: i64) -> Vec<i64> {
+        if self.done || self.left <= 0 {
+            return Vec::new();
+        }
+        let want = block.min(self.left);
+        let (found, next) = match self.params.layout {
+            Layout::Plain => walk_plain(self.data, self.next, self.walk_end, want),
+            Layout::DLedger => {
+                let (mut found, next) = walk_entries(self.data, self.next, self.walk_end,
+                                                     self.limit, want, self.params.base);
+                let keep = found.iter().take_while(|&&p| p < self.stop).count();
+                if keep < found.len() {
+                    found.truncate(keep);
+                    self.done = true;
+                }
+                (found, next)
+            }
+        };
+        if (found.len() as i64) < want {
+            self.done = true;
+        }
+        self.left -= found.len() as i64;
+        self.next = next;
+        found
+    }
 }
 
 struct TopicInterner<'a> {
@@ -217,6 +303,16 @@ struct TopicInterner<'a> {
     by_bytes: HashMap<&'a [u8], i32>,
     last: Option<(&'a [u8], i32)>,
     topics: Vec<(usize, usize)>,
+    /// topics met recently, by a cheap hash of length and end bytes: most records hit here
+    /// and skip the map's (DoS-resistant, slower) hash
+    recent: [Option<(&'a [u8], i32)>; 256],
+}
+
+impl<'a> TopicInterner<'a> {
+    fn new(data: &'a [u8]) -> Self {
+        TopicInterner { data, by_bytes: HashMap::new(), last: None, topics: Vec::new(),
+                        recent: [None; 256] }
+    }
 }
 
 impl<'a> TopicInterner<'a> {
@@ -227,19 +323,34 @@ impl<'a> TopicInterner<'a> {
                 return id;
             }
         }
+        let slot = (raw.len()
+            ^ raw.first().map_or(0, |&b| b as usize * 7)
+            ^ raw.last().map_or(0, |&b| b as usize * 31)
+            ^ raw.get(raw.len() / 2).map_or(0, |&b| b as usize * 131)) & 255;
+        if let Some((seen, id)) = self.recent[slot] {
+            if seen == raw {
+                self.last = Some((raw, id));
+                return id;
+            }
+        }
         let next = self.topics.len() as i32;
         let id = *self.by_bytes.entry(raw).or_insert(next);
         if id == next {
             self.topics.push((start, len));
         }
         self.last = Some((raw, id));
+        self.recent[slot] = Some((raw, id));
         id
     }
 }
 
 /// The run of records from `params.pos` that decode_message accepts, as columns; None when the
-/// record at `pos` is not one (`batches._fast_batch`).
-pub fn run(data: &[u8], params: &RunParams) -> Option<Columns> {
+/// record at `pos` is not one (`batches._fast_batch`). With `extras`, the same pass adds the
+/// property spans and hashes; with `threads` > 1 the records found by the (sequential) walk
+/// are decoded in that many pieces at once, merged in order up to the first refused record:
+/// the same run a single thread finds.
+pub fn run(data: &[u8], params: &RunParams, extras: Option<&Extras>, threads: usize)
+    -> Option<Columns> {
     let len = data.len() as i64;
     let limit = params.limit.min(len);
     let pos = params.pos;
@@ -248,51 +359,136 @@ pub fn run(data: &[u8], params: &RunParams) -> Option<Columns> {
     }
     let stop = params.stop.min(limit);
     let walk_end = stop.min(limit - HEADER_SIZE + 1).min(pos.saturating_add(params.max_bytes));
-    let positions = match params.layout {
-        Layout::Plain => walk_plain(data, pos, walk_end, params.max_records),
-        Layout::DLedger => {
-            let mut found =
-                walk_entries(data, pos, walk_end, limit, params.max_records, params.base);
-            let keep = found.iter().take_while(|&&p| p < stop).count();
-            found.truncate(keep);
-            found
+    let mut walk = Walk { data, params, limit, stop, walk_end, next: pos,
+                          left: params.max_records, done: false };
+    let mut c = if threads <= 1 {
+        // walk a block, decode it while its bytes are in the cache, and so on
+        let mut c: Option<Columns> = None;
+        loop {
+            let positions = walk.block(BLOCK);
+            if positions.is_empty() {
+                break;
+            }
+            let c = c.get_or_insert_with(|| Columns::new(extras));
+            if !decode_into(data, &positions, limit, params.check_crc, extras, c) {
+                break;
+            }
         }
+        c?
+    } else {
+        let positions = walk.block(i64::MAX);
+        if positions.is_empty() {
+            return None;
+        }
+        decode_pieces(data, &positions, limit, params.check_crc, extras, threads)
     };
-    if positions.is_empty() {
-        return None;
-    }
-    let n = positions.len();
-    let mut c = Columns::default();
-    for v in [
-        &mut c.position, &mut c.total_size, &mut c.magic_code, &mut c.body_crc, &mut c.queue_id,
-        &mut c.flag, &mut c.queue_offset, &mut c.physical_offset, &mut c.sys_flag,
-        &mut c.born_timestamp, &mut c.store_timestamp, &mut c.reconsume_times,
-        &mut c.prepared_transaction_offset, &mut c.body_length, &mut c.body_position,
-        &mut c.properties_position, &mut c.properties_length,
-    ] {
-        v.reserve_exact(n);
-    }
-    c.body_crc_ok.reserve_exact(n);
-    c.prop_crc_ok.reserve_exact(n);
-    c.topic_index.reserve_exact(n);
-    let mut interner =
-        TopicInterner { data, by_bytes: HashMap::new(), last: None, topics: Vec::new() };
-    for &p in &positions {
-        if !record(data, p, limit, params.check_crc, &mut c, &mut interner) {
-            break;
-        }
-    }
     if c.position.is_empty() {
         return None;
     }
+    let mut interner = TopicInterner::new(data);
+    c.topic_index = c.topic_spans.iter().map(|&(s, l)| interner.id(s, l)).collect();
+    c.topic_spans = Vec::new();
     c.topics = interner.topics;
     Some(c)
 }
 
+/// Records per thread below which a run is not split.
+const MIN_PIECE: usize = 4096;
+/// Records walked and then decoded at a time on one thread.
+const BLOCK: i64 = 1024;
+
+/// `decode` of `positions` in up to `threads` pieces at once, merged in order up to the first
+/// refused record.
+fn decode_pieces(data: &[u8], positions: &[i64], limit: i64, check_crc: bool,
+                 extras: Option<&Extras>, threads: usize) -> Columns {
+    let pieces = threads.clamp(1, 64).min(positions.len() / MIN_PIECE).max(1);
+    if pieces == 1 {
+        return decode(data, positions, limit, check_crc, extras).0;
+    }
+    let size = positions.len().div_ceil(pieces);
+    let decoded: Vec<(Columns, bool)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = positions.chunks(size)
+            .map(|piece| scope.spawn(move || decode(data, piece, limit, check_crc, extras)))
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("a decoding thread panicked")).collect()
+    });
+    let mut parts = decoded.into_iter();
+    let (mut first, mut whole) = parts.next().expect("one piece at least");
+    for (part, complete) in parts {
+        if !whole {
+            break;
+        }
+        first.append(part);
+        whole = complete;
+    }
+    first
+}
+
+/// The records at `positions` that decode_message accepts, up to the first it refuses: (the
+/// columns, whether every one was accepted).
+fn decode(data: &[u8], positions: &[i64], limit: i64, check_crc: bool, extras: Option<&Extras>)
+    -> (Columns, bool) {
+    let mut c = Columns::new(extras);
+    let whole = decode_into(data, positions, limit, check_crc, extras, &mut c);
+    (c, whole)
+}
+
+impl Columns {
+    fn new(extras: Option<&Extras>) -> Columns {
+        Columns {
+            fused: extras.map(|e| Fused {
+                values: e.patterns.iter().map(|_| (Vec::new(), Vec::new())).collect(),
+                ..Fused::default()
+            }),
+            ..Columns::default()
+        }
+    }
+}
+
+/// `decode` adding to `c`: false when a record was refused.
+fn decode_into(data: &[u8], positions: &[i64], limit: i64, check_crc: bool,
+               extras: Option<&Extras>, c: &mut Columns) -> bool {
+    let matcher = extras.map(|e| Matcher::new(e.patterns));
+    for &p in positions {
+        if !record(data, p, limit, check_crc, c) {
+            return false;
+        }
+        if let (Some(m), Some(e)) = (&matcher, extras) {
+            properties(data, c, m, e.hash);
+        }
+    }
+    true
+}
+
+/// The fused columns of the record just added: its property values and the hash.
+fn properties(data: &[u8], c: &mut Columns, matcher: &Matcher, hash: Option<usize>) {
+    let i = c.position.len() - 1;
+    let at = *c.properties_position.last().expect("a record was added");
+    let len = *c.properties_length.last().expect("a record was added");
+    let fused = c.fused.as_mut().expect("the fused columns exist");
+    let bytes = usize::try_from(at).ok()
+        .and_then(|s| data.get(s..s.checked_add(usize::try_from(len).ok()?)?))
+        .unwrap_or(&[]);
+    for (starts, ends) in fused.values.iter_mut() {
+        starts.push(-1);
+        ends.push(-1);
+    }
+    let values = &mut fused.values;
+    matcher.each(bytes, |k, s, e| {
+        values[k].0[i] = at + s as i64;
+        values[k].1[i] = at + e as i64;
+    });
+    if let Some(k) = hash {
+        let (s, e) = values.get(k).map_or((-1, -1), |v| (v.0[i], v.1[i]));
+        let (h, exact) = if s >= 0 { java_hash(data, s, e, 0) } else { (0, false) };
+        fused.hashes.push(h);
+        fused.exact.push(exact);
+    }
+}
+
 /// Decodes the record at `p` into the columns when decode_message accepts it; false (nothing
 /// added) when it does not.
-fn record(data: &[u8], p: i64, limit: i64, check_crc: bool, c: &mut Columns,
-          topics: &mut TopicInterner) -> bool {
+fn record(data: &[u8], p: i64, limit: i64, check_crc: bool, c: &mut Columns) -> bool {
     let Some(header) = at(data, p, HEADER_SIZE as usize) else { return false };
     let be32 = |o: usize| i32::from_be_bytes([header[o], header[o + 1], header[o + 2], header[o + 3]]);
     let be64 = |o: usize| {
@@ -385,7 +581,7 @@ fn record(data: &[u8], p: i64, limit: i64, check_crc: bool, c: &mut Columns,
     c.properties_length.push(props_len);
     c.body_crc_ok.push(body_ok);
     c.prop_crc_ok.push(prop_ok);
-    c.topic_index.push(topics.id(topic_pos as usize, topic_len as usize));
+    c.topic_spans.push((topic_pos as usize, topic_len as usize));
     true
 }
 
