@@ -38,9 +38,10 @@ def run_columns(batch) -> tuple | None:
     """A batch as plain values: every column (topic ids as names) with its dtype."""
     if batch is None:
         return None
-    cols = tuple((name, str(getattr(batch, name).dtype), getattr(batch, name).tolist())
+    # dtype.str: str(dtype) costs more than the rest of a small run's comparison
+    cols = tuple((name, getattr(batch, name).dtype.str, getattr(batch, name).tolist())
                  for name in COLUMNS)
-    return cols + (("topic", str(batch.topic_id.dtype),
+    return cols + (("topic", batch.topic_id.dtype.str,
                     [batch.topics.names[t] for t in batch.topic_id.tolist()]),)
 
 
@@ -84,8 +85,20 @@ def assert_same_store(root):
                 continue
             with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
                 for check_crc, resync in ((True, True), (False, False)):
-                    assert_same_scan(buf, base, check_crc=check_crc, resync=resync,
-                                     layout=layout), (path, check_crc, resync)
+                    events = scan_events(buf, base, False, check_crc=check_crc, resync=resync,
+                                         layout=layout)
+                    assert scan_events(buf, base, True, check_crc=check_crc, resync=resync,
+                                       layout=layout) == events, (path, check_crc, resync)
+                    # the pass that parses the properties too, split over threads, from
+                    # every batch's start
+                    for event in events:
+                        if type(event) is tuple:
+                            pos = event[0][2][0]
+                            expected = run_columns(batches._fast_batch(
+                                buf, pos, len(buf), len(buf), base, check_crc,
+                                batches.TopicTable(), layout=layout))
+                            assert_same_fused(buf, pos, base, check_crc, layout,
+                                              batches._BATCH_RECORDS, None, expected, threads=3)
 
 
 # --- the module itself --------------------------------------------------------------------------
@@ -279,6 +292,47 @@ def mutate(rng: random.Random, data: bytes) -> bytes:
     return bytes(buf)
 
 
+FUSED_NAMES = ("TAGS", "KEYS", "UNIQ_KEY", "DELAY", "CLUSTER")
+FUSED_PATTERNS = [(name + "\x01").encode() for name in FUSED_NAMES]
+
+
+def assert_same_fused(buf, pos, base, check_crc, layout, max_records, stop, expected,
+                      threads=1, reference=True):
+    """scan_run with the properties parsed in the same pass, split into pieces of one record
+    on ``threads`` threads: the run ``expected`` (run_columns of the numpy path's) and, with
+    ``reference``, the values and TAGS codes of the numpy property path on it."""
+    limit = len(buf)
+    stop = limit if stop is None else stop
+    run = native.core.scan_run(buf, pos, stop, limit, base, check_crc, layout == DLEDGER_LAYOUT,
+                               max_records, batches._BATCH_BYTES, FUSED_PATTERNS, 0, threads, 1)
+    if expected is None:
+        assert run is None
+        return
+    columns, topic_index, topics, (spans, hashes, exact) = run
+    got = tuple((name, col.dtype.str, col.tolist()) for name, col in zip(COLUMNS, columns))
+    assert got == expected[:-1]
+    assert [topics[t].decode("utf-8", "replace") for t in topic_index.tolist()] == \
+        expected[-1][2]
+    n = len(topic_index)
+    assert all(len(a) == n for pair in spans for a in pair) and len(hashes) == len(exact) == n
+    if not reference:
+        return
+    values = dict(zip(COLUMNS, columns))
+    starts = values["properties_position"]
+    blob, begins = codec.property_blob(buf, starts, starts + values["properties_length"])
+    want = codec._property_values_numpy(blob, begins, FUSED_NAMES)
+    data = np.frombuffer(buf, dtype=np.uint8)
+    for name, span in zip(FUSED_NAMES, spans):
+        assert value_bytes(data, span) == value_bytes(blob, want[name]), name
+    assert codec.string_hash_codes(data, *spans[0], hashed=(hashes, exact)).tolist() == \
+        codec.string_hash_codes(blob, *want["TAGS"]).tolist()
+
+
+def value_bytes(data, span) -> list:
+    return [None if s < 0 else bytes(data[s:e]) for s, e in zip(span[0].tolist(),
+                                                                span[1].tolist())]
+
+
 @needs_native
 def test_same_runs_on_100000_mutated_buffers():
     rng = random.Random(25)
@@ -293,8 +347,19 @@ def test_same_runs_on_100000_mutated_buffers():
         pos = 0 if i % 4 else rng.randrange(len(buf) + 1)
         max_records = rng.choice([1, 2, 3, batches._BATCH_RECORDS])
         stop = None if i % 5 else rng.randrange(len(buf) + 1)
-        numpy_run, native_run = both_runs(buf, pos, base, check_crc, layout, max_records, stop)
-        assert native_run == numpy_run, (i, buf, pos, base, check_crc, layout, max_records, stop)
+        if i % 2:
+            # the pass that parses the properties too, on threads
+            numpy_run = run_columns(batches._fast_batch(
+                buf, pos, len(buf) if stop is None else stop, len(buf), base, check_crc,
+                batches.TopicTable(), max_records, batches._BATCH_BYTES, layout=layout))
+            assert_same_fused(buf, pos, base, check_crc, layout, max_records, stop, numpy_run,
+                              threads=2 + i % 3 if i % 16 == 1 else 1,
+                              reference=i % 8 == 1)
+        else:
+            numpy_run, native_run = both_runs(buf, pos, base, check_crc, layout, max_records,
+                                              stop)
+            assert native_run == numpy_run, (i, buf, pos, base, check_crc, layout, max_records,
+                                             stop)
         accepted += numpy_run is not None
         if i % 200 == 0:
             assert_same_scan(buf, base, check_crc=check_crc, resync=bool(i % 400),
@@ -316,10 +381,12 @@ def test_native_entry_points_survive_absurd_ranges():
         n = len(data)
         pick = lambda: rng.choice(big + [n, n + 1, n - 1, rng.randint(-5, n + 5)])  # noqa: E731
         args = (pick(), pick(), pick(), pick(), bool(i & 1), bool(i & 2), pick(), pick())
-        run = native.core.scan_run(data, *args)
+        fused = (FUSED_PATTERNS, rng.choice([None, 0, 4, 5, 99]), rng.choice([1, 2, 64, 999]),
+                 rng.choice([0, 1, 2, 4096])) if i & 4 else ()
+        run = native.core.scan_run(data, *args, *fused)
         if run is None:
             continue
-        columns, topic_index, topics = run
+        columns, topic_index, topics = run[:3]
         values = dict(zip(COLUMNS, columns))
         assert len(topic_index) == len(values["position"]) > 0
         assert all(0 <= p and p + t <= n for p, t in zip(values["position"].tolist(),

@@ -10,7 +10,7 @@ from mqtool import forge
 from mqtool.store import Store
 from mqtool.verify import verify_store
 from mqtool.cores import available_cores
-from mqtool.verify.run import _auto_workers
+from mqtool.verify.run import _auto_workers, _threads
 
 # broker-written stores of several CommitLog files, clean, crashed and damaged
 REFERENCE = ("clean-small-damaged", "crash-small", "v5-damaged", "v5-propcrc-damaged",
@@ -74,6 +74,23 @@ def test_forge_store_damaged_in_several_files(forged, tmp_path):
     assert len({f["file"] for f in findings if f["code"].startswith("CL_")}) >= 3
     # --quick checks the same way in workers
     _assert_same_for_worker_counts(root, counts=(2,), geometry=GEOMETRY, quick=True)
+
+
+def test_workers_left_over_by_the_files_are_threads_of_the_native_pass():
+    assert _threads(100, 2) == 1 and _threads(1, 2) == 2 and _threads(3, 8) == 2
+    assert _threads(1, 1) == 1 and _threads(1, None) == available_cores()
+
+
+def test_one_file_on_two_threads_reports_what_one_thread_does(tmp_path):
+    """One CommitLog file and two workers: one process whose native pass runs on two threads
+    (batches of more than 2 x 4096 records are split), the same report."""
+    root = tmp_path / "store"
+    forge.make_store(root, forge.ForgeOptions(
+        messages=20000, seed=5, commitlog_file_size=64 << 20, delay_ratio=0.05,
+        transaction_ratio=0.05, **FORGE))
+    forge.damage_store(root, "bit-flip", seed=1, target="body")
+    assert len(Store(root).commitlog.segments) == 1
+    _assert_same_for_worker_counts(root, counts=(2,), geometry=GEOMETRY)
 
 
 def test_default_is_one_worker_per_core_and_never_more_than_files():

@@ -2,6 +2,7 @@
 processes when asked), the recovery prediction, the merge into the report."""
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
@@ -38,8 +39,17 @@ def _checker_class(ctx: _Context):
 def _auto_workers(segments: int, workers: int | None) -> int:
     """Worker processes for ``segments`` CommitLog files: ``workers`` if given, else one per
     core; never more than there are files (a file is one task)."""
-    wanted = available_cores() if workers is None else max(1, workers)
-    return max(1, min(wanted, segments))
+    return max(1, min(_wanted(workers), segments))
+
+
+def _wanted(workers: int | None) -> int:
+    return available_cores() if workers is None else max(1, workers)
+
+
+def _threads(segments: int, workers: int | None) -> int:
+    """Threads of the native core's pass in each worker: what the processes leave of
+    ``workers`` (one file and two cores: one process whose pass runs on two threads)."""
+    return max(1, _wanted(workers) // _auto_workers(segments, workers))
 
 
 def _pool_context():
@@ -217,6 +227,7 @@ def _run_segments(store: Store, ctx: _Context, progress, workers: int | None,
     workers have their files (here, while they check them)."""
     n = len(ctx.segments)
     count = _auto_workers(n, workers)
+    ctx = dataclasses.replace(ctx, threads=_threads(n, workers))
     if count <= 1:
         return [check_file(ctx, i, progress, store.commitlog) for i in range(n)]
     results = []

@@ -98,10 +98,11 @@ fn column<'py, T: numpy::Element>(py: Python<'py>, v: Vec<T>) -> Bound<'py, PyAr
 /// a fourth item follows: ([(starts, ends) int64 per pattern], hashes uint32, exact bool) -
 /// the value spans as positions in `buf` (-1 where absent, `codec.property_values`' rule) and
 /// String.hashCode of pattern `hash`'s value (`java_hashes`' contract; exact False where the
-/// value is absent). `threads` > 1 decodes the run's records in that many pieces at once.
+/// value is absent). `threads` > 1 decodes the run's records in that many pieces at once, of
+/// `min_piece` records at least (tests make it small).
 #[pyfunction]
 #[pyo3(signature = (buf, pos, stop, limit, base, check_crc, dledger, max_records, max_bytes,
-                    patterns=None, hash=None, threads=1))]
+                    patterns=None, hash=None, threads=1, min_piece=4096))]
 #[allow(clippy::too_many_arguments)]
 fn scan_run<'py>(
     py: Python<'py>,
@@ -117,6 +118,7 @@ fn scan_run<'py>(
     patterns: Option<Vec<Vec<u8>>>,
     hash: Option<usize>,
     threads: usize,
+    min_piece: usize,
 ) -> PyResult<Option<Bound<'py, PyTuple>>> {
     let bytes = Bytes::get(buf)?;
     let params = RunParams {
@@ -132,7 +134,7 @@ fn scan_run<'py>(
     let extras = patterns.as_deref().map(|patterns| Extras { patterns, hash });
     let run: Option<Columns> = {
         let data = bytes.slice();
-        py.detach(|| guarded("record walk", || walk::run(data, &params, extras.as_ref(), threads)))?
+        py.detach(|| guarded("record walk", || walk::run(data, &params, extras.as_ref(), threads, min_piece)))?
     };
     let Some(mut cols) = run else { return Ok(None) };
     let fused = cols.fused.take();

@@ -349,8 +349,8 @@ impl<'a> TopicInterner<'a> {
 /// property spans and hashes; with `threads` > 1 the records found by the (sequential) walk
 /// are decoded in that many pieces at once, merged in order up to the first refused record:
 /// the same run a single thread finds.
-pub fn run(data: &[u8], params: &RunParams, extras: Option<&Extras>, threads: usize)
-    -> Option<Columns> {
+pub fn run(data: &[u8], params: &RunParams, extras: Option<&Extras>, threads: usize,
+           min_piece: usize) -> Option<Columns> {
     let len = data.len() as i64;
     let limit = params.limit.min(len);
     let pos = params.pos;
@@ -380,7 +380,7 @@ pub fn run(data: &[u8], params: &RunParams, extras: Option<&Extras>, threads: us
         if positions.is_empty() {
             return None;
         }
-        decode_pieces(data, &positions, limit, params.check_crc, extras, threads)
+        decode_pieces(data, &positions, limit, params.check_crc, extras, threads, min_piece)
     };
     if c.position.is_empty() {
         return None;
@@ -392,16 +392,14 @@ pub fn run(data: &[u8], params: &RunParams, extras: Option<&Extras>, threads: us
     Some(c)
 }
 
-/// Records per thread below which a run is not split.
-const MIN_PIECE: usize = 4096;
 /// Records walked and then decoded at a time on one thread.
 const BLOCK: i64 = 1024;
 
-/// `decode` of `positions` in up to `threads` pieces at once, merged in order up to the first
-/// refused record.
+/// `decode` of `positions` in up to `threads` pieces of `min_piece` records at least, at once,
+/// merged in order up to the first refused record.
 fn decode_pieces(data: &[u8], positions: &[i64], limit: i64, check_crc: bool,
-                 extras: Option<&Extras>, threads: usize) -> Columns {
-    let pieces = threads.clamp(1, 64).min(positions.len() / MIN_PIECE).max(1);
+                 extras: Option<&Extras>, threads: usize, min_piece: usize) -> Columns {
+    let pieces = threads.clamp(1, 64).min(positions.len() / min_piece.max(1)).max(1);
     if pieces == 1 {
         return decode(data, positions, limit, check_crc, extras).0;
     }
