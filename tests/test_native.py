@@ -24,6 +24,7 @@ from conftest import (DLEDGER_STORES, FIXTURE_STORE, REPO, SHARED_STORES, refere
                       run_mqtool)
 from test_scanner import build_record
 from mqtool import codec, scan
+from mqtool.formats import codecs
 from mqtool.scan import batches, native
 from mqtool.store import COMMITLOG_LAYOUT, DLEDGER_LAYOUT, Store
 
@@ -304,11 +305,12 @@ def assert_same_fused(buf, pos, base, check_crc, layout, max_records, stop, expe
     limit = len(buf)
     stop = limit if stop is None else stop
     run = native.core.scan_run(buf, pos, stop, limit, base, check_crc, layout == DLEDGER_LAYOUT,
-                               max_records, batches._BATCH_BYTES, FUSED_PATTERNS, 0, threads, 1)
+                               max_records, batches._BATCH_BYTES, FUSED_PATTERNS, 0, threads, 1,
+                               (2, 1, ord(" ")))
     if expected is None:
         assert run is None
         return
-    columns, topic_index, topics, (spans, hashes, exact) = run
+    columns, topic_index, topics, (spans, hashes, exact, keys) = run
     got = tuple((name, col.dtype.str, col.tolist()) for name, col in zip(COLUMNS, columns))
     assert got == expected[:-1]
     assert [topics[t].decode("utf-8", "replace") for t in topic_index.tolist()] == \
@@ -326,6 +328,17 @@ def assert_same_fused(buf, pos, base, check_crc, layout, max_records, stop, expe
         assert value_bytes(data, span) == value_bytes(blob, want[name]), name
     assert codec.string_hash_codes(data, *spans[0], hashed=(hashes, exact)).tolist() == \
         codec.string_hash_codes(blob, *want["TAGS"]).tolist()
+    # the keys buildIndex puts, hashed as topic#key where the text is plain UTF-8
+    owner, k_starts, k_ends, k_hashes, k_exact = keys
+    w_owner, w_starts, w_ends = codec._index_key_spans_numpy(blob, want["UNIQ_KEY"],
+                                                             want["KEYS"], ord(" "))
+    assert owner.tolist() == w_owner.tolist()
+    assert value_bytes(data, (k_starts, k_ends)) == value_bytes(blob, (w_starts, w_ends))
+    names = [topics[t].decode("utf-8", "replace") for t in topic_index.tolist()]
+    for k in np.flatnonzero(k_exact).tolist():
+        text = bytes(data[k_starts[k]:k_ends[k]]).decode("utf-8")
+        assert int(k_hashes[k]) == codecs.java_hash_extend(
+            codecs.index_key_prefix_hash(names[owner[k]]), text)
 
 
 def value_bytes(data, span) -> list:
@@ -382,7 +395,8 @@ def test_native_entry_points_survive_absurd_ranges():
         pick = lambda: rng.choice(big + [n, n + 1, n - 1, rng.randint(-5, n + 5)])  # noqa: E731
         args = (pick(), pick(), pick(), pick(), bool(i & 1), bool(i & 2), pick(), pick())
         fused = (FUSED_PATTERNS, rng.choice([None, 0, 4, 5, 99]), rng.choice([1, 2, 64, 999]),
-                 rng.choice([0, 1, 2, 4096])) if i & 4 else ()
+                 rng.choice([0, 1, 2, 4096]),
+                 rng.choice([None, (2, 1, 32), (0, 99, 0), (99, 4, 2)])) if i & 4 else ()
         run = native.core.scan_run(data, *args, *fused)
         if run is None:
             continue
@@ -421,7 +435,6 @@ def test_native_java_hashes_equal_the_numpy_path_and_java():
     """String.hashCode of TAGS and of topic#key: the native core and the numpy path agree on
     which strings they hash exactly (well-formed 1- to 3-byte UTF-8) and on those hashes, which
     are Java's (codecs.java_hash_extend over the decoded text)."""
-    from mqtool.formats import codecs
     rng = random.Random(11)
     alphabet = ["a", "Z", "0", "#", " ", "\u00e9", "\u4e2d", "\U0001d11e", "\x00"]
     strings = []

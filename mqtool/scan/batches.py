@@ -142,7 +142,8 @@ class RecordBatch:
         """What the native pass parsed of the properties when the scan asked for ``properties``
         (:func:`scan_buffer_batches`): ({name: (value starts, value ends)} as positions in
         ``buf``, -1 where absent; the String.hashCode (uint32) of the ``hashed`` one's value and
-        whether each is exact), else None."""
+        whether each is exact; with ``index_keys``, the keys buildIndex puts as (record, starts,
+        ends, hashCode of ``topic#key``, exact), else None), else None."""
         try:
             return self._parsed
         except AttributeError:
@@ -498,15 +499,19 @@ def _native_batch(buf, pos: int, stop: int, limit: int, base: int, check_crc: bo
                   max_bytes: int = _NATIVE_BATCH_BYTES,
                   hints: np.ndarray | None = None,
                   layout: str = COMMITLOG_LAYOUT, properties: tuple[str, ...] = (),
-                  hashed: str | None = None, threads: int = 1) -> RecordBatch | None:
+                  hashed: str | None = None, threads: int = 1,
+                  index_keys: tuple[str, str, int] | None = None) -> RecordBatch | None:
     """:func:`_fast_batch` computed by the native core (:mod:`.native`): the same run, the same
     columns (``hints`` are not needed: the compiled walk follows TOTALSIZE as fast); with
     ``properties``, :attr:`RecordBatch.parsed` from the same pass, on ``threads`` threads."""
     patterns = [(name + codecs.NAME_VALUE_SEPARATOR).encode("utf-8") for name in properties] \
         if properties else None
+    keys = None if not (properties and index_keys) else (
+        properties.index(index_keys[0]), properties.index(index_keys[1]), index_keys[2])
     run = _native.core.scan_run(buf, pos, stop, limit, base, check_crc,
                                 layout == DLEDGER_LAYOUT, max_records, max_bytes, patterns,
-                                properties.index(hashed) if hashed else None, max(1, threads))
+                                properties.index(hashed) if hashed else None, max(1, threads),
+                                keys=keys)
     if run is None:
         return None
     columns, topic_index, raw_topics = run[:3]
@@ -517,8 +522,9 @@ def _native_batch(buf, pos: int, stop: int, limit: int, base: int, check_crc: bo
     ids = np.array([topics.intern_bytes(raw) for raw in raw_topics], dtype=np.int32)
     batch.topic_id = ids[topic_index]
     if patterns is not None:
-        spans, hashes, exact = run[3]
-        batch._parsed = (dict(zip(properties, spans)), hashes, exact)
+        spans, hashes, exact = run[3][:3]
+        batch._parsed = (dict(zip(properties, spans)), hashes, exact,
+                         run[3][3] if keys is not None else None)
     return batch
 
 
@@ -531,15 +537,16 @@ def scan_buffer_batches(buf, base: int, *, name: str = "", start: int = 0,
                         topics: TopicTable | None = None, batch_records: int | None = None,
                         hints: np.ndarray | None = None,
                         layout: str = COMMITLOG_LAYOUT, properties: tuple[str, ...] = (),
-                        hashed: str | None = None,
-                        threads: int = 1) -> Iterator[RecordBatch | ScanEvent]:
+                        hashed: str | None = None, threads: int = 1,
+                        index_keys: tuple[str, str, int] | None = None
+                        ) -> Iterator[RecordBatch | ScanEvent]:
     """:func:`scan_buffer` with the message records grouped: the same events in the same order,
     except that every run of MessageRecords comes as :class:`RecordBatch` objects (never a
     MessageRecord). Batches are only valid until the next one is requested.
 
     ``hints``: sorted file positions where records probably start (ConsumeQueue units say where
     most are); they spare the walk from record to record, and cannot change the result.
-    ``properties``/``hashed``/``threads``: on the native core, the batches also carry
+    ``properties``/``hashed``/``index_keys``/``threads``: on the native core, the batches carry
     :attr:`RecordBatch.parsed`, made in the same pass over the bytes on ``threads`` threads
     (the numpy path ignores them: its batches' ``parsed`` is None)."""
     if hints is not None:
@@ -556,7 +563,8 @@ def scan_buffer_batches(buf, base: int, *, name: str = "", start: int = 0,
     fast_batch, extra = _fast_batch, {}
     if _native.core is not None:
         fast_batch = _native_batch
-        extra = {"properties": tuple(properties), "hashed": hashed, "threads": threads}
+        extra = {"properties": tuple(properties), "hashed": hashed, "threads": threads,
+                 "index_keys": index_keys}
     if batch_records is None:
         batch_records = _BATCH_RECORDS if _native.core is None else _NATIVE_BATCH_RECORDS
     while pos < stop:

@@ -42,8 +42,9 @@ def scan_segment_batches(segment: Segment, start: int | None = None, end: int | 
                          check_crc: bool = True, resync: bool = False, progress=None,
                          topics: TopicTable | None = None,
                          hints: np.ndarray | None = None, properties: tuple[str, ...] = (),
-                         hashed: str | None = None,
-                         threads: int = 1) -> Iterator[RecordBatch | ScanEvent]:
+                         hashed: str | None = None, threads: int = 1,
+                         index_keys: tuple[str, str, int] | None = None
+                         ) -> Iterator[RecordBatch | ScanEvent]:
     """:func:`scan_segment` with runs of records as :class:`RecordBatch` objects (see
     :func:`scan_buffer_batches`; ``hints`` are CommitLog offsets here); a batch is only valid
     until the next event is requested."""
@@ -52,7 +53,7 @@ def scan_segment_batches(segment: Segment, start: int | None = None, end: int | 
     return _scan_mapped(segment, start, end, progress, scan_buffer_batches,
                         {"check_crc": check_crc, "resync": resync, "topics": topics,
                          "hints": hints, "layout": segment.layout, "properties": properties,
-                         "hashed": hashed, "threads": threads})
+                         "hashed": hashed, "threads": threads, "index_keys": index_keys})
 
 
 def _scan_mapped(segment: Segment, start: int | None, end: int | None, progress, scan,

@@ -46,6 +46,7 @@ _MAX_HINTS = 1 << 22            # record starts taken from the ConsumeQueues per
 _MAX_PRELOADED = 1 << 19        # units read for the hints kept for the merge (~18 MB at most)
 _KEY_SEPARATOR = ord(" ")       # MessageConst.KEY_SEPARATOR
 _PROPERTY_NAMES = ("TAGS", "KEYS", "UNIQ_KEY", "DELAY", "CLUSTER")
+_INDEX_KEYS = ("UNIQ_KEY", "KEYS", _KEY_SEPARATOR)   # the keys buildIndex puts
 
 
 class _ItemCursor:
@@ -201,11 +202,11 @@ class _BatchProperties:
         parsed = batch.parsed
         if parsed is not None and set(parsed[0]) >= set(_PROPERTY_NAMES):
             self.source, self.blob = batch.buf, None
-            self.values, self.tag_hashes = parsed[0], parsed[1:]
+            self.values, self.tag_hashes, self.keys = parsed[0], parsed[1:3], parsed[3]
         else:
             self.blob, _, self.values = _codec.property_spans(*batch.properties_source(),
                                                               _PROPERTY_NAMES)
-            self.source, self.tag_hashes = self.blob, None
+            self.source, self.tag_hashes, self.keys = self.blob, None, None
         self._tags_codes = None
 
     @property
@@ -276,7 +277,7 @@ class _BatchChecker(_SegmentChecker):
             for event in scan_segment_batches(seg, check_crc=ctx.check_crc, resync=True,
                                               progress=self.progress, hints=self._hints(),
                                               properties=_PROPERTY_NAMES, hashed="TAGS",
-                                              threads=ctx.threads):
+                                              index_keys=_INDEX_KEYS, threads=ctx.threads):
                 if self.observe is not None:
                     self.observe(event)
                 if type(event) is RecordBatch:
@@ -711,6 +712,8 @@ class _BatchChecker(_SegmentChecker):
         and the KEYS items of all but ROLLBACK records, hashed as ``topic#key``."""
         props = self._properties(batch)
         indexed = tx != _ROLLBACK
+        if props.keys is not None:
+            return self._hashed_keys(batch, props, indexed)
         u_start, u_end = props.values["UNIQ_KEY"]
         k_start, k_end = props.values["KEYS"]
         records, starts, ends = _codec.index_key_spans(
@@ -721,6 +724,23 @@ class _BatchChecker(_SegmentChecker):
         prefixes = np.array([self._prefix(batch, t) for t in range(len(batch.topics.names))],
                             dtype=np.uint32)[batch.topic_id[records]]
         return records, _codec.index_key_hashes(props.data, starts, ends, prefixes)
+
+    def _hashed_keys(self, batch: RecordBatch, props: _BatchProperties, indexed: np.ndarray
+                     ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`_expected_hashes` from the keys the scanner's pass split and hashed: the
+        indexed records' keys, those it could not hash exactly hashed here."""
+        owner, starts, ends, hashes, exact = props.keys
+        keep = indexed[owner]
+        records, hashes, exact = owner[keep], hashes[keep], exact[keep]
+        inexact = np.flatnonzero(~exact).tolist()
+        if inexact:
+            hashes = hashes.copy()
+            starts, ends = starts[keep], ends[keep]
+            for k in inexact:
+                text = props.raw(int(starts[k]), int(ends[k])).decode("utf-8", errors="replace")
+                hashes[k] = codecs.java_hash_extend(
+                    self._prefix(batch, int(batch.topic_id[records[k]])), text)
+        return records, _codec.index_hashes_of(hashes)
 
     def _prefix(self, batch: RecordBatch, topic_id: int) -> int:
         prefix = self.prefixes.get(topic_id)

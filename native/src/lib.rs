@@ -98,11 +98,14 @@ fn column<'py, T: numpy::Element>(py: Python<'py>, v: Vec<T>) -> Bound<'py, PyAr
 /// a fourth item follows: ([(starts, ends) int64 per pattern], hashes uint32, exact bool) -
 /// the value spans as positions in `buf` (-1 where absent, `codec.property_values`' rule) and
 /// String.hashCode of pattern `hash`'s value (`java_hashes`' contract; exact False where the
-/// value is absent). `threads` > 1 decodes the run's records in that many pieces at once, of
+/// value is absent); with `keys` = (UNIQ_KEY's pattern, KEYS' pattern, separator) a fourth item
+/// of those: (owner int64, starts, ends, hashes uint32, exact bool) of the keys buildIndex puts
+/// (`index_key_spans`' order), hashed as `topic#key` (exact False where the topic or the key
+/// is not well-formed 1- to 3-byte UTF-8). `threads` > 1 decodes the run's records in that many pieces at once, of
 /// `min_piece` records at least (tests make it small).
 #[pyfunction]
 #[pyo3(signature = (buf, pos, stop, limit, base, check_crc, dledger, max_records, max_bytes,
-                    patterns=None, hash=None, threads=1, min_piece=4096))]
+                    patterns=None, hash=None, threads=1, min_piece=4096, keys=None))]
 #[allow(clippy::too_many_arguments)]
 fn scan_run<'py>(
     py: Python<'py>,
@@ -119,6 +122,7 @@ fn scan_run<'py>(
     hash: Option<usize>,
     threads: usize,
     min_piece: usize,
+    keys: Option<(usize, usize, u8)>,
 ) -> PyResult<Option<Bound<'py, PyTuple>>> {
     let bytes = Bytes::get(buf)?;
     let params = RunParams {
@@ -131,7 +135,7 @@ fn scan_run<'py>(
         max_records,
         max_bytes,
     };
-    let extras = patterns.as_deref().map(|patterns| Extras { patterns, hash });
+    let extras = patterns.as_deref().map(|patterns| Extras { patterns, hash, keys });
     let run: Option<Columns> = {
         let data = bytes.slice();
         py.detach(|| guarded("record walk", || walk::run(data, &params, extras.as_ref(), threads, min_piece)))?
@@ -175,8 +179,18 @@ fn scan_run<'py>(
         for (s, e) in fused.values {
             values.append((s.into_pyarray(py), e.into_pyarray(py)))?;
         }
-        items.push(PyTuple::new(py, [values.into_any(), fused.hashes.into_pyarray(py).into_any(),
-                                     fused.exact.into_pyarray(py).into_any()])?.into_any());
+        let mut parsed = vec![values.into_any(), fused.hashes.into_pyarray(py).into_any(),
+                              fused.exact.into_pyarray(py).into_any()];
+        if keys.is_some() {
+            parsed.push(PyTuple::new(py, [
+                fused.key_owner.into_pyarray(py).into_any(),
+                fused.key_starts.into_pyarray(py).into_any(),
+                fused.key_ends.into_pyarray(py).into_any(),
+                fused.key_hashes.into_pyarray(py).into_any(),
+                fused.key_exact.into_pyarray(py).into_any(),
+            ])?.into_any());
+        }
+        items.push(PyTuple::new(py, parsed)?.into_any());
     }
     Ok(Some(PyTuple::new(py, items)?))
 }

@@ -135,6 +135,9 @@ pub struct Columns {
 pub struct Extras<'a> {
     pub patterns: &'a [Vec<u8>],
     pub hash: Option<usize>,
+    /// the keys buildIndex puts (`props::index_key_spans`' order): the patterns of UNIQ_KEY and
+    /// KEYS and the KEYS separator; each hashed as `topic#key`
+    pub keys: Option<(usize, usize, u8)>,
 }
 
 /// The fused columns: per pattern (starts, ends), -1 where absent; the hashes and whether each
@@ -144,11 +147,19 @@ pub struct Fused {
     pub values: Vec<(Vec<i64>, Vec<i64>)>,
     pub hashes: Vec<u32>,
     pub exact: Vec<bool>,
+    /// per key (`Extras::keys`): its record, its span, String.hashCode of `topic#key` and
+    /// whether that is exact (topic and key well-formed 1- to 3-byte UTF-8)
+    pub key_owner: Vec<i64>,
+    pub key_starts: Vec<i64>,
+    pub key_ends: Vec<i64>,
+    pub key_hashes: Vec<u32>,
+    pub key_exact: Vec<bool>,
 }
 
 impl Columns {
     /// `other`'s records after this one's (the topics are interned after the merge).
     fn append(&mut self, mut other: Columns) {
+        let before = self.position.len() as i64;
         macro_rules! extend {
             ($($f:ident),*) => { $( self.$f.append(&mut other.$f); )* };
         }
@@ -163,6 +174,11 @@ impl Columns {
             }
             mine.hashes.append(&mut theirs.hashes);
             mine.exact.append(&mut theirs.exact);
+            mine.key_owner.extend(theirs.key_owner.iter().map(|&o| o + before));
+            mine.key_starts.append(&mut theirs.key_starts);
+            mine.key_ends.append(&mut theirs.key_ends);
+            mine.key_hashes.append(&mut theirs.key_hashes);
+            mine.key_exact.append(&mut theirs.key_exact);
         }
     }
 }
@@ -447,15 +463,60 @@ impl Columns {
 fn decode_into(data: &[u8], positions: &[i64], limit: i64, check_crc: bool,
                extras: Option<&Extras>, c: &mut Columns) -> bool {
     let matcher = extras.map(|e| Matcher::new(e.patterns));
+    let mut prefix = TopicPrefix::default();
     for &p in positions {
         if !record(data, p, limit, check_crc, c) {
             return false;
         }
         if let (Some(m), Some(e)) = (&matcher, extras) {
             properties(data, c, m, e.hash);
+            if let Some(keys) = e.keys {
+                index_keys(data, c, keys, &mut prefix);
+            }
         }
     }
     true
+}
+
+/// The hashCode of the last topic met followed by '#', and whether it is exact.
+#[derive(Default)]
+struct TopicPrefix {
+    topic: Option<(usize, usize)>,
+    hash: (u32, bool),
+}
+
+/// The keys buildIndex puts for the record just added (`props::index_key_spans`), hashed.
+fn index_keys(data: &[u8], c: &mut Columns, (uniq, keys, separator): (usize, usize, u8),
+              prefix: &mut TopicPrefix) {
+    let i = c.position.len() - 1;
+    let (start, len) = *c.topic_spans.last().expect("a record was added");
+    let fused = c.fused.as_mut().expect("the fused columns exist");
+    let value = |k: usize| fused.values.get(k).map_or((-1, -1), |v| (v.0[i], v.1[i]));
+    let (u, k) = (value(uniq), value(keys));
+    if u.0 < 0 && k.0 < 0 {
+        return;
+    }
+    let same = prefix.topic.is_some_and(|(s, l)| {
+        l == len && data.get(s..s + l) == data.get(start..start + len)
+    });
+    if !same {
+        let (h, exact) = java_hash(data, start as i64, (start + len) as i64, 0);
+        prefix.topic = Some((start, len));
+        prefix.hash = (h.wrapping_mul(31).wrapping_add(b'#' as u32), exact);
+    }
+    let (first, exact_topic) = prefix.hash;
+    let (us, ue) = ([u.0], [u.1]);
+    let (ks, ke) = ([k.0], [k.1]);
+    let (_, starts, ends) = crate::props::index_key_spans(data, (&us, &ue), (&ks, &ke),
+                                                          separator);
+    for (&s, &e) in starts.iter().zip(ends.iter()) {
+        let (h, exact) = java_hash(data, s, e, first);
+        fused.key_owner.push(i as i64);
+        fused.key_starts.push(s);
+        fused.key_ends.push(e);
+        fused.key_hashes.push(h);
+        fused.key_exact.push(exact && exact_topic);
+    }
 }
 
 /// The fused columns of the record just added: its property values and the hash.
