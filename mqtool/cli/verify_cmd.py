@@ -161,7 +161,8 @@ def verify(
     workers: int = typer.Option(None, "--workers", min=1,
                                 help="Processes sharing the CommitLog files, a file each at a "
                                      "time (default: one per core this process may use; 1 "
-                                     "checks them in this process)."),
+                                     "checks them in this process); workers beyond the number "
+                                     "of files are threads of each process's native pass."),
 ):
     """Check a store and predict the broker's next start (see ``_HELP``)."""
     from ..passport import store_passport
