@@ -31,6 +31,27 @@ verify 4.4x the bound, --quick 4.4x, recover 1.30x verify (wall), numpy/native 1
 path gained from the batched merge as well), peak RSS 161 MiB. Per-queue Python around the
 joins is gone; property parsing, Java hashes, the walk's page faults and the ConsumeQueue and
 IndexFile structure reads remain.
+
+Measured 2026-11-28 after the fused pass (scan_run parses the properties, hashes TAGS and the
+index keys topic#key in the same pass over each run, a block of 1,024 records walked and then
+decoded while in the cache; workers beyond the files are threads of that pass). The machine was
+shared at load 6-11 for the whole session, so the old build (d2c4a51) and this one ran
+interleaved, 3 rounds, medians of CPU seconds, default geometry: verify 3.21 -> 3.23, --quick
+3.36 -> 3.20, --workers 1 3.07 -> 3.10 (min 3.03 -> 2.64), numpy path --workers 1 4.90 -> 4.60;
+the scan with every property verify needs, alone: 1.31 -> 1.18-1.34 s. Under that load the
+change is inside the noise; the second thread only helps when a core is idle (at load 7 it
+cost wall time). The same run of this script at load 7.6: verify 4.5x the bound (cpu), --quick
+3.6x, numpy/native 1.5x, peak RSS 161 MiB. ``verify --json`` is byte-identical to the old
+build's on every reference store (50 store folders x 4 option sets) and to the numpy path's.
+
+Why 1.2x is out of reach on this store: the bound is ~0.8 s of CPU, so 1.2x is ~1.0 s for the
+whole process, and ``python -m mqtool --version`` alone costs 0.5-0.6 s (numpy ~0.15 s, the
+CLI and the library's imports the rest). perf of ``verify --workers 1``: Python 32%, numpy
+11%, kernel 19% (page faults of the mapping and of fresh arrays, preads), libc 8%, the native
+core 28% (of which decoding 10%, the walk 4%, CRC 2.4%, IndexFile chains 3%). What would reach
+it: a verify whose CommitLog checks run wholly in the native core (the ConsumeQueue and
+IndexFile joins included, findings handed back as rows), started without numpy and the CLI
+stack, reading each file once with pread into a reused buffer on every core.
 """
 from __future__ import annotations
 
