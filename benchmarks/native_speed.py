@@ -38,7 +38,10 @@ decoded while in the cache; workers beyond the files are threads of that pass). 
 shared at load 6-11 for the whole session, so the old build (d2c4a51) and this one ran
 interleaved, 3 rounds, medians of CPU seconds, default geometry: verify 3.21 -> 3.23, --quick
 3.36 -> 3.20, --workers 1 3.07 -> 3.10 (min 3.03 -> 2.64), numpy path --workers 1 4.90 -> 4.60;
-the scan with every property verify needs, alone: 1.31 -> 1.18-1.34 s. Under that load the
+the scan with every property verify needs, alone: 1.31 -> 1.18-1.34 s; again at load 4-5:
+verify 3.44 -> 3.40, --quick 3.49 -> 3.34, --workers 1 3.25 -> 3.34, numpy 5.09 -> 5.21 (the
+calls the pass replaced cost the same inside it: the bytes' first touch, not the parsing,
+is the price). Under that load the
 change is inside the noise; the second thread only helps when a core is idle (at load 7 it
 cost wall time). The same run of this script at load 7.6: verify 4.5x the bound (cpu), --quick
 3.6x, numpy/native 1.5x, peak RSS 161 MiB. ``verify --json`` is byte-identical to the old
