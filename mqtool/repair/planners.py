@@ -22,8 +22,9 @@ from .dispatching import (DispatchStats, RecordHints, _bar, _commitlog_bytes, _d
 from .pipeline import ParallelJudgedRecords
 from .index import (_count_entries, _finish_index, _last_full_end_timestamp, read_index_states,
                     _setup_index)
-from .queues import (_finish_queues, _fix_queue_file_sizes, _queue_view, queues_with_holes,
-                     _recover_queues, _seed_writers, _settle_queues, _truncate_queues)
+from .queues import (_apply_queue_recoveries, _finish_queues, _fix_queue_file_sizes,
+                     _queue_view, queues_with_holes, _seed_writers, _settle_queues,
+                     _truncate_queues)
 from .commitlog import commitlog_gaps, _commitlog_ops
 from .dledger import (dledger_op_reasons, plan_dledger_recover, resolve_dledger_cut,
                       stage_dledger_truncate)
@@ -112,7 +113,9 @@ class _StagedQueues:
 
     @classmethod
     def recover(cls, stage: Stage, store: Store, begun: RecoveryStart) -> "_StagedQueues":
-        states, max_phy = _recover_queues(stage, store, store.cq_units_per_file)
+        """The queue recovery phase's results (``begun.queues``) applied to the stage."""
+        recoveries = begun.queues.recoveries
+        states, max_phy = _apply_queue_recoveries(stage, store, recoveries)
         cq_writer = StagedConsumeQueueWriter(stage, store.cq_units_per_file)
         rocks = store.queues_in_rocksdb
         if rocks:
@@ -121,7 +124,8 @@ class _StagedQueues:
             max_phy = begun.queues.max_phy_offset
             cq_writer = UnitSink()
         bupf = store.bcq_units_per_file
-        batch_states, max_phy_bcq = _recover_queues(stage, store, bupf, BATCH_CONSUME_QUEUE)
+        batch_states, max_phy_bcq = _apply_queue_recoveries(stage, store, recoveries,
+                                                            BATCH_CONSUME_QUEUE)
         bcq_writer = StagedBatchConsumeQueueWriter(stage, bupf,
                                                    {q.topic for q in store.batch_consume_queues})
         # getMaxPhyOffsetInConsumeQueue spans both kinds (a BatchConsumeQueue's is a record start)
@@ -512,7 +516,7 @@ def plan_truncate(store: Store, stage: Stage, *, to: int | None = None,
         last = last_record_before(store, cut)
         last_kept_ts = last.store_timestamp if last is not None else None
 
-    cq_units, setup = _stage_truncated_queues_and_index(store, stage, cut, progress)
+    cq_units, setup = _stage_truncated_queues_and_index(store, stage, rp, cut, progress)
     cap = last_kept_ts if last_kept_ts is not None else 0
     _stage_checkpoint(stage, store, version=rp.broker_version, index=_rebuilt_index_timestamp(
         stage, store, setup), physic_cap=cap, logics_cap=cap, index_cap=cap, create=False)
@@ -572,12 +576,16 @@ def _truncate_point(store: Store, po: int, to: int | None) -> int:
     return cut
 
 
-def _stage_truncated_queues_and_index(store: Store, stage: Stage, cut: int, progress):
-    """(ConsumeQueue units removed, the IndexFile setup): every queue recovered and truncated at
-    ``cut``, IndexFiles holding entries at or past it rebuilt under their names."""
+def _stage_truncated_queues_and_index(store: Store, stage: Stage, rp: RecoveryPlan, cut: int,
+                                      progress):
+    """(ConsumeQueue units removed, the IndexFile setup): every queue as the broker's recovery
+    leaves it (``rp``'s queue recoveries applied) and truncated at ``cut``, IndexFiles holding
+    entries at or past it rebuilt under their names. The truncation is truncate's own decision
+    (at ``cut``, whether or not the queues reach it), on the queues recover's deletions leave,
+    so it is computed here and not taken from ``rp``."""
     cq_units = 0
     for kind, _, kind_upf in queue_kinds(store):
-        states, _ = _recover_queues(stage, store, kind_upf, kind)
+        states, _ = _apply_queue_recoveries(stage, store, rp.queue_recoveries, kind)
         cq_units += _truncate_queues(stage, store, kind_upf, cut, states, kind)
         _finish_queues(stage, store, kind_upf, {k: s.end for k, s in states.items()},
                        keep_stale=False, kind=kind)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from ..queue_recovery import (CONSUME_QUEUE, QueueKind, queue_kinds, recover_consume_queue,
+from ..queue_recovery import (CONSUME_QUEUE, QueueKind, QueueRecovery, queue_kinds,
                               truncate_dirty_logic)
 from ..recovery import deleted_on_load
 from ..store import ConsumeQueue, Segment, Store
@@ -122,17 +122,26 @@ class QueueState:
     has_files: bool
 
 
-def _recover_queues(stage: Stage, store: Store, upf: int,
-                    kind: QueueKind = CONSUME_QUEUE) -> tuple[dict, int]:
-    """recover() for every queue of the kind (files past the valid end are deleted, as the
-    broker's truncateDirtyFiles does); returns the states and their maxPhysicOffset."""
+def _apply_queue_recoveries(stage: Stage, store: Store, recoveries: list[QueueRecovery],
+                            kind: QueueKind = CONSUME_QUEUE) -> tuple[dict, int]:
+    """``ConsumeQueue.recover``'s decisions applied to the stage: the results of
+    :func:`mqtool.recovery.recover_queues` (one :class:`QueueRecovery` per queue of the store),
+    whose files past the valid end are deleted, as the broker's ``truncateDirtyFiles`` does at the
+    end of ``recover`` (a file starting exactly there stays, at write position 0). Returns the
+    states of the queues that keep files in the stage and their maxPhysicOffset.
+
+    The recoveries were made on the queues as loaded (:func:`mqtool.recovery.load_files`); the
+    staged views hold the same files (the empty last file 5.1.3+ deletes on load is deleted from
+    the stage too) and the same units (a file resized by :func:`_fix_queue_file_sizes` holds the
+    units the broker maps, padded with zeros that no recovery counts)."""
+    decided = {(r.topic, r.queue_id): r for r in recoveries if r.kind == kind.directory}
     states: dict[tuple[str, int], QueueState] = {}
     max_phy = -1
     for queue in _store_queues(store, kind):
         view = _queue_view(stage, store, queue.topic, queue.queue_id, kind)
         if not view.segments:
             continue
-        qr = recover_consume_queue(view, upf, kind)
+        qr = decided[(queue.topic, queue.queue_id)]
         _delete_queue_files_after(stage, view, qr.valid_end, keep_equal=True, kind=kind)
         remaining = [s for s in view.segments if s.base_offset <= qr.valid_end * kind.unit_size]
         states[(queue.topic, queue.queue_id)] = QueueState(qr.valid_end, qr.max_physic_offset,
