@@ -81,10 +81,11 @@ def plan_dledger_recover(store: Store, stage, *, mode: str = "auto", keep_stale:
                     f"{rp.process_offset:,} ({rp.stop_reason})")
 
     upf = store.cq_units_per_file
-    states, max_phy = _apply_queue_recoveries(stage, store, rp.queue_recoveries)
+    states, _ = _apply_queue_recoveries(stage, store, rp.queue_recoveries)
     removed = 0
-    if max_phy >= rp.process_offset:
-        removed = _truncate_queues(stage, store, upf, rp.process_offset, states)
+    if rp.cq_truncate_called:       # the queues reach the end of the log
+        removed = _truncate_queues(stage, store, upf, rp.process_offset, states,
+                                   decided=rp.cq_truncations)
     _finish_queues(stage, store, upf, {key: st.end for key, st in states.items()}, keep_stale)
     if removed:
         lost.append(f"{removed:,} ConsumeQueue unit(s) pointing at or past the end of the log")

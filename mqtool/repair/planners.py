@@ -237,9 +237,12 @@ class _RecoverRun:
         self.rp = self._predict()
         po = self.po
         upf, bupf = store.cq_units_per_file, store.bcq_units_per_file
-        if queues.max_phy >= po and self.version not in DISPATCHING_NORMAL_RECOVERY:
-            _truncate_queues(stage, store, upf, po, queues.states)
-            _truncate_queues(stage, store, bupf, po, queues.batch_states, BATCH_CONSUME_QUEUE)
+        if self.rp.cq_truncate_called and self.version not in DISPATCHING_NORMAL_RECOVERY:
+            # truncateDirtyLogicFiles before any dispatch: the prediction's own truncation
+            decided = self.rp.cq_truncations
+            _truncate_queues(stage, store, upf, po, queues.states, decided=decided)
+            _truncate_queues(stage, store, bupf, po, queues.batch_states, BATCH_CONSUME_QUEUE,
+                             decided=decided)
         min_offset = store.commitlog.min_offset
         if self.version == VERSION_49:
             cq_from = max([min_offset] + [s.max_physic for s in queues.states.values()])
@@ -303,9 +306,10 @@ def _settle_recovered_files(run: _RecoverRun, notes: list[str]) -> list[str]:
     recovery and 5.3.2+; after 5.3.3 always, a no-op when they end before processOffset),
     the index finished, queues with missing files regenerated; notes on gaps."""
     store, stage, queues, po = run.store, run.stage, run.queues, run.po
-    truncate_at = po if (queues.max_phy >= po and (
-        run.abnormal or run.version in DISPATCHING_NORMAL_RECOVERY)
-        or run.version == VERSION_534) else None
+    # truncateDirtyLogicFiles where the prediction calls it and it runs after the dispatch
+    # (abnormal recovery, 5.3.2+); 4.9 and 5.0-5.3.1 normal recovery ran it before dispatching
+    truncate_at = po if run.rp.cq_truncate_called and (
+        run.abnormal or run.version in DISPATCHING_NORMAL_RECOVERY) else None
     if not queues.rocks:
         _settle_queues(stage, store, queues.cq_writer, queues.states, store.cq_units_per_file,
                        truncate_at, run.keep_stale)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from ..queue_recovery import (CONSUME_QUEUE, QueueKind, QueueRecovery, queue_kinds,
-                              truncate_dirty_logic)
+from ..queue_recovery import (CONSUME_QUEUE, QueueKind, QueueRecovery, QueueTruncation,
+                              queue_kinds, truncate_dirty_logic)
 from ..recovery import deleted_on_load
 from ..store import ConsumeQueue, Segment, Store
 from .files import data_end, _queue_rel, _store_queues
@@ -151,8 +151,13 @@ def _apply_queue_recoveries(stage: Stage, store: Store, recoveries: list[QueueRe
 
 
 def _truncate_queues(stage: Stage, store: Store, upf: int, offset: int,
-                     states: dict, kind: QueueKind = CONSUME_QUEUE) -> int:
-    """truncateDirtyLogicFiles(offset) on every queue; returns the units removed."""
+                     states: dict, kind: QueueKind = CONSUME_QUEUE,
+                     decided: list[QueueTruncation] | None = None) -> int:
+    """truncateDirtyLogicFiles(offset) on every queue; returns the units removed. ``decided``:
+    the truncations :func:`mqtool.recovery.truncate_dirty_logic_files` made on the queues as
+    recover leaves them (the staged views), applied instead of walking the queues again."""
+    decisions = ({(t.topic, t.queue_id): t for t in decided if t.kind == kind.directory}
+                 if decided is not None else None)
     removed = 0
     for key in list(states):
         topic, queue_id = key
@@ -160,7 +165,8 @@ def _truncate_queues(stage: Stage, store: Store, upf: int, offset: int,
         if not view.segments:
             states[key] = QueueState(0, offset, False)
             continue
-        t = truncate_dirty_logic(view, offset, upf, kind)
+        t = (decisions[key] if decisions is not None
+             else truncate_dirty_logic(view, offset, upf, kind))
         removed += t.units
         for name in t.files_deleted:
             stage.delete(_queue_rel(topic, queue_id, name, kind))
@@ -211,6 +217,9 @@ def _settle_queues(stage: Stage, store: Store, writer: _StagedQueueFiles, states
         for path in stage.path(f"{kind.directory}/{topic}/{queue_id}").glob("*"):
             stage.mark_written(_queue_rel(topic, queue_id, path.name, kind))
     if truncate_at is not None:
+        # not the prediction's truncation (truncate_dirty_logic_files): this one runs after the
+        # dispatch, on the units it wrote, as the broker's abnormal and 5.3.2+ recovery do, so
+        # the queues are walked here
         truncated = {key: QueueState(ends.get(key, 0), 0, True)
                      for key in _queue_keys(stage, store, writer.touched, kind)}
         _truncate_queues(stage, store, upf, truncate_at, truncated, kind)
