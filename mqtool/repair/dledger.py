@@ -81,7 +81,7 @@ def plan_dledger_recover(store: Store, stage, *, mode: str = "auto", keep_stale:
                     f"{rp.process_offset:,} ({rp.stop_reason})")
 
     upf = store.cq_units_per_file
-    states, _ = _apply_queue_recoveries(stage, store, rp.queue_recoveries)
+    states = _apply_queue_recoveries(stage, store, rp.queue_recoveries)
     removed = 0
     if rp.cq_truncate_called:       # the queues reach the end of the log
         removed = _truncate_queues(stage, store, upf, rp.process_offset, states,

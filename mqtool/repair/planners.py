@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from ..cores import available_cores
 from ..queue_recovery import BATCH_CONSUME_QUEUE, queue_kinds
-from ..recovery import (DISPATCHING_NORMAL_RECOVERY, VERSION_49, VERSION_534, BrokerRules,
+from ..recovery import (DISPATCHING_NORMAL_RECOVERY, VERSION_49, BrokerRules,
                         FileVerdict, RecoveryPlan, RecoveryStart, predict_from, predict_recovery,
                         recovery_start)
 from ..rocksdb_recovery import UnitSink, next_start_after_recover
@@ -106,7 +106,6 @@ class _StagedQueues:
 
     states: dict
     batch_states: dict
-    max_phy: int                # maxPhyOffsetOfConsumeQueue over both kinds (RocksDB: its own)
     cq_writer: object           # StagedConsumeQueueWriter, or a UnitSink with RocksDB
     bcq_writer: StagedBatchConsumeQueueWriter
     rocks: bool
@@ -115,21 +114,18 @@ class _StagedQueues:
     def recover(cls, stage: Stage, store: Store, begun: RecoveryStart) -> "_StagedQueues":
         """The queue recovery phase's results (``begun.queues``) applied to the stage."""
         recoveries = begun.queues.recoveries
-        states, max_phy = _apply_queue_recoveries(stage, store, recoveries)
+        states = _apply_queue_recoveries(stage, store, recoveries)
         cq_writer = StagedConsumeQueueWriter(stage, store.cq_units_per_file)
         rocks = store.queues_in_rocksdb
         if rocks:
             # the ConsumeQueues live in RocksDB, which mqtool never writes: the dispatch runs
             # for the index only, the broker's next start fills RocksDB (see _rocksdb_next_start)
-            max_phy = begun.queues.max_phy_offset
             cq_writer = UnitSink()
         bupf = store.bcq_units_per_file
-        batch_states, max_phy_bcq = _apply_queue_recoveries(stage, store, recoveries,
-                                                            BATCH_CONSUME_QUEUE)
+        batch_states = _apply_queue_recoveries(stage, store, recoveries, BATCH_CONSUME_QUEUE)
         bcq_writer = StagedBatchConsumeQueueWriter(stage, bupf,
                                                    {q.topic for q in store.batch_consume_queues})
-        # getMaxPhyOffsetInConsumeQueue spans both kinds (a BatchConsumeQueue's is a record start)
-        return cls(states, batch_states, max(max_phy, max_phy_bcq), cq_writer, bcq_writer, rocks)
+        return cls(states, batch_states, cq_writer, bcq_writer, rocks)
 
     def seed(self) -> None:
         _seed_writers(self.cq_writer, self.states, self.bcq_writer, self.batch_states)
@@ -243,14 +239,9 @@ class _RecoverRun:
             _truncate_queues(stage, store, upf, po, queues.states, decided=decided)
             _truncate_queues(stage, store, bupf, po, queues.batch_states, BATCH_CONSUME_QUEUE,
                              decided=decided)
-        min_offset = store.commitlog.min_offset
-        if self.version == VERSION_49:
-            cq_from = max([min_offset] + [s.max_physic for s in queues.states.values()])
-        elif self.version in DISPATCHING_NORMAL_RECOVERY:
-            cq_from = max(min_offset, queues.max_phy + 1)
-        else:
-            cq_from = po
-        cq_from = min(cq_from, po)
+        # the re-dispatch rule's start (redispatch_rule): 4.9's reput from the highest queue end,
+        # 5.3.2+ past maxPhyOffsetOfConsumeQueue, 5.0-5.3.1 nothing
+        cq_from = po if self.rp.redispatch_from is None else min(self.rp.redispatch_from, po)
         self.setup = self._index_setup(self.rp.index_files_deleted,
                                        None if self.keep_stale else po)
         self.index_from = cq_from
@@ -272,11 +263,11 @@ def _finish_recover(run: _RecoverRun, notes: list[str], options: dict,
     """After the dispatch: the CommitLog cut (truncateDirtyFiles), the queues settled
     (truncateDirtyLogicFiles), the index finished, the checkpoint, what is lost."""
     store, stage, rp, po = run.store, run.stage, run.rp, run.po
-    segments = store.commitlog.segments
     deleted_cl = list(rp.commitlog_files_deleted)
-    if run.version != VERSION_49 and segments[-1].length == 0 and \
-            segments[-1].name not in deleted_cl:
-        deleted_cl.append(segments[-1].name)
+    # and the empty last file 5.1.3+ deletes on load (load_files)
+    loaded = {seg.name for seg in run.begun.loaded.segments}
+    deleted_cl += [seg.name for seg in store.commitlog.segments
+                   if seg.name not in loaded and seg.name not in deleted_cl]
     cl_ops = _commitlog_ops(store, cut=po, delete_names=deleted_cl, erase_tail=not run.keep_stale,
                             pad=True, reason="recover")
     regenerated = _settle_recovered_files(run, notes)
@@ -589,7 +580,7 @@ def _stage_truncated_queues_and_index(store: Store, stage: Stage, rp: RecoveryPl
     so it is computed here and not taken from ``rp``."""
     cq_units = 0
     for kind, _, kind_upf in queue_kinds(store):
-        states, _ = _apply_queue_recoveries(stage, store, rp.queue_recoveries, kind)
+        states = _apply_queue_recoveries(stage, store, rp.queue_recoveries, kind)
         cq_units += _truncate_queues(stage, store, kind_upf, cut, states, kind)
         _finish_queues(stage, store, kind_upf, {k: s.end for k, s in states.items()},
                        keep_stale=False, kind=kind)

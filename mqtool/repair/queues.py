@@ -123,12 +123,12 @@ class QueueState:
 
 
 def _apply_queue_recoveries(stage: Stage, store: Store, recoveries: list[QueueRecovery],
-                            kind: QueueKind = CONSUME_QUEUE) -> tuple[dict, int]:
+                            kind: QueueKind = CONSUME_QUEUE) -> dict:
     """``ConsumeQueue.recover``'s decisions applied to the stage: the results of
     :func:`mqtool.recovery.recover_queues` (one :class:`QueueRecovery` per queue of the store),
     whose files past the valid end are deleted, as the broker's ``truncateDirtyFiles`` does at the
     end of ``recover`` (a file starting exactly there stays, at write position 0). Returns the
-    states of the queues that keep files in the stage and their maxPhysicOffset.
+    states of the queues that have files in the stage.
 
     The recoveries were made on the queues as loaded (:func:`mqtool.recovery.load_files`); the
     staged views hold the same files (the empty last file 5.1.3+ deletes on load is deleted from
@@ -136,7 +136,6 @@ def _apply_queue_recoveries(stage: Stage, store: Store, recoveries: list[QueueRe
     units the broker maps, padded with zeros that no recovery counts)."""
     decided = {(r.topic, r.queue_id): r for r in recoveries if r.kind == kind.directory}
     states: dict[tuple[str, int], QueueState] = {}
-    max_phy = -1
     for queue in _store_queues(store, kind):
         view = _queue_view(stage, store, queue.topic, queue.queue_id, kind)
         if not view.segments:
@@ -146,8 +145,7 @@ def _apply_queue_recoveries(stage: Stage, store: Store, recoveries: list[QueueRe
         remaining = [s for s in view.segments if s.base_offset <= qr.valid_end * kind.unit_size]
         states[(queue.topic, queue.queue_id)] = QueueState(qr.valid_end, qr.max_physic_offset,
                                                            bool(remaining))
-        max_phy = max(max_phy, qr.max_physic_offset)
-    return states, max_phy
+    return states
 
 
 def _truncate_queues(stage: Stage, store: Store, upf: int, offset: int,
