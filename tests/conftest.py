@@ -20,6 +20,30 @@ SHARED_STORES = Path(os.environ.get("MQTOOL_SHARED_STORES",
                                     REPO.parent / "shared" / "rocketmq-stores"))
 
 
+# The test files that start a JVM: one xdist worker runs them all, first, so that one Spark
+# session serves them (the `spark` fixture is per process) while the other worker takes the rest.
+SPARK_FILES = ("test_spark.py", "test_spark_install.py", "test_spark_verify_equality.py")
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadfile, with the Spark files one unit scheduled before the others."""
+    from xdist.scheduler import LoadFileScheduling
+
+    class SparkFirst(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = super()._split_scope(nodeid)
+            return "spark" if path.rsplit("/", 1)[-1] in SPARK_FILES else path
+
+        def _assign_work_unit(self, node) -> None:
+            if "spark" in self.workqueue:
+                self.workqueue.move_to_end("spark", last=False)
+            super()._assign_work_unit(node)
+
+    if config.getoption("dist") != "loadfile":
+        return None
+    return SparkFirst(config, log)
+
+
 def shared_store_names() -> list[str]:
     """Names of the broker-written reference stores, or [] when ../shared is absent."""
     if not SHARED_STORES.is_dir():
@@ -227,20 +251,21 @@ def store_copy(tmp_path) -> Path:
 
 
 def run_mqtool(*args, check_no_traceback: bool = True, env=None, exec_python: bool = False,
-               **kwargs):
+               memory_headroom: int | None = None, **kwargs):
     """Run the CLI in a child process: its own pid, file descriptors, exit status (a signal
     that kills it is a negative return code) and working directory, as ``subprocess.run``.
 
     The child is forked from this test process, which has imported the CLI already: a new
     interpreter's start (~0.5 s of imports) is paid only with ``exec_python`` or an ``env``
     (environment variables are read at import: MQTOOL_NATIVE, the kill points), where the child
-    runs ``python -m mqtool`` as a user's shell would."""
+    runs ``python -m mqtool`` as a user's shell would. ``memory_headroom`` caps how far the
+    child's address space may grow past what it starts with (RLIMIT_AS)."""
     argv = ["--no-progress", *map(str, args)]
     if exec_python or env is not None or set(kwargs) - {"cwd", "timeout", "input"}:
         proc = subprocess.run([sys.executable, "-m", "mqtool", *argv], capture_output=True,
                               text=True, env=env, **kwargs)
     else:
-        proc = _forked_cli(argv, **kwargs)
+        proc = _forked_cli(argv, memory_headroom=memory_headroom, **kwargs)
     if check_no_traceback:
         assert "Traceback" not in proc.stderr, proc.stderr
     return proc
@@ -259,7 +284,14 @@ def _warm_cli() -> None:
         importlib.import_module(name)
 
 
-def _forked_cli(argv: list[str], cwd=None, timeout=None, input=None) -> subprocess.CompletedProcess:
+def _address_space() -> int:
+    with open("/proc/self/status") as fh:
+        kib = next(line.split()[1] for line in fh if line.startswith("VmSize:"))
+    return int(kib) << 10
+
+
+def _forked_cli(argv: list[str], cwd=None, timeout=None, input=None,
+                memory_headroom: int | None = None) -> subprocess.CompletedProcess:
     import signal
     import tempfile
     import time
@@ -289,6 +321,10 @@ def _forked_cli(argv: list[str], cwd=None, timeout=None, input=None) -> subproce
                 signal.signal(signal.SIGPIPE, signal.SIG_DFL)
                 if cwd is not None:
                     os.chdir(cwd)
+                if memory_headroom is not None:
+                    import resource
+                    limit = _address_space() + memory_headroom
+                    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
                 try:
                     run(argv)
                     code = 0

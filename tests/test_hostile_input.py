@@ -3,7 +3,6 @@ one-line error, never an uncaught exception, a traceback or a 2 GiB allocation."
 from __future__ import annotations
 
 import json
-import resource
 import shutil
 import subprocess
 import sys
@@ -124,14 +123,9 @@ def test_a_commitlog_file_name_past_int64(store):
     assert_one_line_or_ok(proc, (1, 2))
 
 
-def _limited_memory():
-    # a 2 GiB allocation (or a map of the whole 2 GiB file) cannot succeed under this limit
-    resource.setrlimit(resource.RLIMIT_AS, (1536 << 20, 1536 << 20))
-
-
 def _run_limited(*args):
-    proc = subprocess.run([sys.executable, "-m", "mqtool", "--no-progress", *map(str, args)],
-                          capture_output=True, text=True, preexec_fn=_limited_memory)
+    # a 2 GiB allocation (or a map of the whole 2 GiB file) cannot succeed in this headroom
+    proc = run_mqtool(*args, check_no_traceback=False, memory_headroom=1280 << 20)
     assert "MemoryError" not in proc.stderr and "Unable to allocate" not in proc.stderr
     assert "Cannot allocate memory" not in proc.stderr
     return proc
