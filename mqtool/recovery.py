@@ -24,7 +24,10 @@ its docstring), read in this order:
    normal recovery, 4.9's ``ReputMessageService`` in ``start()``).
 
 :func:`recovery_start` runs phases 1-5 and :func:`predict_from` the rest, so that ``recover``
-(:func:`mqtool.repair.planners.plan_recover`) plans its dispatch from the same results.
+(:func:`mqtool.repair.planners.plan_recover`) stages the same results: the queues' valid ends
+(phase 4), the truncation before a dispatch (phase 8), the re-dispatch start (phase 9). Only the
+truncation after a dispatch (abnormal recovery, 5.3.2+) walks the staged queues again, since it
+sees the units the dispatch wrote.
 
 The reference stores written by the real 4.9.8 and 5.3.3 brokers are the ground truth this module
 is tested against; where they and the spec differ, the stores win (see the comments).
