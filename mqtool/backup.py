@@ -44,7 +44,7 @@ from pathlib import Path
 from . import jsontext
 from .errors import MqtoolError, StoreLayoutError
 from .formats import dledger as dl_fmt
-from .store import data_extents, store_below
+from .store import data_extents, holds_store_parts, store_below
 from .vocabulary import BACKUP_DIR, BACKUP_MANIFEST, STAGE_PREFIX  # noqa: F401
 from .writer import fsync_dir, fsync_path
 
@@ -484,9 +484,7 @@ def newest_backup(store_root: Path) -> Path | None:
 
 
 def _looks_like_store(folder: Path) -> bool:
-    return any((folder / name).exists() for name in ("commitlog", "consumequeue", "index",
-                                                     "checkpoint", BACKUP_DIR)) \
-        or any(p.name.startswith(dl_fmt.DLEDGER_DIR_PREFIX) for p in folder.iterdir())
+    return (folder / BACKUP_DIR).exists() or holds_store_parts(folder)
 
 
 def load_manifest(backup_dir: Path) -> dict:

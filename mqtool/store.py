@@ -537,14 +537,9 @@ class Store:
         self.commitlog = CommitLog(commitlog_dir, commitlog_file_size, extra_dirs)
         self.commitlog_dirs_given = bool(commitlog_dirs)
         self.is_bare_commitlog = commitlog_dir == self.root
-        if not self.is_bare_commitlog and self.commitlog.dledger is None and not any(
-                (self.root / p).exists() for p in ("commitlog", "consumequeue", "index", "checkpoint",
-                                                   "batchconsumequeue")) and not rocksdb_parts(
+        if not self.is_bare_commitlog and self.commitlog.dledger is None and not holds_store_parts(
                 self.root):
-            below = store_below(self.root)
-            raise StoreLayoutError(
-                f"{root}: not a RocketMQ store (no commitlog/, consumequeue/, index/ or checkpoint)"
-                + (f": did you mean {below}?" if below is not None else ""))
+            raise not_a_store(root)
         self.consume_queues = self._load_queues("consumequeue", cq_fmt.CQ_STORE_UNIT_SIZE)
         self.batch_consume_queues = self._load_queues("batchconsumequeue",
                                                       cq_fmt.BATCH_CQ_STORE_UNIT_SIZE)
@@ -571,6 +566,8 @@ class Store:
     def refuse_unexplained_layout(root: Path, command: str) -> None:
         """Raise StoreLayoutError (exit 2) naming what ``root`` holds that mqtool cannot explain
         (:func:`unexplained_layout`). Every mutating command calls this before anything else."""
+        if Path(root).is_dir() and not _offset_files(Path(root))[0] and not holds_store_parts(root):
+            raise not_a_store(root)
         findings = unexplained_layout(root, command)
         if findings:
             why = ("mqtool never writes into a RocksDB database nor repairs what one indexes"
@@ -753,21 +750,50 @@ def _known_dledger_layout(root: Path) -> bool:
         all(p.stat().st_size == size for p in plain + data) if size >= 0 else False
 
 
-def store_below(folder: Path) -> Path | None:
-    """The store root one level below ``folder`` (a child holding commitlog/ or a DLedger
-    folder), when ``folder`` is the usual slip: the folder above a store. None otherwise."""
-    try:
-        children = sorted(p for p in Path(folder).iterdir() if p.is_dir())
-    except OSError:
-        return None
-    for child in children:
-        try:
-            if (child / "commitlog").is_dir() or any(
-                    p.is_dir() and p.name.startswith(dl_fmt.DLEDGER_DIR_PREFIX)
-                    for p in child.iterdir()):
-                return child
-        except OSError:
-            continue
+STORE_PARTS = ("commitlog", "consumequeue", "index", "checkpoint", "batchconsumequeue")
+
+
+def holds_store_parts(root: Path) -> bool:
+    """Whether ``root`` holds anything a broker's store root does (its folders, its checkpoint,
+    a DLedger folder, a RocksDB database)."""
+    root = Path(root)
+    return any((root / name).exists() for name in STORE_PARTS) or any(
+        p.is_dir() and p.name.startswith(dl_fmt.DLEDGER_DIR_PREFIX) for p in root.iterdir()
+    ) or bool(rocksdb_parts(root))
+
+
+def not_a_store(root) -> StoreLayoutError:
+    below = store_below(Path(root))
+    return StoreLayoutError(
+        f"{root}: not a RocketMQ store (no commitlog/, consumequeue/, index/ or checkpoint)"
+        + (f": did you mean {below}?" if below is not None else ""))
+
+
+def store_below(folder: Path, depth: int = 3, budget: int = 500) -> Path | None:
+    """The first store root (a folder holding commitlog/ or a DLedger folder) at most ``depth``
+    levels below ``folder``, breadth first, looking into at most ``budget`` folders: the usual
+    slip is naming a folder above the store. None when there is none that near."""
+    level = [Path(folder)]
+    for _ in range(depth):
+        below = []
+        for parent in level:
+            try:
+                below += sorted(p for p in parent.iterdir()
+                                if p.is_dir() and not p.name.startswith("."))
+            except OSError:
+                continue
+            if len(below) > budget:
+                return None
+        for child in below:
+            try:
+                if (child / "commitlog").is_dir() or any(
+                        p.is_dir() and p.name.startswith(dl_fmt.DLEDGER_DIR_PREFIX)
+                        for p in child.iterdir()):
+                    return child
+            except OSError:
+                continue
+        budget -= len(below)
+        level = below
     return None
 
 

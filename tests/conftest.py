@@ -23,25 +23,39 @@ SHARED_STORES = Path(os.environ.get("MQTOOL_SHARED_STORES",
 # The test files that start a JVM: one xdist worker runs them all, first, so that one Spark
 # session serves them (the `spark` fixture is per process) while the other worker takes the rest.
 SPARK_FILES = ("test_spark.py", "test_spark_install.py", "test_spark_verify_equality.py")
+# Files that take longest (measured with --durations): scheduled next, so that the run does not
+# end with one worker still in a long file while the other is idle. The rest follow in xdist's
+# own order (most tests first).
+LONGEST_FILES = ("test_native.py", "test_verify.py", "test_index_bulk.py", "test_fault_matrix.py",
+                 "test_hostile_input.py", "test_queue_chunks.py", "test_query.py",
+                 "test_repair_conformance.py", "test_field_reliability.py",
+                 "test_repair_safety.py", "test_scan_batch.py", "test_full_disk.py")
 
 
 def pytest_xdist_make_scheduler(config, log):
-    """--dist loadfile, with the Spark files one unit scheduled before the others."""
+    """--dist loadfile, the Spark files one unit, scheduled before the longest files."""
     from xdist.scheduler import LoadFileScheduling
 
-    class SparkFirst(LoadFileScheduling):
+    def file_name(scope: str) -> str:
+        return scope.rsplit("/", 1)[-1]
+
+    class LongestFirst(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
             path = super()._split_scope(nodeid)
-            return "spark" if path.rsplit("/", 1)[-1] in SPARK_FILES else path
+            return "spark" if file_name(path) in SPARK_FILES else path
 
         def _assign_work_unit(self, node) -> None:
-            if "spark" in self.workqueue:
-                self.workqueue.move_to_end("spark", last=False)
+            if not getattr(self, "_ordered", False):
+                first = ["spark"] + [scope for name in LONGEST_FILES for scope in self.workqueue
+                                     if file_name(scope) == name]
+                for scope in reversed([s for s in first if s in self.workqueue]):
+                    self.workqueue.move_to_end(scope, last=False)
+                self._ordered = True
             super()._assign_work_unit(node)
 
     if config.getoption("dist") != "loadfile":
         return None
-    return SparkFirst(config, log)
+    return LongestFirst(config, log)
 
 
 def shared_store_names() -> list[str]:

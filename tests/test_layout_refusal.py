@@ -226,7 +226,14 @@ def test_the_folder_above_a_store_is_refused_and_the_store_named(tmp_path):
         proc = run_mqtool(*args, top)
         assert proc.returncode == 2, (args, proc.stderr)
         assert len(proc.stderr.splitlines()) == 1, proc.stderr
-        assert f"store/ (a store root of its own: did you mean {store}?)" in proc.stderr
+        assert f"not a RocketMQ store" in proc.stderr
+        assert f"did you mean {store}?" in proc.stderr
+    # a store root that also holds another store below it names that one as its own folder
+    (top / "commitlog").mkdir()
+    proc = run_mqtool("recover", top)
+    assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert f"store/ (a store root of its own: did you mean {store}?)" in proc.stderr
+    (top / "commitlog").rmdir()
     assert file_states(top, digest=True) == before
 
 

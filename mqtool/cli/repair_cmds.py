@@ -98,7 +98,7 @@ def _render(result: RepairResult, command: str) -> None:
         out.print(f"note: {line}", markup=False, soft_wrap=True)
 
 
-def _finish(result: RepairResult, command: str, json_output: bool) -> None:
+def _report(result: RepairResult, command: str, json_output: bool) -> None:
     for warning in result.warnings:
         sys.stderr.write(f"mqtool: warning: {warning}\n")
     resumed = result.resumed
@@ -134,10 +134,6 @@ def _finish(result: RepairResult, command: str, json_output: bool) -> None:
         sys.stderr.flush()
     except BrokenPipeError:
         pass
-    from ..repair import mark_reported
-
-    mark_reported(result)
-    raise typer.Exit(EXIT_FINDINGS if result.data_loss else EXIT_OK)
 
 
 def _run(command: str, store: Path, *, dry_run: bool, json_output: bool, backup_dir, out,
@@ -152,9 +148,10 @@ def _run(command: str, store: Path, *, dry_run: bool, json_output: bool, backup_
     if dry_run and out is not None:
         fail("--dry-run and --out do not go together")
     result = repair.run_repair(command, store, dry_run=dry_run, backup_dir=backup_dir, out=out,
-                               progress=_progress, argv=sys.argv[1:], reported=False,
+                               progress=_progress, argv=sys.argv[1:],
+                               report=lambda done: _report(done, command, json_output),
                                broker_version=broker_version, **options)
-    _finish(result, command, json_output)
+    raise typer.Exit(EXIT_FINDINGS if result.data_loss else EXIT_OK)
 
 
 @commands.command("recover", help=(

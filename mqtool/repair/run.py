@@ -9,6 +9,7 @@ from contextlib import contextmanager
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from .. import backup as bk
 from ..errors import StoreLockedError
@@ -145,22 +146,27 @@ def refuse_commitlog_dirs(store_path: Path, command: str, dirs: list[Path] | Non
 def run_repair(command: str, store_path: Path, *, dry_run: bool = False,
                backup_dir: Path | None = None, out: Path | None = None,
                store_options: dict | None = None, progress=None, argv=None,
-               reported: bool = True, **options) -> RepairResult:
+               report: Callable[[RepairResult], None] | None = None,
+               **options) -> RepairResult:
     """Plan ``command`` on a store and, unless ``dry_run``, back up and apply it (on a copy with
     ``out``). A repair in place holds the store's lock (:mod:`mqtool.lock`) for its whole run and
     refuses (exit 3) a store whose lock another process holds.
 
     A repair whose run was killed after its changes but before its report is reported by the
-    next run (``resumed`` with ``unreported``). ``reported=False``: the caller reports the result
-    and then calls :func:`mark_reported`; otherwise returning counts as reporting."""
-    with retained_heap():
-        result = _checked_repair(command, store_path, dry_run=dry_run, backup_dir=backup_dir,
-                                 out=out, store_options=store_options, progress=progress,
-                                 argv=argv, **options)
-    _kill_point("applied")
-    if reported:
+    next run (``resumed`` with ``unreported``). ``report`` (the CLI's rendering) is called with
+    the result while the lock is still held, and the repair counts as reported once it returns:
+    a second repair waiting for the lock must not find a repair that is being reported and take
+    it for one whose run was killed. Without ``report``, returning counts as reporting."""
+    def reported(result: RepairResult) -> None:
+        _kill_point("applied")
+        if report is not None:
+            report(result)
         mark_reported(result)
-    return result
+
+    with retained_heap():
+        return _checked_repair(command, store_path, dry_run=dry_run, backup_dir=backup_dir,
+                               out=out, store_options=store_options, progress=progress,
+                               argv=argv, reported=reported, **options)
 
 
 def mark_reported(result: RepairResult) -> None:
@@ -173,7 +179,7 @@ def mark_reported(result: RepairResult) -> None:
 
 def _checked_repair(command: str, store_path: Path, *, dry_run: bool, backup_dir: Path | None,
                     out: Path | None, store_options: dict | None, progress, argv,
-                    **options) -> RepairResult:
+                    reported: Callable[[RepairResult], None], **options) -> RepairResult:
     store_options = store_options or {}
     source = Path(store_path).absolute()
     Store.refuse_unexplained_layout(source, command)
@@ -182,13 +188,16 @@ def _checked_repair(command: str, store_path: Path, *, dry_run: bool, backup_dir
                           "(the folder holding commitlog/, consumequeue/, index/, checkpoint)")
     if dry_run or out is not None:
         # neither changes the store: no lock taken, a held one is only reported
-        return _run_repair(command, source, dry_run=dry_run, backup_dir=backup_dir, out=out,
-                           store_options=store_options, progress=progress, argv=argv, **options)
+        result = _run_repair(command, source, dry_run=dry_run, backup_dir=backup_dir, out=out,
+                             store_options=store_options, progress=progress, argv=argv,
+                             **options)
+        reported(result)
+        return result
     with store_lock(source, command):
         try:
-            return _run_repair(command, source, dry_run=dry_run, backup_dir=backup_dir, out=out,
-                               store_options=store_options, progress=progress, argv=argv,
-                               **options)
+            result = _run_repair(command, source, dry_run=dry_run, backup_dir=backup_dir,
+                                 out=out, store_options=store_options, progress=progress,
+                                 argv=argv, **options)
         except OSError as err:
             if err.errno not in (errno.ENOSPC, errno.EDQUOT):
                 raise
@@ -196,6 +205,8 @@ def _checked_repair(command: str, store_path: Path, *, dry_run: bool, backup_dir
             raise RepairError(f"{source}: {command} stopped{where}: No space left on device; "
                               "the store is unchanged (stage and partial backup removed)") \
                 from None
+        reported(result)
+        return result
 
 
 def _run_repair(command: str, source: Path, *, dry_run: bool, backup_dir: Path | None,
