@@ -194,10 +194,11 @@ def ledger_extent(dledger: DLedgerLog) -> dict:
             "index_disagrees_from": walk.index_rewritten_from}
 
 
-def predict_dledger_recovery(store: Store, plan, loaded_kinds, progress=None):
+def predict_dledger_recovery(store: Store, plan, recovered_kinds, progress=None):
     """Fill ``plan`` (a :class:`mqtool.recovery.RecoveryPlan` with the parts both layouts share:
     ConsumeQueue recovery, IndexFiles an abnormal start deletes, file-size refusals) with what
-    DLedger's recovery does. Returns the plan."""
+    DLedger's recovery does. ``recovered_kinds``: the queues as ``ConsumeQueue.recover`` leaves
+    them, which ``truncateDirtyLogicFiles`` walks. Returns the plan."""
     from .queue_recovery import truncate_dirty_logic
 
     dledger = store.dledger
@@ -257,7 +258,7 @@ def predict_dledger_recovery(store: Store, plan, loaded_kinds, progress=None):
     if plan.max_phy_offset_of_consume_queue >= process_offset:
         plan.cq_truncate_called = True
         plan.cq_truncations = [truncate_dirty_logic(q, process_offset, upf, kind)
-                               for kind, queues, upf in loaded_kinds for q in queues]
+                               for kind, queues, upf in recovered_kinds for q in queues]
         plan.cq_units_truncated = sum(t.units for t in plan.cq_truncations)
         cq_max = max((t.max_physic_offset for t in plan.cq_truncations), default=-1)
     else:

@@ -24,7 +24,10 @@ its docstring), read in this order:
    normal recovery, 4.9's ``ReputMessageService`` in ``start()``).
 
 :func:`recovery_start` runs phases 1-5 and :func:`predict_from` the rest, so that ``recover``
-(:func:`mqtool.repair.planners.plan_recover`) plans its dispatch from the same results.
+(:func:`mqtool.repair.planners.plan_recover`) stages the same results: the queues' valid ends
+(phase 4), the truncation before a dispatch (phase 8), the re-dispatch start (phase 9). Only the
+truncation after a dispatch (abnormal recovery, 5.3.2+) walks the staged queues again, since it
+sees the units the dispatch wrote.
 
 The reference stores written by the real 4.9.8 and 5.3.3 brokers are the ground truth this module
 is tested against; where they and the spec differ, the stores win (see the comments).
@@ -626,6 +629,8 @@ class QueuePhase:
     dropped_units: int
     rocks: object | None        # the RocksDB ConsumeQueue (mqtool.rocksdb_cq), when there is one
     notes: list[str]
+    # (kind, queues, units per file) as recover leaves them: what truncateDirtyLogicFiles walks
+    recovered: list = field(default_factory=list, repr=False)
 
 
 def recover_queues(store: Store, loaded: LoadedFiles) -> QueuePhase:
@@ -647,7 +652,24 @@ def recover_queues(store: Store, loaded: LoadedFiles) -> QueuePhase:
         notes.append(f"ConsumeQueues in RocksDB ({rocks.folder}/): {rocks.unit_count:,} units, "
                      f"CQ checkpoint "
                      f"{rocks.checkpoint if rocks.checkpoint is not None else 'absent'}")
-    return QueuePhase(recoveries, max_phy, sum(q.dropped_units for q in recoveries), rocks, notes)
+    return QueuePhase(recoveries, max_phy, sum(q.dropped_units for q in recoveries), rocks, notes,
+                      _as_recovered(loaded.queue_kinds, recoveries))
+
+
+def _as_recovered(queue_kinds: list, recoveries: list[QueueRecovery]) -> list:
+    """The queues as ``ConsumeQueue.recover`` leaves them: its ``truncateDirtyFiles`` deletes
+    every file starting past the valid end (a file starting exactly there stays, at write
+    position 0), before the CommitLog recovery calls ``truncateDirtyLogicFiles``."""
+    decided = iter(recoveries)      # one per queue, in queue_kinds' order
+    out = []
+    for kind, queues, upf in queue_kinds:
+        kept = []
+        for q in queues:
+            end = next(decided).valid_end * kind.unit_size
+            kept.append(dataclasses.replace(q, segments=[s for s in q.segments
+                                                         if s.base_offset <= end]))
+        out.append((kind, kept, upf))
+    return out
 
 
 @dataclass(frozen=True)
@@ -831,15 +853,16 @@ class LogicTruncation:
     units_truncated: int
 
 
-def truncate_dirty_logic_files(loaded: LoadedFiles, queues: QueuePhase, process_offset: int,
+def truncate_dirty_logic_files(queues: QueuePhase, process_offset: int,
                                version: str) -> LogicTruncation:
     """``truncateDirtyLogicFiles(processOffset)`` (HEAD: ``ConsumeQueueStore.truncateDirty``):
     called only when the queues reach processOffset (4.9 - 5.3.3), always after 5.3.3 (which
-    changes nothing when they do not reach it); every unit at or past it goes."""
+    changes nothing when they do not reach it); every unit at or past it goes, from the files
+    ``ConsumeQueue.recover`` left (``queues.recovered``)."""
     if not (queues.max_phy_offset >= process_offset or version == VERSION_534):
         return LogicTruncation(False, [], 0)
     truncations = [truncate_dirty_logic(q, process_offset, upf, kind)
-                   for kind, qs, upf in loaded.queue_kinds for q in qs]
+                   for kind, qs, upf in queues.recovered for q in qs]
     units = sum(t.units for t in truncations)
     if queues.rocks is not None:
         # RocksDB truncateDirty: each queue's max entry goes back to its last unit before
@@ -954,7 +977,7 @@ def predict_from(store: Store, begun: RecoveryStart, *,
     plan = _plan_of(begun)
     if store.dledger is not None:   # DLedger mode: DLedger's own recovery, beside these rules
         from .dledger import predict_dledger_recovery
-        return predict_dledger_recovery(store, plan, begun.loaded.queue_kinds, progress)
+        return predict_dledger_recovery(store, plan, begun.queues.recovered, progress)
     if begun.start is None:
         return _without_commitlog(plan, begun.loaded)
     segments, setup, start = begun.loaded.segments, begun.setup, begun.start
@@ -965,8 +988,7 @@ def predict_from(store: Store, begun: RecoveryStart, *,
     verdict_of.judge_ahead(segments[start.index:], workers)
     scan = scan_commitlog(segments, start, setup, verdict_of, file_size)
     dirty = truncate_dirty_files(segments, scan, verdict_of, file_size)
-    logic = truncate_dirty_logic_files(begun.loaded, begun.queues, scan.process_offset,
-                                       setup.version)
+    logic = truncate_dirty_logic_files(begun.queues, scan.process_offset, setup.version)
     redispatch = redispatch_rule(store, setup, segments, start, begun.queues, logic,
                                  scan.process_offset)
     stale = _index_entries_past(store, begun.index.kept, scan.process_offset)

@@ -274,6 +274,81 @@ class Round:
                 "discarded": len(self.discarded)}
 
 
+class _OpRemoveMap:
+    """``fillOpRemoveMap``: the op messages of the round pulled so far, the half offsets they
+    remove, and the op offsets done (every half offset they name handled, or none to handle)."""
+
+    def __init__(self, ops: dict[int, OpEntry], start: int):
+        self.ops, self.start = ops, start
+        self.op_min = min(ops) if ops else 0
+        self.op_max = max(ops) + 1 if ops else 0
+        self.remove: dict[int, int] = {}           # half offset -> the op offset removing it
+        self.pending: dict[int, set] = {}          # op offset -> half offsets not reached yet
+        self.done: list[int] = []
+
+    def fill(self, offset: int) -> tuple[bool, int]:
+        """One pull of op messages from ``offset``: (found op messages, next pull offset)."""
+        if offset >= self.op_max or offset < self.op_min:
+            return False, offset
+        end = min(offset + tx_fmt.OP_PULL_BATCH, self.op_max)
+        for at in range(offset, end):
+            op = self.ops.get(at)
+            if op is None:
+                continue
+            if not op.offsets and not op.bad_items:
+                self.done.append(at)     # no body
+                continue
+            covered = set()
+            if op.tags == tx_fmt.REMOVE_TAG:
+                for value in op.offsets + [tx_fmt.BAD_ITEM] * len(op.bad_items):
+                    if value < self.start:
+                        continue
+                    self.remove[value] = at
+                    covered.add(value)
+            if covered:
+                self.pending[at] = covered
+            else:
+                self.done.append(at)
+        return True, end
+
+    def take(self, half_offset: int) -> int | None:
+        """The op offset removing ``half_offset`` (None: none pulled so far), marked handled."""
+        if half_offset not in self.remove:
+            return None
+        op_at = self.remove.pop(half_offset)
+        self.pending[op_at].discard(half_offset)
+        if not self.pending[op_at]:
+            del self.pending[op_at]
+            self.done.append(op_at)
+        return op_at
+
+    def offset_after(self, op_from: int) -> int:
+        """The op queue's check offset after the round: past the done run from ``op_from``."""
+        op_after = op_from
+        for at in sorted(self.done):
+            if at == op_after:
+                op_after += 1
+            elif at > op_after:
+                break
+        return op_after
+
+
+def _discard_reason(entry, halves: dict[int, HalfEntry], check_max: int,
+                    skip_born_before: int | None) -> str | None:
+    """Why the round discards ``entry`` (a half entry or a copy) into TRANS_CHECK_MAX_TIME_TOPIC
+    (None: it does not): checked ``check_max`` times, or born past fileReservedTime (needSkip)."""
+    times = entry.check_times
+    if times is not None and times >= check_max:
+        return (f"checked {times} times (--check-max {check_max}): moved to "
+                f"{tx_fmt.CHECK_MAX_TIME_TOPIC}")
+    born = halves[entry.source].record.born_timestamp if isinstance(entry, _Copy) \
+        else entry.record.born_timestamp
+    if skip_born_before is not None and born < skip_born_before:
+        return (f"born {born}, more than fileReservedTime before the check: skipped and moved "
+                f"to {tx_fmt.CHECK_MAX_TIME_TOPIC}")
+    return None
+
+
 def _check_round(queue_id: int, halves: dict[int, HalfEntry], ops: dict[int, OpEntry],
                  half_start: int | None, op_start: int | None, check_max: int,
                  skip_born_before: int | None = None) -> Round:
@@ -282,99 +357,68 @@ def _check_round(queue_id: int, halves: dict[int, HalfEntry], ops: dict[int, OpE
     messages born before it are past fileReservedTime and discarded (needSkip)."""
     half_min = min(halves) if halves else 0
     half_max = max(halves) + 1 if halves else 0
-    op_min = min(ops) if ops else 0
-    op_max = max(ops) + 1 if ops else 0
     start = half_min if half_start is None else half_start
-    op_from = op_min if op_start is None else op_start
+    op_map = _OpRemoveMap(ops, start)
+    op_from = op_map.op_min if op_start is None else op_start
     run = Round(queue_id, start, op_from)
     if start < 0 or op_from < 0:
         run.skipped = "a negative check offset: the broker skips this queue"
         return run
-    remove: dict[int, int] = {}
-    pending_ops: dict[int, set] = {}
-    done: list[int] = []
-
-    def fill(offset: int) -> tuple[bool, int]:
-        """fillOpRemoveMap: (found op messages, next pull offset)."""
-        if offset >= op_max or offset < op_min:
-            return False, offset
-        end = min(offset + tx_fmt.OP_PULL_BATCH, op_max)
-        for at in range(offset, end):
-            op = ops.get(at)
-            if op is None:
-                continue
-            if not op.offsets and not op.bad_items:
-                done.append(at)     # no body
-                continue
-            covered = set()
-            if op.tags == tx_fmt.REMOVE_TAG:
-                for value in op.offsets + [tx_fmt.BAD_ITEM] * len(op.bad_items):
-                    if value < start:
-                        continue
-                    remove[value] = at
-                    covered.add(value)
-            if covered:
-                pending_ops[at] = covered
-            else:
-                done.append(at)
-        return True, end
-
-    found, next_op = fill(op_from)
+    found, next_op = op_map.fill(op_from)
     copies = run.copies
     nulls = 1
     i = new_offset = start
     while True:
-        if i in remove:
-            op_at = remove.pop(i)
-            pending_ops[op_at].discard(i)
-            if not pending_ops[op_at]:
-                del pending_ops[op_at]
-                done.append(op_at)
-            entry = halves.get(i) or copies.get(i)
+        op_at = op_map.take(i)
+        entry = halves.get(i) or copies.get(i)
+        if op_at is not None:
             if isinstance(entry, HalfEntry):
                 entry.check, entry.check_detail = ENTRY_REMOVED, f"op message {op_at} covers it"
-        else:
-            entry = halves.get(i) or copies.get(i)
-            queue_end = half_max + len(copies)
-            if entry is None:
-                if nulls > 1 or i >= queue_end:
-                    break
-                nulls += 1
-                i = new_offset = half_min if i < half_min else i + 1
-                continue
-            times = entry.check_times
-            if times is not None and times >= check_max:
-                entry.check = ENTRY_DISCARDED
-                if isinstance(entry, HalfEntry):
-                    entry.check_detail = (f"checked {times} times (--check-max {check_max}): "
-                                          f"moved to {tx_fmt.CHECK_MAX_TIME_TOPIC}")
-                run.discarded.append(i)
-                new_offset = i = i + 1
-                continue
-            born = halves[entry.source].record.born_timestamp if isinstance(entry, _Copy) \
-                else entry.record.born_timestamp
-            if skip_born_before is not None and born < skip_born_before:
-                entry.check = ENTRY_DISCARDED
-                if isinstance(entry, HalfEntry):
-                    entry.check_detail = (f"born {born}, more than fileReservedTime before the "
-                                          f"check: skipped and moved to "
-                                          f"{tx_fmt.CHECK_MAX_TIME_TOPIC}")
-                run.discarded.append(i)
-                new_offset = i = i + 1
-                continue
-            if isinstance(entry, _Copy):
-                break       # stored after the round began: checked next round
-            if found:
-                found, next_op = fill(next_op)
-                continue
-            copy_at = queue_end
-            copies[copy_at] = _Copy(i, 1 if times is None else times + 1, entry.key)
-            entry.check, entry.put_back_as = ENTRY_PUT_BACK, copy_at
-            entry.check_detail = (f"no op message covers it: put back as half-queue offset "
-                                  f"{copy_at} (check {copies[copy_at].check_times}) and "
-                                  "checked with its producer")
-            run.put_back.append(i)
+            new_offset = i = i + 1
+            continue
+        queue_end = half_max + len(copies)
+        if entry is None:
+            if nulls > 1 or i >= queue_end:
+                break
+            nulls += 1
+            i = new_offset = half_min if i < half_min else i + 1
+            continue
+        why = _discard_reason(entry, halves, check_max, skip_born_before)
+        if why is not None:
+            entry.check = ENTRY_DISCARDED
+            if isinstance(entry, HalfEntry):
+                entry.check_detail = why
+            run.discarded.append(i)
+            new_offset = i = i + 1
+            continue
+        if isinstance(entry, _Copy):
+            break       # stored after the round began: checked next round
+        if found:
+            found, next_op = op_map.fill(next_op)
+            continue
+        _put_back(entry, i, queue_end, copies)
+        run.put_back.append(i)
         new_offset = i = i + 1
+    _discard_sources_of_discarded_copies(halves, copies, check_max)
+    run.half_offset_after = new_offset
+    run.op_offset_after = op_map.offset_after(op_from)
+    return run
+
+
+def _put_back(entry: HalfEntry, offset: int, queue_end: int, copies: dict) -> None:
+    """No op message covers the half entry at ``offset``: the round checks it with its producer
+    and puts a copy of it back at the end of the half queue (``putBackHalfMsgQueue``)."""
+    times = entry.check_times
+    copies[queue_end] = _Copy(offset, 1 if times is None else times + 1, entry.key)
+    entry.check, entry.put_back_as = ENTRY_PUT_BACK, queue_end
+    entry.check_detail = (f"no op message covers it: put back as half-queue offset "
+                          f"{queue_end} (check {copies[queue_end].check_times}) and "
+                          "checked with its producer")
+
+
+def _discard_sources_of_discarded_copies(halves: dict[int, HalfEntry], copies: dict,
+                                         check_max: int) -> None:
+    """A copy the same round put back and then discarded takes its source with it."""
     for at, copy in copies.items():
         if copy.check == ENTRY_DISCARDED:
             source = halves[copy.source]
@@ -383,15 +427,6 @@ def _check_round(queue_id: int, halves: dict[int, HalfEntry], ops: dict[int, OpE
                                    f"{copy.check_times}, which the same round discards "
                                    f"(--check-max {check_max}): moved to "
                                    f"{tx_fmt.CHECK_MAX_TIME_TOPIC}")
-    run.half_offset_after = new_offset
-    op_after = op_from
-    for at in sorted(done):
-        if at == op_after:
-            op_after += 1
-        elif at > op_after:
-            break
-    run.op_offset_after = op_after
-    return run
 
 
 # --- the report -----------------------------------------------------------------------------------
@@ -422,26 +457,10 @@ def _half_dict(e: HalfEntry) -> dict:
             "put_back_as": e.put_back_as}
 
 
-def transaction_report(store: Store, *, check_max: int = tx_fmt.DEFAULT_CHECK_MAX,
-                       group: str | None = None, broker_version: str = "auto",
-                       plan: RecoveryPlan | None = None, at_ms: int | None = None,
-                       file_reserved_hours: int = tx_fmt.DEFAULT_FILE_RESERVED_HOURS) -> dict:
-    """Every transaction of ``store`` (see the module doc) as a JSON-able dict; ``group`` keeps
-    the transactions of one producer group. ``at_ms``: when the check runs (default: right
-    after the newest message, so that no half message is past fileReservedTime); half messages
-    born more than ``file_reserved_hours`` before it are discarded unchecked, as the broker's
-    needSkip does."""
-    if check_max < 1:
-        raise MqtoolError(f"--check-max must be at least 1, not {check_max}")
-    if plan is None:
-        plan = predict_recovery(store, broker_version=broker_version)
-    process_offset = plan.process_offset
-    links = link_records(store, process_offset)
-    got, op_rows, orphans, problems = links.got, links.op_rows, links.orphans, links.problems
-    progress = check_progress(store, has_half=bool(got.halves))
-
-    # one check round per half queue, on what the recovery keeps
-    skip_before = None if at_ms is None else at_ms - file_reserved_hours * 3600 * 1000
+def _check_rounds(got: _Collected, progress: CheckProgress, process_offset: int,
+                  check_max: int, skip_before: int | None) -> list[Round]:
+    """One check round per half queue, on what the recovery keeps; the entries it truncates,
+    those the round does not reach and those below its start are marked."""
     rounds = []
     queue_ids = sorted({q for q, _ in got.halves} | set(progress.half))
     for qid in queue_ids:
@@ -466,30 +485,59 @@ def transaction_report(store: Store, *, check_max: int = tx_fmt.DEFAULT_CHECK_MA
         for o, e in kept.items():
             if o < start:
                 e.check = ENTRY_BEFORE_CRASH
+    return rounds
 
-    # the transactions
-    groups: dict[str, list[HalfEntry]] = {}
-    for (qid, o), e in sorted(got.halves.items()):
-        groups.setdefault(e.key, []).append(e)
+
+def _settle_entries_before_the_check(groups: dict[str, list[HalfEntry]]) -> None:
+    """Half entries below the check offset (``groups``: each transaction's entries, oldest
+    first): removed by an op message, put back as their next copy, or consumed by an earlier
+    check."""
     later = {}
     for key, entries in groups.items():
         for older, newer in zip(entries, entries[1:]):
             later[id(older)] = newer
     for entries in groups.values():
         for e in entries:
-            if e.check == ENTRY_BEFORE_CRASH:
-                if e.covered_by:
-                    e.check, e.check_detail = ENTRY_REMOVED, (
-                        f"op message {', '.join(map(str, sorted(e.covered_by)))} covers it "
-                        "(ended before the crash)")
-                elif id(e) in later:
-                    e.put_back_as = later[id(e)].queue_offset
-                    e.check_detail = (f"below the check offset; put back as half-queue offset "
-                                      f"{e.put_back_as}")
-                else:
-                    e.check = ENTRY_CONSUMED
-                    e.check_detail = ("below the check offset, and no later copy or op message: "
-                                      "discarded or skipped by an earlier check")
+            if e.check != ENTRY_BEFORE_CRASH:
+                continue
+            if e.covered_by:
+                e.check, e.check_detail = ENTRY_REMOVED, (
+                    f"op message {', '.join(map(str, sorted(e.covered_by)))} covers it "
+                    "(ended before the crash)")
+            elif id(e) in later:
+                e.put_back_as = later[id(e)].queue_offset
+                e.check_detail = (f"below the check offset; put back as half-queue offset "
+                                  f"{e.put_back_as}")
+            else:
+                e.check = ENTRY_CONSUMED
+                e.check_detail = ("below the check offset, and no later copy or op message: "
+                                  "discarded or skipped by an earlier check")
+
+
+def transaction_report(store: Store, *, check_max: int = tx_fmt.DEFAULT_CHECK_MAX,
+                       group: str | None = None, broker_version: str = "auto",
+                       plan: RecoveryPlan | None = None, at_ms: int | None = None,
+                       file_reserved_hours: int = tx_fmt.DEFAULT_FILE_RESERVED_HOURS) -> dict:
+    """Every transaction of ``store`` (see the module doc) as a JSON-able dict; ``group`` keeps
+    the transactions of one producer group. ``at_ms``: when the check runs (default: right
+    after the newest message, so that no half message is past fileReservedTime); half messages
+    born more than ``file_reserved_hours`` before it are discarded unchecked, as the broker's
+    needSkip does."""
+    if check_max < 1:
+        raise MqtoolError(f"--check-max must be at least 1, not {check_max}")
+    if plan is None:
+        plan = predict_recovery(store, broker_version=broker_version)
+    process_offset = plan.process_offset
+    links = link_records(store, process_offset)
+    got, op_rows, orphans, problems = links.got, links.op_rows, links.orphans, links.problems
+    progress = check_progress(store, has_half=bool(got.halves))
+
+    skip_before = None if at_ms is None else at_ms - file_reserved_hours * 3600 * 1000
+    rounds = _check_rounds(got, progress, process_offset, check_max, skip_before)
+    groups: dict[str, list[HalfEntry]] = {}
+    for (qid, o), e in sorted(got.halves.items()):
+        groups.setdefault(e.key, []).append(e)
+    _settle_entries_before_the_check(groups)
     cut_ops = {at for (_, at), op in got.ops.items() if op.truncated}
     transactions = []
     for key, entries in groups.items():

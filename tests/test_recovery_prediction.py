@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURE_STORE, reference_dirs
+from conftest import FIXTURE_STORE, reference_dirs, run_mqtool
 from mqtool.recovery import (VERSION_49, VERSION_532, detect_broker_version, predict_recovery)
 from mqtool.store import Store
 
@@ -346,3 +346,39 @@ def test_prediction_is_the_same_with_files_judged_in_worker_processes(tmp_path, 
     for workers in (2, 3):
         assert predict_recovery(store, mode="abnormal", workers=workers).to_dict() == one
     assert predict_recovery(store, workers=2).to_dict() == predict_recovery(store).to_dict()
+
+
+def test_dirty_logic_truncation_sees_the_queue_files_recover_left(tmp_path):
+    """ConsumeQueue.recover's truncateDirtyFiles deletes the files past a queue's valid end
+    before the CommitLog recovery calls truncateDirtyLogicFiles: the truncation neither deletes
+    nor counts them again, and recover leaves the queue where the prediction says."""
+    store_dir = tmp_path / "store"
+    assert run_mqtool("fixture", "make", store_dir, "-n", "1500", "--seed", "3",
+                      "--commitlog-file-size", "256k", "--cq-units", "50",
+                      "--topics", "TopicTest", "--queues", "1").returncode == 0
+    files = sorted((store_dir / "consumequeue" / "TopicTest" / "0").iterdir())
+    middle, last = files[-2], files[-1]
+    data = bytearray(middle.read_bytes())
+    units = [CQ_UNIT.unpack_from(data, 20 * i) for i in range(10)]
+    data[200:220] = bytes(20)       # unit 10 invalid: the valid end lies in the middle file
+    middle.write_bytes(bytes(data))
+    # the CommitLog scan stops at unit 5's record, so the queue reaches past processOffset
+    po = units[5][0]
+    cl_file = store_dir / "commitlog" / f"{po - po % 262_144:020d}"
+    with open(cl_file, "r+b") as fh:
+        fh.seek(po % 262_144)
+        fh.write(bytes(100))
+    base_unit = int(middle.name) // 20
+    plan = predict_recovery(Store(store_dir))
+    assert (plan.mode, plan.broker_version, plan.process_offset) == ("normal", VERSION_49, po)
+    (cut,) = [t for t in plan.cq_truncations if t.topic == "TopicTest"]
+    assert cut.files_deleted == []          # the last file went with ConsumeQueue.recover
+    assert cut.units == sum(1 for offset, _, _ in units if offset >= po) == 5
+    assert cut.new_end == base_unit + 5
+    out = tmp_path / "out"
+    assert run_mqtool("recover", "--out", out, store_dir).returncode == 1
+    queue = out / "consumequeue" / "TopicTest" / "0"
+    assert not (queue / last.name).exists()
+    kept = (queue / middle.name).read_bytes()
+    assert [CQ_UNIT.unpack_from(kept, 20 * i)[0] for i in range(5)] == [u[0] for u in units[:5]]
+    assert kept[100:] == bytes(len(kept) - 100)

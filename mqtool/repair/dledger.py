@@ -49,7 +49,7 @@ from .commitlog import _commitlog_ops
 from .dispatching import _dispatch_with_bar
 from .files import data_end
 from .index import _finish_index, _setup_index
-from .queues import _finish_queues, _recover_queues, _truncate_queues
+from .queues import _apply_queue_recoveries, _finish_queues, _truncate_queues
 from .transaction import RepairError
 
 
@@ -81,10 +81,11 @@ def plan_dledger_recover(store: Store, stage, *, mode: str = "auto", keep_stale:
                     f"{rp.process_offset:,} ({rp.stop_reason})")
 
     upf = store.cq_units_per_file
-    states, max_phy = _recover_queues(stage, store, upf)
+    states = _apply_queue_recoveries(stage, store, rp.queue_recoveries)
     removed = 0
-    if max_phy >= rp.process_offset:
-        removed = _truncate_queues(stage, store, upf, rp.process_offset, states)
+    if rp.cq_truncate_called:       # the queues reach the end of the log
+        removed = _truncate_queues(stage, store, upf, rp.process_offset, states,
+                                   decided=rp.cq_truncations)
     _finish_queues(stage, store, upf, {key: st.end for key, st in states.items()}, keep_stale)
     if removed:
         lost.append(f"{removed:,} ConsumeQueue unit(s) pointing at or past the end of the log")

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from ..cores import available_cores
 from ..queue_recovery import BATCH_CONSUME_QUEUE, queue_kinds
-from ..recovery import (DISPATCHING_NORMAL_RECOVERY, VERSION_49, VERSION_534, BrokerRules,
+from ..recovery import (DISPATCHING_NORMAL_RECOVERY, VERSION_49, BrokerRules,
                         FileVerdict, RecoveryPlan, RecoveryStart, predict_from, predict_recovery,
                         recovery_start)
 from ..rocksdb_recovery import UnitSink, next_start_after_recover
@@ -22,8 +22,9 @@ from .dispatching import (DispatchStats, RecordHints, _bar, _commitlog_bytes, _d
 from .pipeline import ParallelJudgedRecords
 from .index import (_count_entries, _finish_index, _last_full_end_timestamp, read_index_states,
                     _setup_index)
-from .queues import (_finish_queues, _fix_queue_file_sizes, _queue_view, queues_with_holes,
-                     _recover_queues, _seed_writers, _settle_queues, _truncate_queues)
+from .queues import (_apply_queue_recoveries, _finish_queues, _fix_queue_file_sizes,
+                     _queue_view, queues_with_holes, _seed_writers, _settle_queues,
+                     _truncate_queues)
 from .commitlog import commitlog_gaps, _commitlog_ops
 from .dledger import (dledger_op_reasons, plan_dledger_recover, resolve_dledger_cut,
                       stage_dledger_truncate)
@@ -105,27 +106,26 @@ class _StagedQueues:
 
     states: dict
     batch_states: dict
-    max_phy: int                # maxPhyOffsetOfConsumeQueue over both kinds (RocksDB: its own)
     cq_writer: object           # StagedConsumeQueueWriter, or a UnitSink with RocksDB
     bcq_writer: StagedBatchConsumeQueueWriter
     rocks: bool
 
     @classmethod
     def recover(cls, stage: Stage, store: Store, begun: RecoveryStart) -> "_StagedQueues":
-        states, max_phy = _recover_queues(stage, store, store.cq_units_per_file)
+        """The queue recovery phase's results (``begun.queues``) applied to the stage."""
+        recoveries = begun.queues.recoveries
+        states = _apply_queue_recoveries(stage, store, recoveries)
         cq_writer = StagedConsumeQueueWriter(stage, store.cq_units_per_file)
         rocks = store.queues_in_rocksdb
         if rocks:
             # the ConsumeQueues live in RocksDB, which mqtool never writes: the dispatch runs
             # for the index only, the broker's next start fills RocksDB (see _rocksdb_next_start)
-            max_phy = begun.queues.max_phy_offset
             cq_writer = UnitSink()
         bupf = store.bcq_units_per_file
-        batch_states, max_phy_bcq = _recover_queues(stage, store, bupf, BATCH_CONSUME_QUEUE)
+        batch_states = _apply_queue_recoveries(stage, store, recoveries, BATCH_CONSUME_QUEUE)
         bcq_writer = StagedBatchConsumeQueueWriter(stage, bupf,
                                                    {q.topic for q in store.batch_consume_queues})
-        # getMaxPhyOffsetInConsumeQueue spans both kinds (a BatchConsumeQueue's is a record start)
-        return cls(states, batch_states, max(max_phy, max_phy_bcq), cq_writer, bcq_writer, rocks)
+        return cls(states, batch_states, cq_writer, bcq_writer, rocks)
 
     def seed(self) -> None:
         _seed_writers(self.cq_writer, self.states, self.bcq_writer, self.batch_states)
@@ -233,17 +233,15 @@ class _RecoverRun:
         self.rp = self._predict()
         po = self.po
         upf, bupf = store.cq_units_per_file, store.bcq_units_per_file
-        if queues.max_phy >= po and self.version not in DISPATCHING_NORMAL_RECOVERY:
-            _truncate_queues(stage, store, upf, po, queues.states)
-            _truncate_queues(stage, store, bupf, po, queues.batch_states, BATCH_CONSUME_QUEUE)
-        min_offset = store.commitlog.min_offset
-        if self.version == VERSION_49:
-            cq_from = max([min_offset] + [s.max_physic for s in queues.states.values()])
-        elif self.version in DISPATCHING_NORMAL_RECOVERY:
-            cq_from = max(min_offset, queues.max_phy + 1)
-        else:
-            cq_from = po
-        cq_from = min(cq_from, po)
+        if self.rp.cq_truncate_called and self.version not in DISPATCHING_NORMAL_RECOVERY:
+            # truncateDirtyLogicFiles before any dispatch: the prediction's own truncation
+            decided = self.rp.cq_truncations
+            _truncate_queues(stage, store, upf, po, queues.states, decided=decided)
+            _truncate_queues(stage, store, bupf, po, queues.batch_states, BATCH_CONSUME_QUEUE,
+                             decided=decided)
+        # the re-dispatch rule's start (redispatch_rule): 4.9's reput from the highest queue end,
+        # 5.3.2+ past maxPhyOffsetOfConsumeQueue, 5.0-5.3.1 nothing
+        cq_from = po if self.rp.redispatch_from is None else min(self.rp.redispatch_from, po)
         self.setup = self._index_setup(self.rp.index_files_deleted,
                                        None if self.keep_stale else po)
         self.index_from = cq_from
@@ -265,11 +263,11 @@ def _finish_recover(run: _RecoverRun, notes: list[str], options: dict,
     """After the dispatch: the CommitLog cut (truncateDirtyFiles), the queues settled
     (truncateDirtyLogicFiles), the index finished, the checkpoint, what is lost."""
     store, stage, rp, po = run.store, run.stage, run.rp, run.po
-    segments = store.commitlog.segments
     deleted_cl = list(rp.commitlog_files_deleted)
-    if run.version != VERSION_49 and segments[-1].length == 0 and \
-            segments[-1].name not in deleted_cl:
-        deleted_cl.append(segments[-1].name)
+    # and the empty last file 5.1.3+ deletes on load (load_files)
+    loaded = {seg.name for seg in run.begun.loaded.segments}
+    deleted_cl += [seg.name for seg in store.commitlog.segments
+                   if seg.name not in loaded and seg.name not in deleted_cl]
     cl_ops = _commitlog_ops(store, cut=po, delete_names=deleted_cl, erase_tail=not run.keep_stale,
                             pad=True, reason="recover")
     regenerated = _settle_recovered_files(run, notes)
@@ -299,9 +297,10 @@ def _settle_recovered_files(run: _RecoverRun, notes: list[str]) -> list[str]:
     recovery and 5.3.2+; after 5.3.3 always, a no-op when they end before processOffset),
     the index finished, queues with missing files regenerated; notes on gaps."""
     store, stage, queues, po = run.store, run.stage, run.queues, run.po
-    truncate_at = po if (queues.max_phy >= po and (
-        run.abnormal or run.version in DISPATCHING_NORMAL_RECOVERY)
-        or run.version == VERSION_534) else None
+    # truncateDirtyLogicFiles where the prediction calls it and it runs after the dispatch
+    # (abnormal recovery, 5.3.2+); 4.9 and 5.0-5.3.1 normal recovery ran it before dispatching
+    truncate_at = po if run.rp.cq_truncate_called and (
+        run.abnormal or run.version in DISPATCHING_NORMAL_RECOVERY) else None
     if not queues.rocks:
         _settle_queues(stage, store, queues.cq_writer, queues.states, store.cq_units_per_file,
                        truncate_at, run.keep_stale)
@@ -512,7 +511,7 @@ def plan_truncate(store: Store, stage: Stage, *, to: int | None = None,
         last = last_record_before(store, cut)
         last_kept_ts = last.store_timestamp if last is not None else None
 
-    cq_units, setup = _stage_truncated_queues_and_index(store, stage, cut, progress)
+    cq_units, setup = _stage_truncated_queues_and_index(store, stage, rp, cut, progress)
     cap = last_kept_ts if last_kept_ts is not None else 0
     _stage_checkpoint(stage, store, version=rp.broker_version, index=_rebuilt_index_timestamp(
         stage, store, setup), physic_cap=cap, logics_cap=cap, index_cap=cap, create=False)
@@ -572,12 +571,16 @@ def _truncate_point(store: Store, po: int, to: int | None) -> int:
     return cut
 
 
-def _stage_truncated_queues_and_index(store: Store, stage: Stage, cut: int, progress):
-    """(ConsumeQueue units removed, the IndexFile setup): every queue recovered and truncated at
-    ``cut``, IndexFiles holding entries at or past it rebuilt under their names."""
+def _stage_truncated_queues_and_index(store: Store, stage: Stage, rp: RecoveryPlan, cut: int,
+                                      progress):
+    """(ConsumeQueue units removed, the IndexFile setup): every queue as the broker's recovery
+    leaves it (``rp``'s queue recoveries applied) and truncated at ``cut``, IndexFiles holding
+    entries at or past it rebuilt under their names. The truncation is truncate's own decision
+    (at ``cut``, whether or not the queues reach it), on the queues recover's deletions leave,
+    so it is computed here and not taken from ``rp``."""
     cq_units = 0
     for kind, _, kind_upf in queue_kinds(store):
-        states, _ = _recover_queues(stage, store, kind_upf, kind)
+        states = _apply_queue_recoveries(stage, store, rp.queue_recoveries, kind)
         cq_units += _truncate_queues(stage, store, kind_upf, cut, states, kind)
         _finish_queues(stage, store, kind_upf, {k: s.end for k, s in states.items()},
                        keep_stale=False, kind=kind)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from ..queue_recovery import (CONSUME_QUEUE, QueueKind, queue_kinds, recover_consume_queue,
-                              truncate_dirty_logic)
+from ..queue_recovery import (CONSUME_QUEUE, QueueKind, QueueRecovery, QueueTruncation,
+                              queue_kinds, truncate_dirty_logic)
 from ..recovery import deleted_on_load
 from ..store import ConsumeQueue, Segment, Store
 from .files import data_end, _queue_rel, _store_queues
@@ -122,28 +122,40 @@ class QueueState:
     has_files: bool
 
 
-def _recover_queues(stage: Stage, store: Store, upf: int,
-                    kind: QueueKind = CONSUME_QUEUE) -> tuple[dict, int]:
-    """recover() for every queue of the kind (files past the valid end are deleted, as the
-    broker's truncateDirtyFiles does); returns the states and their maxPhysicOffset."""
+def _apply_queue_recoveries(stage: Stage, store: Store, recoveries: list[QueueRecovery],
+                            kind: QueueKind = CONSUME_QUEUE) -> dict:
+    """``ConsumeQueue.recover``'s decisions applied to the stage: the results of
+    :func:`mqtool.recovery.recover_queues` (one :class:`QueueRecovery` per queue of the store),
+    whose files past the valid end are deleted, as the broker's ``truncateDirtyFiles`` does at the
+    end of ``recover`` (a file starting exactly there stays, at write position 0). Returns the
+    states of the queues that have files in the stage.
+
+    The recoveries were made on the queues as loaded (:func:`mqtool.recovery.load_files`); the
+    staged views hold the same files (the empty last file 5.1.3+ deletes on load is deleted from
+    the stage too) and the same units (a file resized by :func:`_fix_queue_file_sizes` holds the
+    units the broker maps, padded with zeros that no recovery counts)."""
+    decided = {(r.topic, r.queue_id): r for r in recoveries if r.kind == kind.directory}
     states: dict[tuple[str, int], QueueState] = {}
-    max_phy = -1
     for queue in _store_queues(store, kind):
         view = _queue_view(stage, store, queue.topic, queue.queue_id, kind)
         if not view.segments:
             continue
-        qr = recover_consume_queue(view, upf, kind)
+        qr = decided[(queue.topic, queue.queue_id)]
         _delete_queue_files_after(stage, view, qr.valid_end, keep_equal=True, kind=kind)
         remaining = [s for s in view.segments if s.base_offset <= qr.valid_end * kind.unit_size]
         states[(queue.topic, queue.queue_id)] = QueueState(qr.valid_end, qr.max_physic_offset,
                                                            bool(remaining))
-        max_phy = max(max_phy, qr.max_physic_offset)
-    return states, max_phy
+    return states
 
 
 def _truncate_queues(stage: Stage, store: Store, upf: int, offset: int,
-                     states: dict, kind: QueueKind = CONSUME_QUEUE) -> int:
-    """truncateDirtyLogicFiles(offset) on every queue; returns the units removed."""
+                     states: dict, kind: QueueKind = CONSUME_QUEUE,
+                     decided: list[QueueTruncation] | None = None) -> int:
+    """truncateDirtyLogicFiles(offset) on every queue; returns the units removed. ``decided``:
+    the truncations :func:`mqtool.recovery.truncate_dirty_logic_files` made on the queues as
+    recover leaves them (the staged views), applied instead of walking the queues again."""
+    decisions = ({(t.topic, t.queue_id): t for t in decided if t.kind == kind.directory}
+                 if decided is not None else None)
     removed = 0
     for key in list(states):
         topic, queue_id = key
@@ -151,7 +163,8 @@ def _truncate_queues(stage: Stage, store: Store, upf: int, offset: int,
         if not view.segments:
             states[key] = QueueState(0, offset, False)
             continue
-        t = truncate_dirty_logic(view, offset, upf, kind)
+        t = (decisions[key] if decisions is not None
+             else truncate_dirty_logic(view, offset, upf, kind))
         removed += t.units
         for name in t.files_deleted:
             stage.delete(_queue_rel(topic, queue_id, name, kind))
@@ -202,6 +215,9 @@ def _settle_queues(stage: Stage, store: Store, writer: _StagedQueueFiles, states
         for path in stage.path(f"{kind.directory}/{topic}/{queue_id}").glob("*"):
             stage.mark_written(_queue_rel(topic, queue_id, path.name, kind))
     if truncate_at is not None:
+        # not the prediction's truncation (truncate_dirty_logic_files): this one runs after the
+        # dispatch, on the units it wrote, as the broker's abnormal and 5.3.2+ recovery do, so
+        # the queues are walked here
         truncated = {key: QueueState(ends.get(key, 0), 0, True)
                      for key in _queue_keys(stage, store, writer.touched, kind)}
         _truncate_queues(stage, store, upf, truncate_at, truncated, kind)
