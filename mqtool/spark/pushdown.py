@@ -153,14 +153,16 @@ class RowFilter:
 def select(batch, keep: np.ndarray):
     """The records of a scanner batch where ``keep`` is true, as a batch of the same kind
     (valid as long as ``batch`` is)."""
+    from ..scan import _COLUMNS
+
     rows = np.flatnonzero(keep)
     part = type(batch).__new__(type(batch))
     part.buf, part.base, part.topics = batch.buf, batch.base, batch.topics
     records = batch._records
     part._records = None if records is None else [records[i] for i in rows.tolist()]
-    for name in type(batch).__slots__[4:]:
+    for name in _COLUMNS:
         setattr(part, name, getattr(batch, name)[rows])
-    return part
+    return part         # without what the native pass parsed (its rows are the whole batch's)
 
 
 def index_candidates(root: str, wanted: dict[str, tuple[str, ...]]) -> frozenset[int] | None:
