@@ -190,7 +190,13 @@ def test_spark_submit_with_the_shipped_zip(installed, fixture_records, tmp_path)
     assert archive.endswith("mqtool.zip") and where.endswith("submit.py")
     out = tmp_path / "out"
     # pip's spark-submit finds its Spark (SPARK_HOME) through PYSPARK_PYTHON
-    proc = subprocess.run([str(installed / "bin" / "spark-submit"), "--master", "local[2]",
+    # pip put spark-submit beside pyspark: in the venv, or (the venv sees the test
+    # interpreter's packages) beside the interpreter the venv was made from
+    submit = shutil.which("spark-submit", path=os.pathsep.join(
+        str(folder) for folder in (installed / "bin", Path(sys.executable).parent,
+                                   Path(sys.base_prefix) / "bin")))
+    assert submit is not None
+    proc = subprocess.run([submit, "--master", "local[2]",
                            "--py-files", archive, where, "audit", "--json", "--out", str(out),
                            str(FIXTURE_STORE / "store")],
                           capture_output=True, text=True, cwd=tmp_path,
