@@ -9,6 +9,7 @@ import struct
 import construct
 import numpy as np
 
+from . import native_core
 from .formats import codecs
 from .formats import commitlog as cl_fmt
 from .formats import consumequeue as cq_fmt
@@ -181,7 +182,7 @@ def java_hashes(data: np.ndarray, starts: np.ndarray, ends: np.ndarray,
     non-ASCII strings are decoded from UTF-8 to UTF-16 units and summed the same way."""
     starts = np.ascontiguousarray(starts, dtype=np.int64)
     ends = np.ascontiguousarray(ends, dtype=np.int64)
-    from .scan.native import core        # the scanner's choice of path (imports this module)
+    core = native_core.core
     if core is not None and data.dtype == np.uint8 and data.flags.c_contiguous:
         # the same contract, one string at a time in Rust: exact False only where the bytes
         # are not well-formed 1- to 3-byte UTF-8
@@ -345,7 +346,7 @@ def index_key_spans(data: np.ndarray, uniq: tuple[np.ndarray, np.ndarray],
     """(owner, starts, ends) of the keys buildIndex puts for each record, in its order: the
     record's UNIQ_KEY, then its KEYS items split at ``separator``. ``uniq``/``keys`` are the
     properties' (starts, ends) per record, starts -1 where absent; owner is the record's row."""
-    from .scan.native import core        # the scanner's choice of path (imports this module)
+    core = native_core.core
     if core is not None and data.dtype == np.uint8 and data.flags.c_contiguous:
         return core.index_key_spans(data, *(np.ascontiguousarray(a, dtype=np.int64)
                                             for a in (*uniq, *keys)), separator)
@@ -436,7 +437,7 @@ def property_spans(buf, starts: np.ndarray, ends: np.ndarray, names: tuple[str, 
     begins, {name: (value_start, value_end)}). The native core copies each record's properties
     once, between two separators and without the padding, and parses them on the way; the
     spans then index its own blob, and every value is the same bytes."""
-    from .scan.native import core        # the scanner's choice of path (imports this module)
+    core = native_core.core
     if core is not None:
         patterns = [(name + codecs.NAME_VALUE_SEPARATOR).encode("utf-8") for name in names]
         blob, begins, spans = core.property_spans(
@@ -455,7 +456,7 @@ def property_values(blob: np.ndarray, begins: np.ndarray, names: tuple[str, ...]
     Separators are ASCII bytes, which UTF-8 decoding never merges into another character, so
     splitting the bytes is splitting the decoded text: a pair counts when its segment starts with
     the name and 0x01 and has a value after it; a later pair wins."""
-    from .scan.native import core        # the scanner's choice of path (imports this module)
+    core = native_core.core
     if core is not None and blob.dtype == np.uint8 and blob.flags.c_contiguous:
         patterns = [(name + codecs.NAME_VALUE_SEPARATOR).encode("utf-8") for name in names]
         spans = core.property_values(blob, np.ascontiguousarray(begins, dtype=np.int64), patterns)

@@ -23,7 +23,7 @@ import pytest
 from conftest import (DLEDGER_STORES, FIXTURE_STORE, REPO, SHARED_STORES, reference_dirs,
                       run_mqtool)
 from test_scanner import build_record
-from mqtool import codec, scan
+from mqtool import codec, native_core, scan
 from mqtool.formats import codecs
 from mqtool.scan import batches, native
 from mqtool.store import COMMITLOG_LAYOUT, DLEDGER_LAYOUT, Store
@@ -107,7 +107,7 @@ def assert_same_store(root):
 def test_the_extension_is_built_where_cargo_is():
     """An install on a machine with a Rust toolchain builds the native core (the build is
     optional: without cargo mqtool runs the numpy path)."""
-    if os.environ.get("MQTOOL_NATIVE", "").strip().lower() in native.OFF_VALUES:
+    if os.environ.get("MQTOOL_NATIVE", "").strip().lower() in native_core.OFF_VALUES:
         assert native.core is None and native.reason == "MQTOOL_NATIVE=0"
         return
     if shutil.which("cargo") is None:

@@ -7,15 +7,15 @@ install without the extension, or with one written for another layout than the d
 """
 from __future__ import annotations
 
-import os
+import sys
+import types
 
 from .. import codec as _codec
+from .. import native_core as _switch
 from ..formats import codecs
 from ..formats import commitlog as fmt
 from ..formats import dledger as dl_fmt
 from .records import MIN_MESSAGE_SIZE
-
-OFF_VALUES = {"0", "no", "false", "off"}
 
 
 def _fields(dtype) -> list[tuple[str, int, int]]:
@@ -47,24 +47,34 @@ def expected_layout() -> dict:
     }
 
 
-def _load():
-    """(the native module or None, why not)."""
-    if os.environ.get("MQTOOL_NATIVE", "").strip().lower() in OFF_VALUES:
-        return None, "MQTOOL_NATIVE=0"
-    try:
-        from .. import _native
-    except ImportError:
-        return None, "no native extension in this install"
-    theirs = _native.layout()
+def _check_layout() -> None:
+    """Switch the native core off when it was built for another layout than the declarations."""
+    if _switch.core is None:
+        return
+    theirs = _switch.core.layout()
     for key, value in expected_layout().items():
         if theirs.get(key) != value:
-            return None, f"the native core's {key} disagrees with the declarations"
-    return _native, ""
+            _switch.core = None
+            _switch.reason = f"the native core's {key} disagrees with the declarations"
+            return
 
 
-core, reason = _load()
+_check_layout()
+
+
+class _SwitchModule(types.ModuleType):
+    """``native.core`` and ``native.reason`` read and write :mod:`mqtool.native_core`, the
+    switch below the codec: setting ``native.core = None`` puts every fast path on numpy."""
+
+    core = property(lambda self: _switch.core,
+                    lambda self, value: setattr(_switch, "core", value))
+    reason = property(lambda self: _switch.reason,
+                      lambda self, value: setattr(_switch, "reason", value))
+
+
+sys.modules[__name__].__class__ = _SwitchModule
 
 
 def describe() -> str:
     """Which record walk runs, for ``mqtool --version``."""
-    return "native core" if core is not None else f"numpy path: {reason}"
+    return "native core" if _switch.core is not None else f"numpy path: {_switch.reason}"
