@@ -18,7 +18,7 @@ from .codec import TIMERLOG_BLANK, TIMERLOG_UNIT, numpy_dtype
 from .errors import ParseError
 from .formats import commitlog as cl_fmt
 from .formats import timer as timer_fmt
-from .query.reader import RecordReader
+from .scan.reader import RecordReader
 from .store import MappedFile, Store, _offset_files, parse_at
 
 if TYPE_CHECKING:

@@ -28,7 +28,7 @@ from .formats.codecs import property_int
 from .recovery import RecoveryPlan, predict_recovery
 from .scan import MessageRecord, Scanner
 from .store import Store
-from .query.reader import RecordReader
+from .scan.reader import RecordReader
 from .timer import (TimerStore, has_timer_store, load_timer_store, revised_slots, timerlog_recovery,
                     used_slots, walk_slot)
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 from .results import Found, NotFound, QueryError, QueryResult
 from .ids import (check_hex_id, describe_msg_id, describe_uniq_key, mqadmin_uniq_key_begin,
                   uniq_key_windows)
-from .reader import RecordReader
+from ..scan.reader import RecordReader
 from .index import JAVA_LONG_MAX, MAX_MSGS_NUM_BATCH, ChainProblem, IndexFile, IndexHit, IndexSet
 from .keys import (SCHEDULE_TOPIC, SYSTEM_TOPICS, TIMER_TOPIC, TRANS_HALF_TOPIC,
                    TRANS_OP_HALF_TOPIC, query_key, query_msg_id, query_uniq_key, store_topics)

@@ -9,7 +9,7 @@ from .. import codec
 from ..formats import codecs
 from ..formats import indexfile as idx_fmt
 from ..store import CommitLog, IndexFileInfo, MappedFile, Store
-from .reader import _random_access
+from ..scan.reader import _random_access
 
 
 JAVA_LONG_MAX = 2 ** 63 - 1

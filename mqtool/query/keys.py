@@ -15,7 +15,7 @@ from ..scan import MessageRecord, RecordBatch, Scanner, TopicTable, read_body
 from ..store import CommitLog, Store
 from .results import Found, QueryError, QueryResult
 from .ids import check_hex_id, describe_msg_id, describe_uniq_key, uniq_key_windows
-from .reader import RecordReader
+from ..scan.reader import RecordReader
 from .index import IndexHit, IndexSet
 
 

@@ -11,7 +11,7 @@ from ..formats import consumequeue as cq_fmt
 from ..queue_recovery import BATCH_CONSUME_QUEUE, CONSUME_QUEUE, QueueKind, iter_cq_units
 from ..store import ConsumeQueue, Segment, Store
 from .results import Found, NotFound, QueryError, QueryResult
-from .reader import RecordReader
+from ..scan.reader import RecordReader
 
 
 _CQ_UNIT = codec.CQ_UNIT

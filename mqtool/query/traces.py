@@ -13,7 +13,7 @@ from ..formats import systopics as st
 from ..store import Store
 from ..systopics import decode_trace_body
 from .keys import query_key
-from .reader import RecordReader
+from ..scan.reader import RecordReader
 from .results import Found
 
 

@@ -6,7 +6,7 @@ import mmap
 import struct
 
 from ..errors import MqtoolError
-from ..scan import MessageRecord, decode_message
+from .records import MessageRecord, decode_message
 from ..store import CommitLog, MappedFile, Segment
 
 
