@@ -133,7 +133,7 @@ def _redispatched_ends(store: Store, plan: RecoveryPlan) -> dict[tuple[str, int]
     """(topic, queue) -> next queue offset after the records the start dispatches again
     (``redispatch_from`` .. processOffset): PREPARED/ROLLBACK records get no unit, an inner
     batch advances by INNER_NUM. Recover's dispatch already walked those records and may have
-    left their ends on the plan (repair.dispatching.QueueEnds); else the range is scanned."""
+    left their ends on the plan (reput.dispatching.QueueEnds); else the range is scanned."""
     start, end = plan.redispatch_from, plan.process_offset
     ends: dict[tuple[str, int], int] = {}
     if start is None or start >= end:

@@ -38,3 +38,8 @@ class StoreLockedError(MqtoolError):
     """A live process (a running broker) holds the store's lock file."""
 
     exit_code = EXIT_REFUSED
+
+
+class RepairError(MqtoolError):
+    """A repair that cannot be planned as asked (bad --to offset, unusable --out folder...), or
+    whose record walk failed (a scanning worker died)."""

@@ -7,7 +7,7 @@ units the start leaves in each queue, which is the units the database holds up t
 (a truncation moves a queue's max entry back and leaves the units past it, stale) overwritten by
 the units the start dispatches again (every record from the start file on after a crash; those
 past the CQ checkpoint after a clean stop), computed by the one offline dispatch
-(:func:`mqtool.repair.dispatching.dispatch`).
+(:func:`mqtool.reput.dispatching.dispatch`).
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from .formats import codecs
-from .query.reader import RecordReader
+from .scan.reader import RecordReader
 from .recovery import RecoveryPlan
 from .rocksdb_cq import RocksConsumeQueue, load_rocksdb_cq
 from .store import Store
@@ -89,7 +89,7 @@ class RocksRecovery:
 def predict_rocksdb_units(store: Store, plan: RecoveryPlan, progress=None) -> RocksRecovery:
     """The units each queue of the store's RocksDB ConsumeQueue holds after the start ``plan``
     predicts."""
-    from .repair.dispatching import dispatch   # the one offline dispatch (repair imports us not)
+    from .reput.dispatching import dispatch
     table = load_rocksdb_cq(store)
     end = plan.process_offset
     result = RocksRecovery(end, plan.redispatch_from, checkpoint_after=end)
@@ -180,7 +180,7 @@ def check_rocksdb_cq(store: Store, plan: RecoveryPlan, progress=None) -> list[di
     filled with what the start leaves: every served unit checked against its record; the
     dispatchable records below where the start dispatches again that no unit serves; units
     that do not decode."""
-    from .repair.dispatching import dispatch
+    from .reput.dispatching import dispatch
     from .vocabulary import ERROR, INFO, WARNING
     table = load_rocksdb_cq(store)
     folder = f"{table.folder}/"

@@ -524,7 +524,7 @@ def test_reput_walk_from_a_record_with_a_damaged_physical_offset(tmp_path):
     that record is still the first one walked (the file is read from its start to find it),
     and the records after it are the ones a walk from the file's start reads past it."""
     from mqtool import forge
-    from mqtool.repair.dispatching import iter_records
+    from mqtool.reput.dispatching import iter_records
     from mqtool.scan import MessageRecord, scan_segment
 
     root = tmp_path / "store"

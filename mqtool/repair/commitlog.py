@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..store import Store
 from .files import data_end, _rel
 from .transaction import FileOp
-from .pipeline import _BLANK_MAGIC
+from ..reput.pipeline import _BLANK_MAGIC
 
 # DLedger's blank starts with its magic, -1 (the CommitLog's puts the size first)
 _DLEDGER_BLANK_MAGIC = b"\xff\xff\xff\xff"

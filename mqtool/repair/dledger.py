@@ -46,7 +46,7 @@ from ..writer import dledger_index_unit_bytes
 from .bookkeeping import _abort_op, _stage_bytes
 from .changes import _recover_summary, build_plan
 from .commitlog import _commitlog_ops
-from .dispatching import _dispatch_with_bar
+from ..reput.dispatching import _dispatch_with_bar
 from .files import data_end
 from .index import _finish_index, _setup_index
 from .queues import _apply_queue_recoveries, _finish_queues, _truncate_queues

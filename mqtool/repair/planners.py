@@ -17,9 +17,9 @@ from ..store import MappedFile, Store
 from .files import _queue_rel
 from .transaction import RepairError, RepairPlan, Stage
 from .writers import StagedBatchConsumeQueueWriter, StagedConsumeQueueWriter
-from .dispatching import (DispatchStats, RecordHints, _bar, _commitlog_bytes, _dispatch_with_bar,
+from ..reput.dispatching import (DispatchStats, RecordHints, _bar, _commitlog_bytes, _dispatch_with_bar,
                           dispatch, iter_records, judged_records, last_record_before)
-from .pipeline import ParallelJudgedRecords
+from ..reput.pipeline import ParallelJudgedRecords
 from .index import (_count_entries, _finish_index, _last_full_end_timestamp, read_index_states,
                     _setup_index)
 from .queues import (_apply_queue_recoveries, _finish_queues, _fix_queue_file_sizes,

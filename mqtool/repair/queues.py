@@ -12,7 +12,7 @@ from ..store import ConsumeQueue, Segment, Store
 from .files import data_end, _queue_rel, _store_queues
 from .transaction import Stage
 from .writers import StagedBatchConsumeQueueWriter, StagedConsumeQueueWriter, _StagedQueueFiles
-from .dispatching import _UNIT
+from ..reput.dispatching import _UNIT
 
 
 def _queue_view(stage: Stage, store: Store, topic: str, queue_id: int,

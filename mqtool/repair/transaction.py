@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .. import backup as bk
 from ..cores import map_on_cores
-from ..errors import MqtoolError, StoreLockedError
+from ..errors import MqtoolError, RepairError, StoreLockedError
 from ..recovery import RecoveryPlan
 from ..store import data_extents
 from ..writer import fsync_dir, fsync_path
@@ -32,10 +32,6 @@ _ORDER = {("commitlog", "edit"): 1, ("commitlog", "delete"): 2,
           ("consumequeue", "delete"): 3, ("consumequeue", "write"): 4,
           ("batchconsumequeue", "delete"): 3, ("batchconsumequeue", "write"): 4, ("index", "delete"): 5,
           ("index", "write"): 6, ("checkpoint", "write"): 7, ("abort", "delete"): 9}
-
-
-class RepairError(MqtoolError):
-    """A repair that cannot be planned as asked (bad --to offset, unusable --out folder...)."""
 
 
 # --- the plan --------------------------------------------------------------------------------------

@@ -17,7 +17,6 @@ from ..recovery import BrokerRules, FileJudge, FileVerdict
 from ..scan import RecordBatch, TopicTable, scan_segment_batches
 from ..consumers import QueueEnds
 from ..store import Segment, Store
-from .writers import RepairIndexWriter, StagedBatchConsumeQueueWriter, StagedConsumeQueueWriter
 from .pipeline import (ParallelJudgedRecords, _segment_batches, index_keys,  # noqa: F401
                        parse_properties, tags_codes)
 
@@ -200,11 +199,9 @@ class DispatchStats:
     queue_ends: QueueEnds | None = None
 
 
-def dispatch(store: Store, start: int, stop: int, *, cq: StagedConsumeQueueWriter | None,
-             cq_from: int, index: RepairIndexWriter | None, index_from: int,
-             schedule_loaded: bool = True, queues: set | None = None,
-             progress=None, records=None,
-             bcq: StagedBatchConsumeQueueWriter | None = None,
+def dispatch(store: Store, start: int, stop: int, *, cq, cq_from: int, index,
+             index_from: int, schedule_loaded: bool = True, queues: set | None = None,
+             progress=None, records=None, bcq=None,
              workers: int = 1, queue_ends_from: int | None = None) -> DispatchStats:
     """The broker's doDispatch for every record in [start, stop) (or of ``records``):
     CommitLogDispatcherBuildConsumeQueue for records at or after ``cq_from`` (optionally only for
@@ -215,6 +212,11 @@ def dispatch(store: Store, start: int, stop: int, *, cq: StagedConsumeQueueWrite
 
     With ``queue_ends_from``, ``stats.queue_ends`` counts each queue's end after the records from
     there on (:class:`QueueEnds`).
+
+    The writers are the callers' (this room is below them): ``cq`` a
+    :class:`mqtool.repair.writers.StagedConsumeQueueWriter` or a RocksDB
+    :class:`mqtool.rocksdb_recovery.UnitSink`, ``bcq`` a ``StagedBatchConsumeQueueWriter``,
+    ``index`` a ``RepairIndexWriter``; each may be None.
 
     Records are taken a chunk at a time so that the properties every record needs (TAGS, the
     index keys) are parsed and hashed with numpy for the whole chunk."""
@@ -421,7 +423,7 @@ def _put_queue_units(batch: RecordBatch, rows: np.ndarray, props: _DispatchPrope
 
 
 def _dispatch_index(batch: RecordBatch, offsets: np.ndarray, props: _DispatchProperties,
-                    index: RepairIndexWriter, index_from: int, prefixes: dict[int, int]) -> None:
+                    index, index_from: int, prefixes: dict[int, int]) -> None:
     """BuildIndex for the records of a batch: UNIQ_KEY then each KEYS item of every record,
     hashed as ``topic#key`` together and put in that order.
 
@@ -464,7 +466,7 @@ def _dispatch_index(batch: RecordBatch, offsets: np.ndarray, props: _DispatchPro
 
 
 def _stated_guard(rows: np.ndarray, owners: np.ndarray, hashes: np.ndarray, stated: np.ndarray,
-                  index: RepairIndexWriter) -> tuple[np.ndarray, np.ndarray]:
+                  index) -> tuple[np.ndarray, np.ndarray]:
     """buildIndex's ``commitLogOffset < endPhyOffset`` test, record by record in dispatch order,
     with the offsets the records state: each record that puts a key moves endPhyOffset to its
     stated offset (a damaged one may move it back, or far ahead of the records after it)."""

@@ -29,7 +29,7 @@ from ..cores import die_with_parent
 from ..recovery import FileJudge
 from ..scan import _COLUMNS, RecordBatch, TopicTable, scan_segment_batches
 from ..store import MappedFile, Segment
-from .transaction import RepairError
+from ..errors import RepairError
 
 # properties dispatch reads (see dispatching._DispatchProperties): the index keys of every
 # record, TAGS only of the records whose ConsumeQueue units are written
@@ -174,7 +174,7 @@ def _walk_batches(seg: Segment, pos: int, limit: int, topics: TopicTable):
 
 
 def _reput_files(segments, start: int, stop: int, out, first: int, step: int) -> None:
-    """Worker: the records :func:`~mqtool.repair.dispatching.iter_records` walks in
+    """Worker: the records :func:`~mqtool.reput.dispatching.iter_records` walks in
     segments[first::step] (the same per-file walk), sent as batches; a file's end is sent as
     ("file", None): the walk goes on to the next file whatever ended this one."""
     try:
@@ -195,7 +195,7 @@ def _guarded(parent_pid: int, target, *args) -> None:
 
 
 class ParallelJudgedRecords:
-    """:func:`~mqtool.repair.dispatching.judged_records` with the scan in ``workers`` worker
+    """:func:`~mqtool.reput.dispatching.judged_records` with the scan in ``workers`` worker
     processes; started at construction, read through :meth:`parsed_batches`."""
 
     def __init__(self, segments, start_index: int, rules, verdicts: dict, workers: int,
