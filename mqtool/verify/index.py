@@ -6,6 +6,7 @@ import array
 import collections
 import functools
 import os
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -61,6 +62,93 @@ def _read_entries(fd: int, start: int, lo: int, hi: int) -> np.ndarray:
     return np.frombuffer(raw, INDEX_ENTRY_DTYPE, len(raw) // idx_fmt.INDEX_ENTRY_SIZE)
 
 
+@dataclass
+class _EntryExtent:
+    """Where an IndexFile's entries point, gathered a chunk at a time."""
+
+    first_phy: int | None = None
+    last_phy: int | None = None
+    in_order: bool = True           # CommitLog offsets never decrease entry to entry
+    live_lo: int | None = None      # the entries at or past the CommitLog's first offset
+    live_hi: int | None = None
+    inside_lo: int | None = None    # ... that also land inside a CommitLog file
+    inside_hi: int | None = None
+    outside: int = 0                # entries pointing where no CommitLog file is
+
+
+def _lower(a: int | None, b: int) -> int:
+    return b if a is None else min(a, b)
+
+
+def _higher(a: int | None, b: int) -> int:
+    return b if a is None else max(a, b)
+
+
+def _scan_index_entries(fd: int, entries_start: int, n: int, min_offset: int, starts, ends,
+                        rel: str, slots: int, deferred: list) -> _EntryExtent:
+    """The entries' CommitLog offsets, ``_INDEX_CHUNK`` entries at a time: their extent and
+    order, and (into ``deferred``, up to the listing cap) the entries that point where no
+    CommitLog file is."""
+    extent = _EntryExtent()
+    for lo in range(0, n, _INDEX_CHUNK):
+        hi = min(n, lo + _INDEX_CHUNK)
+        chunk = _read_entries(fd, entries_start, lo, hi)
+        real = np.arange(lo, lo + len(chunk)) >= 1
+        phys = chunk["phy_offset"][real].astype(np.int64)
+        if len(phys) == 0:
+            continue
+        if extent.first_phy is None:
+            extent.first_phy = int(phys[0])
+        previous = extent.last_phy
+        extent.last_phy = int(phys[-1])
+        if (previous is not None and phys[0] < previous) or np.any(np.diff(phys) < 0):
+            extent.in_order = False
+        live = phys >= min_offset
+        outside = (phys < 0) | (live & ~_inside_segments(phys, starts, ends))
+        first_number = lo + int(np.argmax(real))
+        for j in np.flatnonzero(outside).tolist():
+            extent.outside += 1
+            if extent.outside <= _MAX_LISTED_INDEX:
+                deferred.append(_finding(
+                    "IDX_DANGLING", rel, idx_fmt.entry_position(slots, first_number + j),
+                    f"entry {first_number + j} points at CommitLog offset {int(phys[j])}, "
+                    f"where no CommitLog file is", commitlog_offset=int(phys[j])))
+        if live.any():
+            extent.live_lo = _lower(extent.live_lo, int(phys[live].min()))
+            extent.live_hi = _higher(extent.live_hi, int(phys[live].max()))
+        good = phys[live & ~outside]
+        if len(good):
+            extent.inside_lo = _lower(extent.inside_lo, int(good.min()))
+            extent.inside_hi = _higher(extent.inside_hi, int(good.max()))
+    return extent
+
+
+def _check_header_against_entries(store: Store, rel: str, header, extent: _EntryExtent,
+                                  sink: _Sink) -> None:
+    """The header's begin/end offsets against the first and last entries, and its begin/end
+    timestamps against the records those entries point at."""
+    if extent.first_phy is None:
+        return
+    first_phy, last_phy = extent.first_phy, extent.last_phy
+    checks = ((16, "beginPhyOffset", int(header["begin_phy_offset"]), first_phy, WARNING),
+              (24, "endPhyOffset", int(header["end_phy_offset"]), last_phy, ERROR))
+    for pos, name, value, actual, severity in checks:
+        if value != actual:
+            sink.add(_finding("IDX_HEADER", rel, pos,
+                              f"{name} {value} but the {'first' if pos == 16 else 'last'} "
+                              f"entry points at {actual}", severity=severity))
+    for pos, name, value, phy in ((0, "beginTimestamp", int(header["begin_timestamp"]), first_phy),
+                                  (8, "endTimestamp", int(header["end_timestamp"]), last_phy)):
+        try:
+            record = message_at(store.commitlog, phy, check_crc=False)
+        except ParseError:
+            continue
+        if record.store_timestamp != value:
+            sink.add(_finding("IDX_HEADER", rel, pos,
+                              f"{name} {value} but the record at {phy} was stored at "
+                              f"{record.store_timestamp}"))
+
+
 def _check_index_structure(store: Store, info, starts, ends, min_offset: int, sink: _Sink,
                            deferred: list, blind: list,
                            later: list | None = None) -> _IndexInfo | None:
@@ -92,83 +180,30 @@ def _check_index_structure(store: Store, info, starts, ends, min_offset: int, si
             sink.add(_finding("IDX_HEADER", rel, 36, f"indexCount {count} is outside 1..{entries}"))
         chains = functools.partial(_check_index_chains, str(info.path), info.length, rel, slots,
                                    header, n, sink)
-
-        first_phy = last_phy = previous_phy = None
-        in_order = True
-        live_lo = live_hi = inside_lo = inside_hi = None
-        outside_total = 0
-        for lo in range(0, n, _INDEX_CHUNK):
-            hi = min(n, lo + _INDEX_CHUNK)
-            chunk = _read_entries(fd, entries_start, lo, hi)
-            real = np.arange(lo, lo + len(chunk)) >= 1
-            phys = chunk["phy_offset"][real].astype(np.int64)
-            if len(phys) == 0:
-                continue
-            if first_phy is None:
-                first_phy = int(phys[0])
-            last_phy = int(phys[-1])
-            if (previous_phy is not None and phys[0] < previous_phy) or np.any(np.diff(phys) < 0):
-                in_order = False
-            previous_phy = last_phy
-            live = phys >= min_offset
-            outside = (phys < 0) | (live & ~_inside_segments(phys, starts, ends))
-            first_number = lo + int(np.argmax(real))
-            for j in np.flatnonzero(outside).tolist():
-                outside_total += 1
-                if outside_total <= _MAX_LISTED_INDEX:
-                    deferred.append(_finding(
-                        "IDX_DANGLING", rel, idx_fmt.entry_position(slots, first_number + j),
-                        f"entry {first_number + j} points at CommitLog offset {int(phys[j])}, "
-                        f"where no CommitLog file is", commitlog_offset=int(phys[j])))
-            if live.any():
-                lo_live, hi_live = int(phys[live].min()), int(phys[live].max())
-                live_lo = lo_live if live_lo is None else min(live_lo, lo_live)
-                live_hi = hi_live if live_hi is None else max(live_hi, hi_live)
-            good = phys[live & ~outside]
-            if len(good):
-                inside_lo = int(good.min()) if inside_lo is None else min(inside_lo, int(good.min()))
-                inside_hi = int(good.max()) if inside_hi is None else max(inside_hi, int(good.max()))
-        if outside_total > _MAX_LISTED_INDEX:
-            sink.add_suppressed("IDX_DANGLING", outside_total - _MAX_LISTED_INDEX)
-        if later is not None and in_order:
+        extent = _scan_index_entries(fd, entries_start, n, min_offset, starts, ends, rel, slots,
+                                     deferred)
+        if extent.outside > _MAX_LISTED_INDEX:
+            sink.add_suppressed("IDX_DANGLING", extent.outside - _MAX_LISTED_INDEX)
+        if later is not None and extent.in_order:
             later.append(chains)
         else:
             # a file out of order is also checked entry by entry below: its chain findings come
             # first, as one pass over the file lists them
             chains()
-
-        if first_phy is not None:
-            checks = ((16, "beginPhyOffset", int(header["begin_phy_offset"]), first_phy, WARNING),
-                      (24, "endPhyOffset", int(header["end_phy_offset"]), last_phy, ERROR))
-            for pos, name, value, actual, severity in checks:
-                if value != actual:
-                    sink.add(_finding("IDX_HEADER", rel, pos,
-                                      f"{name} {value} but the {'first' if pos == 16 else 'last'} "
-                                      f"entry points at {actual}", severity=severity))
-            for pos, name, value, phy in ((0, "beginTimestamp", int(header["begin_timestamp"]),
-                                           first_phy),
-                                          (8, "endTimestamp", int(header["end_timestamp"]),
-                                           last_phy)):
-                try:
-                    record = message_at(store.commitlog, phy, check_crc=False)
-                except ParseError:
-                    continue
-                if record.store_timestamp != value:
-                    sink.add(_finding("IDX_HEADER", rel, pos,
-                                      f"{name} {value} but the record at {phy} was stored at "
-                                      f"{record.store_timestamp}"))
-        if live_lo is None:
+        _check_header_against_entries(store, rel, header, extent, sink)
+        if extent.live_lo is None:
             return None
-        if not in_order:
+        if not extent.in_order:
             # not in CommitLog order: cannot be merged with the scan; check entries one by one,
             # and do not look for the keys of the records it covers (its entries are not pulled)
             _check_index_entries_slowly(store, rel, _read_entries(fd, entries_start, 0,
                                                                   min(n, 10_001)),
                                         entries_start, sink)
-            if inside_lo is not None:
-                blind.append((inside_lo, inside_hi))
+            if extent.inside_lo is not None:
+                blind.append((extent.inside_lo, extent.inside_hi))
             return None
-    return _IndexInfo(info.name, rel, str(info.path), slots, entries_start, n, live_lo, last_phy)
+    return _IndexInfo(info.name, rel, str(info.path), slots, entries_start, n, extent.live_lo,
+                      extent.last_phy)
 
 
 def _check_index_chains(path: str, length: int, rel: str, slots: int, header, n: int,
@@ -181,85 +216,110 @@ def _check_index_chains(path: str, length: int, rel: str, slots: int, header, n:
     entries_start = idx_fmt.entry_position(slots, 0)
     with open(path, "rb") as fh:
         fd = fh.fileno()
-        n_slots = max(0, min(slots, (length - idx_fmt.INDEX_HEADER_SIZE) // 4))
-        slot_values = np.frombuffer(os.pread(fd, 4 * n_slots, idx_fmt.INDEX_HEADER_SIZE),
-                                    ">i4").astype(np.int32)
-        nonzero = int((slot_values != 0).sum())
-        hsc = int(header["hash_slot_count"])
-        if hsc != nonzero:
-            sink.add(_finding("IDX_HEADER", rel, 32,
-                              f"hashSlotCount {hsc} but {nonzero} slots are in use",
-                              severity=WARNING if hsc <= slots else ERROR))
-        bad_slots = np.flatnonzero((slot_values < 0) | (slot_values >= max(count, 1))
-                                   & (slot_values != 0))
-        for s in bad_slots[:_MAX_LISTED_INDEX].tolist():
-            sink.add(_finding("IDX_DANGLING", rel, idx_fmt.slot_position(s),
-                              f"slot {s} holds {int(slot_values[s])}, past indexCount {count}"))
+        slot_values = _check_slots(fd, length, rel, slots, header, count, sink)
         if native.core is not None and native.core.index_chains_clean(
                 path, entries_start, n, np.ascontiguousarray(slot_values), count, slots):
             return      # the usual answer, compiled: nothing below would find anything
+        links = _check_entry_links(fd, entries_start, n, count, slots, rel, sink)
+        if n > 1 and not links.regular_from(slot_values, n, slots):
+            _report_unreachable(fd, rel, entries_start, slot_values, links.hashes, n, count,
+                                slots, sink)
 
-        hashes = np.zeros(n, dtype=np.int32)
-        referenced = np.zeros(n, dtype=bool)
-        referenced_count = 0
-        regular_chains = True
-        listed = collections.Counter()
-        for lo in range(0, n, _INDEX_CHUNK):
-            hi = min(n, lo + _INDEX_CHUNK)
-            chunk = _read_entries(fd, entries_start, lo, hi)
-            numbers = np.arange(lo, lo + len(chunk))
-            h = chunk["key_hash"].astype(np.int32)
-            hashes[lo:lo + len(chunk)] = h
-            prev = chunk["prev_index"].astype(np.int64)
-            td = chunk["time_diff"]
-            real = numbers >= 1
-            bad_prev = real & ((prev < 0) | (prev > count) | ((prev >= numbers) & (prev != 0)))
-            for i in np.flatnonzero(bad_prev).tolist():
-                if listed["prev"] < _MAX_LISTED_INDEX:
-                    listed["prev"] += 1
-                    sink.add(_finding("IDX_DANGLING", rel, idx_fmt.entry_position(slots, lo + i),
-                                      f"entry {lo + i} has prev_index {int(prev[i])}: "
-                                      + ("the chain loops" if 0 < prev[i] <= count
-                                         else "past indexCount")))
-            for i in np.flatnonzero(real & (td < 0)).tolist():
-                if listed["td"] < _MAX_LISTED_INDEX:
-                    listed["td"] += 1
-                    sink.add(_finding("IDX_DANGLING", rel, idx_fmt.entry_position(slots, lo + i),
-                                      f"entry {lo + i} has a negative timeDiff {int(td[i])}: "
-                                      f"lookups stop there"))
-            # Every entry referenced exactly once (by its slot or one later entry of the same
-            # slot), links going strictly backwards, no negative timeDiff: then each chain is a
-            # path from its slot's head and every entry is found by its own hash.
-            has_prev = real & (prev > 0)
-            backwards = has_prev & (prev < numbers)
-            if regular_chains:
-                targets = prev[backwards]
-                if (bad_prev.any() or np.any(has_prev & ~backwards) or np.any(td[real] < 0)
-                        or np.any(h[real] < 0)
-                        or np.any(hashes[targets] % slots != h[backwards] % slots)
-                        or referenced[targets].any()):
-                    regular_chains = False
-                else:
-                    referenced[targets] = True
-                    referenced_count += len(targets)
-                    # fewer new marks than targets: an entry is the target of two links
-                    if np.count_nonzero(referenced) != referenced_count:
-                        regular_chains = False
 
-        if n > 1:
-            head_slots = np.flatnonzero((slot_values > 0) & (slot_values < n))
-            heads = slot_values[head_slots]
-            if regular_chains and (referenced[heads].any()
-                                   or np.any(hashes[heads] % slots != head_slots)):
-                regular_chains = False
-            referenced[heads] = True
-            if regular_chains and np.count_nonzero(referenced) != referenced_count + len(heads):
-                regular_chains = False      # two slots hold the same entry
-            if regular_chains and not referenced[1:].all():
-                regular_chains = False
-            if not regular_chains:
-                _report_unreachable(fd, rel, entries_start, slot_values, hashes, n, count, slots,
-                                    sink)
+def _check_slots(fd: int, length: int, rel: str, slots: int, header, count: int,
+                 sink: _Sink) -> np.ndarray:
+    """The hash slots: the header's count of used slots, and slots pointing past indexCount."""
+    n_slots = max(0, min(slots, (length - idx_fmt.INDEX_HEADER_SIZE) // 4))
+    slot_values = np.frombuffer(os.pread(fd, 4 * n_slots, idx_fmt.INDEX_HEADER_SIZE),
+                                ">i4").astype(np.int32)
+    nonzero = int((slot_values != 0).sum())
+    hsc = int(header["hash_slot_count"])
+    if hsc != nonzero:
+        sink.add(_finding("IDX_HEADER", rel, 32,
+                          f"hashSlotCount {hsc} but {nonzero} slots are in use",
+                          severity=WARNING if hsc <= slots else ERROR))
+    bad_slots = np.flatnonzero((slot_values < 0) | (slot_values >= max(count, 1))
+                               & (slot_values != 0))
+    for s in bad_slots[:_MAX_LISTED_INDEX].tolist():
+        sink.add(_finding("IDX_DANGLING", rel, idx_fmt.slot_position(s),
+                          f"slot {s} holds {int(slot_values[s])}, past indexCount {count}"))
+    return slot_values
+
+
+class _Links:
+    """The entries' hashes and which entries a later entry links to, while the chains keep the
+    regular shape: every entry referenced exactly once (by its slot or one later entry of the
+    same slot), links going strictly backwards, no negative timeDiff. Then each chain is a path
+    from its slot's head and every entry is found by its own hash."""
+
+    def __init__(self, n: int):
+        self.hashes = np.zeros(n, dtype=np.int32)
+        self.referenced = np.zeros(n, dtype=bool)
+        self.referenced_count = 0
+        self.regular = True
+
+    def add(self, numbers, h, prev, td, real, bad_prev, slots: int) -> None:
+        if not self.regular:
+            return
+        has_prev = real & (prev > 0)
+        backwards = has_prev & (prev < numbers)
+        targets = prev[backwards]
+        if (bad_prev.any() or np.any(has_prev & ~backwards) or np.any(td[real] < 0)
+                or np.any(h[real] < 0)
+                or np.any(self.hashes[targets] % slots != h[backwards] % slots)
+                or self.referenced[targets].any()):
+            self.regular = False
+            return
+        self.referenced[targets] = True
+        self.referenced_count += len(targets)
+        # fewer new marks than targets: an entry is the target of two links
+        if np.count_nonzero(self.referenced) != self.referenced_count:
+            self.regular = False
+
+    def regular_from(self, slot_values: np.ndarray, n: int, slots: int) -> bool:
+        """Whether the slots' heads complete the regular shape (each head hashes to its slot,
+        no entry held twice, every entry reached)."""
+        head_slots = np.flatnonzero((slot_values > 0) & (slot_values < n))
+        heads = slot_values[head_slots]
+        regular = self.regular and not (self.referenced[heads].any()
+                                        or np.any(self.hashes[heads] % slots != head_slots))
+        self.referenced[heads] = True
+        if regular and np.count_nonzero(self.referenced) != self.referenced_count + len(heads):
+            regular = False      # two slots hold the same entry
+        return regular and bool(self.referenced[1:].all())
+
+
+def _check_entry_links(fd: int, entries_start: int, n: int, count: int, slots: int, rel: str,
+                       sink: _Sink) -> _Links:
+    """Every entry's prev_index and timeDiff, ``_INDEX_CHUNK`` entries at a time: links past
+    indexCount or looping, negative timeDiffs (lookups stop there), and the chains' shape."""
+    links = _Links(n)
+    listed = collections.Counter()
+    for lo in range(0, n, _INDEX_CHUNK):
+        hi = min(n, lo + _INDEX_CHUNK)
+        chunk = _read_entries(fd, entries_start, lo, hi)
+        numbers = np.arange(lo, lo + len(chunk))
+        h = chunk["key_hash"].astype(np.int32)
+        links.hashes[lo:lo + len(chunk)] = h
+        prev = chunk["prev_index"].astype(np.int64)
+        td = chunk["time_diff"]
+        real = numbers >= 1
+        bad_prev = real & ((prev < 0) | (prev > count) | ((prev >= numbers) & (prev != 0)))
+        for i in np.flatnonzero(bad_prev).tolist():
+            if listed["prev"] < _MAX_LISTED_INDEX:
+                listed["prev"] += 1
+                sink.add(_finding("IDX_DANGLING", rel, idx_fmt.entry_position(slots, lo + i),
+                                  f"entry {lo + i} has prev_index {int(prev[i])}: "
+                                  + ("the chain loops" if 0 < prev[i] <= count
+                                     else "past indexCount")))
+        for i in np.flatnonzero(real & (td < 0)).tolist():
+            if listed["td"] < _MAX_LISTED_INDEX:
+                listed["td"] += 1
+                sink.add(_finding("IDX_DANGLING", rel, idx_fmt.entry_position(slots, lo + i),
+                                  f"entry {lo + i} has a negative timeDiff {int(td[i])}: "
+                                  f"lookups stop there"))
+        links.add(numbers, h, prev, td, real, bad_prev, slots)
+    return links
 
 
 def _report_unreachable(fd: int, rel: str, entries_start: int, slot_values, hashes, n: int,
