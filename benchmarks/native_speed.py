@@ -47,6 +47,11 @@ cost wall time). The same run of this script at load 7.6: verify 4.5x the bound 
 3.6x, numpy/native 1.5x, peak RSS 161 MiB. ``verify --json`` is byte-identical to the old
 build's on every reference store (50 store folders x 4 option sets) and to the numpy path's.
 
+Measured again by the lead at load 1.4-1.9 (quiet), whole ``verify`` processes on the default
+geometry store, old build (d2c4a51) against the fused pass, interleaved, 3 rounds: CPU
+3.44-3.70 s -> 3.16-3.22 s (about 10% less), wall 2.48-3.65 -> 2.20-3.24 s; zlib.crc32 over the
+CommitLog files 1.05 s CPU in the same minute, so verify is 3.0x the bound in CPU.
+
 Why 1.2x is out of reach on this store: the bound is ~0.8 s of CPU, so 1.2x is ~1.0 s for the
 whole process, and ``python -m mqtool --version`` alone costs 0.5-0.6 s (numpy ~0.15 s, the
 CLI and the library's imports the rest). perf of ``verify --workers 1``: Python 32%, numpy
