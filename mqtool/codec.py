@@ -371,10 +371,15 @@ def _index_key_spans_numpy(data: np.ndarray, uniq: tuple[np.ndarray, np.ndarray]
 
 
 def index_key_hashes(data: np.ndarray, starts: np.ndarray, ends: np.ndarray,
-                     prefixes: np.ndarray) -> np.ndarray:
+                     prefixes: np.ndarray,
+                     hashed: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """IndexFile hashes of ``topic#key`` for the keys ``data[starts:ends]``, ``prefixes`` being
-    the unsigned hashCodes of their ``topic#``."""
-    hashes, exact = java_hashes(data, starts, ends, prefixes)
+    the unsigned hashCodes of their ``topic#``. ``hashed``: the :func:`java_hashes` (hashes,
+    exact) of those keys with their prefixes, when a pass over the bytes made them."""
+    if hashed is None:
+        hashes, exact = java_hashes(data, starts, ends, prefixes)
+    else:
+        hashes, exact = np.array(hashed[0]), hashed[1]
     for k in np.flatnonzero(~exact).tolist():
         hashes[k] = codecs.java_hash_extend(int(prefixes[k]), _text(data, starts[k], ends[k]))
     return index_hashes_of(hashes)

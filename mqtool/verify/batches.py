@@ -712,35 +712,25 @@ class _BatchChecker(_SegmentChecker):
         and the KEYS items of all but ROLLBACK records, hashed as ``topic#key``."""
         props = self._properties(batch)
         indexed = tx != _ROLLBACK
+        hashed = None
         if props.keys is not None:
-            return self._hashed_keys(batch, props, indexed)
-        u_start, u_end = props.values["UNIQ_KEY"]
-        k_start, k_end = props.values["KEYS"]
-        records, starts, ends = _codec.index_key_spans(
-            props.data, (np.where(indexed, u_start, -1), u_end),
-            (np.where(indexed, k_start, -1), k_end), _KEY_SEPARATOR)
+            # split and hashed by the scanner's pass: the indexed records' keys
+            owner, starts, ends, hashes, exact = props.keys
+            keep = indexed[owner]
+            records, starts, ends = owner[keep], starts[keep], ends[keep]
+            hashed = (hashes[keep], exact[keep])
+        else:
+            u_start, u_end = props.values["UNIQ_KEY"]
+            k_start, k_end = props.values["KEYS"]
+            records, starts, ends = _codec.index_key_spans(
+                props.data, (np.where(indexed, u_start, -1), u_end),
+                (np.where(indexed, k_start, -1), k_end), _KEY_SEPARATOR)
         if len(records) == 0:
             return records, records
         prefixes = np.array([self._prefix(batch, t) for t in range(len(batch.topics.names))],
                             dtype=np.uint32)[batch.topic_id[records]]
-        return records, _codec.index_key_hashes(props.data, starts, ends, prefixes)
-
-    def _hashed_keys(self, batch: RecordBatch, props: _BatchProperties, indexed: np.ndarray
-                     ) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`_expected_hashes` from the keys the scanner's pass split and hashed: the
-        indexed records' keys, those it could not hash exactly hashed here."""
-        owner, starts, ends, hashes, exact = props.keys
-        keep = indexed[owner]
-        records, hashes, exact = owner[keep], hashes[keep], exact[keep]
-        inexact = np.flatnonzero(~exact).tolist()
-        if inexact:
-            hashes = hashes.copy()
-            starts, ends = starts[keep], ends[keep]
-            for k in inexact:
-                text = props.raw(int(starts[k]), int(ends[k])).decode("utf-8", errors="replace")
-                hashes[k] = codecs.java_hash_extend(
-                    self._prefix(batch, int(batch.topic_id[records[k]])), text)
-        return records, _codec.index_hashes_of(hashes)
+        return records, _codec.index_key_hashes(props.data, starts, ends, prefixes,
+                                                hashed=hashed)
 
     def _prefix(self, batch: RecordBatch, topic_id: int) -> int:
         prefix = self.prefixes.get(topic_id)
