@@ -43,7 +43,6 @@ from pathlib import Path
 
 from . import jsontext
 from .errors import MqtoolError, StoreLayoutError
-from .formats import dledger as dl_fmt
 from .store import data_extents, holds_store_parts, store_below
 from .vocabulary import BACKUP_DIR, BACKUP_MANIFEST, STAGE_PREFIX  # noqa: F401
 from .writer import fsync_dir, fsync_path

@@ -753,13 +753,16 @@ def _known_dledger_layout(root: Path) -> bool:
 STORE_PARTS = ("commitlog", "consumequeue", "index", "checkpoint", "batchconsumequeue")
 
 
+def _holds_dledger_folder(root: Path) -> bool:
+    return any(p.is_dir() and p.name.startswith(dl_fmt.DLEDGER_DIR_PREFIX) for p in root.iterdir())
+
+
 def holds_store_parts(root: Path) -> bool:
     """Whether ``root`` holds anything a broker's store root does (its folders, its checkpoint,
     a DLedger folder, a RocksDB database)."""
     root = Path(root)
-    return any((root / name).exists() for name in STORE_PARTS) or any(
-        p.is_dir() and p.name.startswith(dl_fmt.DLEDGER_DIR_PREFIX) for p in root.iterdir()
-    ) or bool(rocksdb_parts(root))
+    return any((root / name).exists() for name in STORE_PARTS) or _holds_dledger_folder(root) \
+        or bool(rocksdb_parts(root))
 
 
 def not_a_store(root) -> StoreLayoutError:
@@ -786,9 +789,7 @@ def store_below(folder: Path, depth: int = 3, budget: int = 500) -> Path | None:
                 return None
         for child in below:
             try:
-                if (child / "commitlog").is_dir() or any(
-                        p.is_dir() and p.name.startswith(dl_fmt.DLEDGER_DIR_PREFIX)
-                        for p in child.iterdir()):
+                if (child / "commitlog").is_dir() or _holds_dledger_folder(child):
                     return child
             except OSError:
                 continue

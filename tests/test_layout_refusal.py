@@ -226,7 +226,7 @@ def test_the_folder_above_a_store_is_refused_and_the_store_named(tmp_path):
         proc = run_mqtool(*args, top)
         assert proc.returncode == 2, (args, proc.stderr)
         assert len(proc.stderr.splitlines()) == 1, proc.stderr
-        assert f"not a RocketMQ store" in proc.stderr
+        assert "not a RocketMQ store" in proc.stderr
         assert f"did you mean {store}?" in proc.stderr
     # a store root that also holds another store below it names that one as its own folder
     (top / "commitlog").mkdir()
