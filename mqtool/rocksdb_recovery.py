@@ -21,6 +21,7 @@ import numpy as np
 from .formats import codecs
 from .scan.reader import RecordReader
 from .recovery import RecoveryPlan
+from .reput.dispatching import dispatch
 from .rocksdb_cq import RocksConsumeQueue, load_rocksdb_cq
 from .store import Store
 
@@ -89,7 +90,6 @@ class RocksRecovery:
 def predict_rocksdb_units(store: Store, plan: RecoveryPlan, progress=None) -> RocksRecovery:
     """The units each queue of the store's RocksDB ConsumeQueue holds after the start ``plan``
     predicts."""
-    from .reput.dispatching import dispatch
     table = load_rocksdb_cq(store)
     end = plan.process_offset
     result = RocksRecovery(end, plan.redispatch_from, checkpoint_after=end)
@@ -180,7 +180,6 @@ def check_rocksdb_cq(store: Store, plan: RecoveryPlan, progress=None) -> list[di
     filled with what the start leaves: every served unit checked against its record; the
     dispatchable records below where the start dispatches again that no unit serves; units
     that do not decode."""
-    from .reput.dispatching import dispatch
     from .vocabulary import ERROR, INFO, WARNING
     table = load_rocksdb_cq(store)
     folder = f"{table.folder}/"

@@ -27,8 +27,8 @@ SPARK_FILES = ("test_spark.py", "test_spark_verify_equality.py")
 # Files that take longest (measured with --durations): scheduled next, so that the run does not
 # end with one worker still in a long file while the other is idle. The rest follow in xdist's
 # own order (most tests first).
-LONGEST_FILES = ("test_spark_install.py", "test_native.py", "test_verify.py", "test_index_bulk.py", "test_fault_matrix.py",
-                 "test_hostile_input.py", "test_queue_chunks.py", "test_query.py",
+LONGEST_FILES = ("test_spark_install.py", "test_native.py", "test_verify.py", "test_index_bulk.py",
+                 "test_fault_matrix.py", "test_hostile_input.py", "test_queue_chunks.py", "test_query.py",
                  "test_repair_conformance.py", "test_field_reliability.py",
                  "test_repair_safety.py", "test_scan_batch.py", "test_full_disk.py")
 

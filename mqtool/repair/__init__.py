@@ -52,12 +52,13 @@ Modules, in the order to read them:
 """
 from __future__ import annotations
 
+from ..reput.dispatching import (DispatchStats, dispatch, iter_records, judged_records,
+                                 last_record_before)
 from .files import data_end, diff_ranges
 from .transaction import (KILL_ENV, MAX_LISTED_RANGES, FileOp, RepairError, RepairPlan,
                           Stage, apply_plan, refuse_if_locked, remove_stale_stages, resume_pending,
                           sparse_copy)
 from .writers import RepairIndexWriter, StagedBatchConsumeQueueWriter, StagedConsumeQueueWriter
-from ..reput.dispatching import DispatchStats, dispatch, iter_records, judged_records, last_record_before
 from .index import IndexFileState, IndexSetup, query_index, query_message_offsets, read_index_states
 from .queues import QueueState, queues_with_holes
 from .commitlog import commitlog_gaps

@@ -2,10 +2,10 @@
 place (erase past the recovered end, pad a short file, delete later files)."""
 from __future__ import annotations
 
+from ..reput.pipeline import _BLANK_MAGIC
 from ..store import Store
 from .files import data_end, _rel
 from .transaction import FileOp
-from ..reput.pipeline import _BLANK_MAGIC
 
 # DLedger's blank starts with its magic, -1 (the CommitLog's puts the size first)
 _DLEDGER_BLANK_MAGIC = b"\xff\xff\xff\xff"

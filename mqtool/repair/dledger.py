@@ -40,13 +40,13 @@ from __future__ import annotations
 from ..dledger import _MIN_ENTRY_SIZE_EXCLUSIVE, walk_ledger
 from ..formats import dledger as dl_fmt
 from ..recovery import predict_recovery
+from ..reput.dispatching import _dispatch_with_bar
 from ..scan import MessageRecord, entry_header_at, scan_buffer
 from ..store import MappedFile, Store, properties_int
 from ..writer import dledger_index_unit_bytes
 from .bookkeeping import _abort_op, _stage_bytes
 from .changes import _recover_summary, build_plan
 from .commitlog import _commitlog_ops
-from ..reput.dispatching import _dispatch_with_bar
 from .files import data_end
 from .index import _finish_index, _setup_index
 from .queues import _apply_queue_recoveries, _finish_queues, _truncate_queues

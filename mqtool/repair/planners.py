@@ -12,14 +12,15 @@ from ..recovery import (DISPATCHING_NORMAL_RECOVERY, VERSION_49, BrokerRules,
                         recovery_start)
 from ..rocksdb_recovery import UnitSink, next_start_after_recover
 from ..passport import store_passport
+from ..reput.dispatching import (DispatchStats, RecordHints, _bar, _commitlog_bytes,
+                                 _dispatch_with_bar, dispatch, iter_records, judged_records,
+                                 last_record_before)
+from ..reput.pipeline import ParallelJudgedRecords
 from ..scan import MessageRecord, scan_buffer
 from ..store import MappedFile, Store
 from .files import _queue_rel
 from .transaction import RepairError, RepairPlan, Stage
 from .writers import StagedBatchConsumeQueueWriter, StagedConsumeQueueWriter
-from ..reput.dispatching import (DispatchStats, RecordHints, _bar, _commitlog_bytes, _dispatch_with_bar,
-                          dispatch, iter_records, judged_records, last_record_before)
-from ..reput.pipeline import ParallelJudgedRecords
 from .index import (_count_entries, _finish_index, _last_full_end_timestamp, read_index_states,
                     _setup_index)
 from .queues import (_apply_queue_recoveries, _finish_queues, _fix_queue_file_sizes,

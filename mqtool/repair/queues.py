@@ -12,7 +12,6 @@ from ..store import ConsumeQueue, Segment, Store
 from .files import data_end, _queue_rel, _store_queues
 from .transaction import Stage
 from .writers import StagedBatchConsumeQueueWriter, StagedConsumeQueueWriter, _StagedQueueFiles
-from ..reput.dispatching import _UNIT
 
 
 def _queue_view(stage: Stage, store: Store, topic: str, queue_id: int,
@@ -96,7 +95,7 @@ def queues_with_holes(store: Store) -> list[tuple[str, int, str]]:
     """Queues whose files show that some are missing: a queue directory without files, missing
     names between the first and the last file, or a first file past 0 while no CommitLog file
     has expired yet. The broker never regenerates such files."""
-    size = store.cq_units_per_file * _UNIT
+    size = store.cq_units_per_file * CONSUME_QUEUE.unit_size
     found = []
     nothing_expired = bool(store.commitlog.segments) and store.commitlog.min_offset == 0
     for queue in store.consume_queues:
